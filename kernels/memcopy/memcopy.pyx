@@ -1,0 +1,48 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The local array copy a transfer is compared with (see c_memcopy.c)."""
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport MPI_Comm
+cimport c_memcopy as c
+import numpy as np
+
+include "mpilab_buffers.pxi"
+
+METHODS = {"memcpy": c.MPILAB_COPY_MEMCPY, "loop": c.MPILAB_COPY_LOOP}
+
+
+def memcopy(MPI.Comm comm not None, double[::1] dst not None,
+            const double[::1] src not None, *, method="loop", warmup=10, iters=100,
+            reps=5):
+    """Time the copy ``dst[:] = src`` on every rank of `comm`.
+
+    Collective over `comm` (pass ``MPI.COMM_SELF`` to time one rank alone). Returns a
+    float64 array of `reps` times in seconds per copy, the slowest rank's.
+    """
+    cdef double[::1] t
+    cdef int err, m, w, it, r
+    cdef size_t n
+    cdef MPI_Comm cc = comm.ob_mpi
+    cdef double *dp = NULL
+    cdef const double *sp = NULL
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    if dst.shape[0] != src.shape[0]:
+        raise ValueError(f"dst and src must have the same length, got {dst.shape[0]} "
+                         f"and {src.shape[0]}")
+    _check_count(warmup, "warmup", 0)
+    _check_count(iters, "iters", 1)
+    _check_count(reps, "reps", 1)
+    times = np.empty(reps, dtype=np.float64)
+    t = times
+    n = dst.shape[0]
+    if n > 0:
+        dp = &dst[0]
+        sp = &src[0]
+        if (dp < sp + n) and (sp < dp + n):
+            raise ValueError("dst and src must not overlap")
+    m, w, it, r = METHODS[method], warmup, iters, reps
+    with nogil:
+        err = c.mpilab_memcopy(cc, dp, sp, n, m, w, it, r, &t[0])
+    _check_mpi(err)
+    return times

@@ -1,0 +1,30 @@
+"""Compiled kernels (C + Cython), one module per folder of ``kernels/``.
+
+``from mpilab.kernels import pingpong`` gives the module; its function of the same name
+is the kernel. Each takes an mpi4py communicator and never initialises MPI itself.
+"""
+
+import importlib
+from pathlib import Path
+
+NAMES = ("pingpong", "memcopy")
+BIN = Path(__file__).parent / "_bin"
+
+
+def __getattr__(name):
+    if name not in NAMES:
+        raise AttributeError(f"module 'mpilab.kernels' has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ImportError as exc:
+        raise ImportError(
+            f"the compiled kernel {name!r} is not built ({exc}); run `make kernels`"
+        ) from exc
+
+
+def program(name: str) -> Path:
+    """Path of a standalone kernel program, e.g. ``program('mpilab-pingpong')``."""
+    path = BIN / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is not built; run `make kernels`")
+    return path

@@ -1,0 +1,272 @@
+"""What MPI this machine has and how to launch it: the one place that knows.
+
+Everything that starts MPI processes (the cluster, the benchmarks, the tests) asks this
+module for the launcher command, its arguments and environment, so running as root,
+more ranks than cores, the transport and container quirks are handled once.
+
+This module imports neither mpi4py nor numpy at import time, so ``setup.py`` can use it
+to find the compiler wrapper.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+TRANSPORTS = ("shm", "tcp")
+LIBRARIES = ("openmpi", "mpich")
+
+
+class MPINotFound(RuntimeError):
+    """No usable MPI installation (compiler wrapper or launcher) was found."""
+
+
+def selected_library() -> str:
+    """The MPI the course uses on this machine: ``$MPILAB_MPI`` (openmpi by default)."""
+    lib = os.environ.get("MPILAB_MPI", "openmpi").strip().lower() or "openmpi"
+    if lib not in LIBRARIES:
+        raise ValueError(f"MPILAB_MPI must be one of {LIBRARIES}, got {lib!r}")
+    return lib
+
+
+def _find_tool(base: str, lib: str) -> str:
+    # Debian installs both libraries side by side as mpicc.openmpi / mpicc.mpich;
+    # conda and most clusters have only the plain name.
+    for name in (f"{base}.{lib}", base):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise MPINotFound(
+        f"no {base} found for {lib}: run `make setup` (Debian, as root) or "
+        "`conda env create -f environment.yml`"
+    )
+
+
+def mpicc(lib: str | None = None) -> str:
+    """Path of the MPI C compiler wrapper (``$MPICC`` wins)."""
+    return os.environ.get("MPICC") or _find_tool("mpicc", lib or selected_library())
+
+
+def mpiexec(lib: str | None = None) -> str:
+    """Path of the MPI launcher (``$MPILAB_MPIEXEC`` wins)."""
+    return os.environ.get("MPILAB_MPIEXEC") or _find_tool("mpiexec", lib or selected_library())
+
+
+@functools.lru_cache(maxsize=None)
+def library_info() -> dict:
+    """Name, family and version of the MPI library mpi4py loaded."""
+    from mpi4py import MPI
+
+    text = MPI.Get_library_version().strip()
+    first = text.splitlines()[0].strip() if text else "unknown"
+    low = text.lower()
+    family = "openmpi" if "open mpi" in low else "mpich" if "mpich" in low else "other"
+    version = ""
+    if family == "openmpi":
+        # "Open MPI v4.1.4, package: ..."
+        version = first.split(",")[0].replace("Open MPI", "").strip().lstrip("v")
+    elif family == "mpich":
+        for line in text.splitlines():
+            if line.lower().startswith("mpich version:"):
+                version = line.split(":", 1)[1].strip()
+    import mpi4py
+
+    return {
+        "mpi_library": family,
+        "mpi_version": version,
+        "mpi_library_version": first,
+        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+        "mpi4py_version": mpi4py.__version__,
+    }
+
+
+def _launcher_family(path: str) -> str:
+    """Ask the launcher itself which library it belongs to."""
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=20
+        ).stdout.lower()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if "open mpi" in out or "open-mpi" in out or "openrte" in out or "prte" in out:
+        return "openmpi"
+    if "hydra" in out or "mpich" in out:
+        return "mpich"
+    return "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def launcher_family(path: str | None = None) -> str:
+    return _launcher_family(path or mpiexec())
+
+
+@functools.lru_cache(maxsize=None)
+def _openmpi_major(path: str) -> int:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 4
+    for tok in out.stdout.replace("(", " ").replace(")", " ").split():
+        if tok[:1].isdigit() and "." in tok:
+            try:
+                return int(tok.split(".")[0])
+            except ValueError:
+                pass
+    return 4
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity-aware; what oversubscription is judged by)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@functools.lru_cache(maxsize=None)
+def cma_works() -> bool:
+    """Can this process read another's memory (process_vm_readv)?
+
+    Open MPI's shared-memory transport uses it for single-copy transfers; in containers
+    without ptrace it fails mid-run with "Read -1, expected ..., errno = 1".
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class IOVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    src = ctypes.create_string_buffer(b"mpilab", 8)
+    dst = ctypes.create_string_buffer(8)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: wait until the parent has read, then leave
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        local = IOVec(ctypes.cast(dst, ctypes.c_void_p), 8)
+        remote = IOVec(ctypes.cast(src, ctypes.c_void_p), 8)  # same address in the fork
+        n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        return n == 8 and dst.raw[:6] == b"mpilab"
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        os.waitpid(pid, 0)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start `ranks` MPI processes on this machine with a given transport."""
+
+    ranks: int
+    transport: str
+    command: tuple[str, ...]  # launcher and its arguments, up to (not including) the program
+    env: dict
+    oversubscribed: bool
+    family: str
+
+    def argv(self, program: list[str]) -> list[str]:
+        return [*self.command, *program]
+
+    def full_env(self) -> dict:
+        env = dict(os.environ)
+        env.update(self.env)
+        return env
+
+    def describe(self) -> dict:
+        d = asdict(self)
+        d["command"] = " ".join(self.command)
+        return d
+
+
+def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch:
+    """Launcher command and environment for `ranks` processes over `transport`.
+
+    ``shm`` is the library's default on one host (shared memory between ranks);
+    ``tcp`` forces the network stack over the loopback interface, which is what a
+    message between two nodes goes through, minus the wire.
+    """
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    exe = mpiexec(lib)
+    family = launcher_family(exe)
+    cores = usable_cores()
+    over = ranks > cores
+    env: dict[str, str] = {
+        # Engines and kernels call MPI from the main thread only. Open MPI 4.1 takes a
+        # slower path for any level above single (8 B round trip here: 0.20 us at
+        # funneled, 0.14 us at single, the same as the C program).
+        "MPI4PY_RC_THREAD_LEVEL": "single",
+    }
+    args: list[str] = [exe]
+    if family == "openmpi":
+        if is_root():
+            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        major = _openmpi_major(exe)
+        args += ["-n", str(ranks), "--oversubscribe"]
+        if over:
+            # Open MPI yields by itself when it knows it is oversubscribed; say so
+            # explicitly, and do not bind several ranks to one core.
+            args += ["--bind-to", "none"]
+            env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+        if major < 5:
+            env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+        else:
+            env["PRTE_MCA_rmaps_default_mapping_policy"] = ":oversubscribe"
+        if transport == "tcp":
+            args += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+                     "--mca", "btl_tcp_if_include", "lo"]
+        elif not cma_works():
+            if major < 5:
+                args += ["--mca", "btl_vader_single_copy_mechanism", "none"]
+            else:
+                args += ["--mca", "smsc", "^cma"]
+        # No "did you mean to run on more cores" chatter in notebooks.
+        env["OMPI_MCA_rmaps_base_inherit"] = "0"
+    else:
+        args += ["-n", str(ranks)]
+        if transport == "tcp":
+            # MPICH ch4: route even local messages through the network module.
+            env["MPIR_CVAR_NOLOCAL"] = "1"
+            env["MPIR_CVAR_CH4_NOLOCAL"] = "1"
+    return Launch(ranks, transport, tuple(args), env, over, family)
+
+
+@functools.lru_cache(maxsize=None)
+def machine_info() -> dict:
+    """Host facts every measurement record carries."""
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": model,
+        "cores": usable_cores(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "binder": bool(os.environ.get("BINDER_LAUNCH_HOST") or os.environ.get("BINDER_REPO_URL")),
+    }
