@@ -175,10 +175,16 @@ class Launch:
 
     ranks: int
     transport: str
-    command: tuple[str, ...]  # launcher and its arguments, up to (not including) the program
+    exe: str  # the launcher
+    args: tuple[str, ...]  # its options, without "-n ranks"
     env: dict
     oversubscribed: bool
     family: str
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """Launcher, -n ranks and options, up to (not including) the program."""
+        return (self.exe, "-n", str(self.ranks), *self.args)
 
     def argv(self, program: list[str]) -> list[str]:
         return [*self.command, *program]
@@ -191,6 +197,7 @@ class Launch:
     def describe(self) -> dict:
         d = asdict(self)
         d["command"] = " ".join(self.command)
+        del d["exe"], d["args"]
         return d
 
 
@@ -215,13 +222,13 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
         # funneled, 0.14 us at single, the same as the C program).
         "MPI4PY_RC_THREAD_LEVEL": "single",
     }
-    args: list[str] = [exe]
+    args: list[str] = []
     if family == "openmpi":
         if is_root():
             env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
         major = _openmpi_major(exe)
-        args += ["-n", str(ranks), "--oversubscribe"]
+        args += ["--oversubscribe"]
         if over:
             # Open MPI yields by itself when it knows it is oversubscribed; say so
             # explicitly, and do not bind several ranks to one core.
@@ -241,13 +248,11 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
                 args += ["--mca", "smsc", "^cma"]
         # No "did you mean to run on more cores" chatter in notebooks.
         env["OMPI_MCA_rmaps_base_inherit"] = "0"
-    else:
-        args += ["-n", str(ranks)]
-        if transport == "tcp":
-            # MPICH ch4: route even local messages through the network module.
-            env["MPIR_CVAR_NOLOCAL"] = "1"
-            env["MPIR_CVAR_CH4_NOLOCAL"] = "1"
-    return Launch(ranks, transport, tuple(args), env, over, family)
+    elif transport == "tcp":
+        # MPICH ch4: route even local messages through the network module.
+        env["MPIR_CVAR_NOLOCAL"] = "1"
+        env["MPIR_CVAR_CH4_NOLOCAL"] = "1"
+    return Launch(ranks, transport, exe, tuple(args), env, over, family)
 
 
 @functools.lru_cache(maxsize=None)

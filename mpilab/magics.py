@@ -1,0 +1,68 @@
+"""``%%mpi``: run a cell on every rank, with a timeout that is never optional.
+
+``%%px`` (ipyparallel) waits forever on a deadlocked cell, and interrupting it kills the
+MPI job anyway. ``%%mpi`` waits at most ``--timeout`` seconds (30 by default), then says
+which ranks were still busy and what to do::
+
+    %%mpi --timeout 5
+    comm.Send(buf, dest=1 - comm.rank)   # both ranks send first: a deadlock past eager
+    comm.Recv(buf, source=1 - comm.rank)
+
+``--restart`` restarts the cluster at once after a timeout. The cell runs in each
+engine's namespace, where ``MPI``, ``np``, ``comm``, ``rank`` and ``size`` are defined.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+_PRELUDE = (
+    "from mpi4py import MPI\n"
+    "import numpy as np\n"
+    "comm = MPI.COMM_WORLD\n"
+    "rank, size = comm.Get_rank(), comm.Get_size()\n"
+)
+
+
+def _parse(line: str) -> tuple[float, bool]:
+    timeout, restart = 30.0, False
+    words = shlex.split(line)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in ("--timeout", "-t") and i + 1 < len(words):
+            timeout = float(words[i + 1])
+            i += 2
+            continue
+        if w.startswith("--timeout="):
+            timeout = float(w.split("=", 1)[1])
+        elif w == "--restart":
+            restart = True
+        else:
+            raise ValueError(f"%%mpi: unknown option {w!r} (use --timeout SECONDS, --restart)")
+        i += 1
+    if timeout <= 0:
+        raise ValueError("%%mpi: --timeout must be positive")
+    return timeout, restart
+
+
+def mpi(line: str, cell: str):
+    """Run the cell on every MPI rank of this notebook's cluster, with a timeout."""
+    from . import cluster
+
+    c = cluster.current()
+    if c is None:
+        raise cluster.ClusterError("no cluster: run `lab = mpilab.cluster.start(n)` first")
+    timeout, restart = _parse(line)
+    c.execute(cell, timeout=timeout, restart_on_timeout=restart)
+
+
+def register(c) -> None:
+    """Make ``%%mpi`` available in this IPython session and define the prelude on `c`."""
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is None:
+        return
+    ip.register_magic_function(mpi, magic_kind="cell", magic_name="mpi")
+    c.view.execute(_PRELUDE, block=True)

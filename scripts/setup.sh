@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Install what the course needs, idempotently and quickly when already done.
+#
+#   scripts/setup.sh [--test]
+#
+# 1. The MPI library (Open MPI by default, MPICH with MPILAB_MPI=mpich) and build tools:
+#    from Debian's packages when running as root, or already present (conda env, cluster
+#    module). Without root and without MPI it stops and says what to do.
+# 2. A virtual environment .venv with the course's Python packages (skipped inside a conda
+#    environment that has MPI: that environment is used as it is).
+# 3. With --test: Chromium for the browser test (root on Debian only).
+# The kernels are built by `make kernels`, which runs after this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MPI="${MPILAB_MPI:-openmpi}"
+WANT_TEST=0
+[[ "${1:-}" == "--test" ]] && WANT_TEST=1
+case "$MPI" in
+  openmpi) APT_MPI="openmpi-bin libopenmpi-dev" ;;
+  mpich) APT_MPI="mpich libmpich-dev" ;;
+  *) echo "setup: MPILAB_MPI must be openmpi or mpich, got '$MPI'" >&2; exit 2 ;;
+esac
+
+say() { printf 'setup: %s\n' "$*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+is_root() { [[ "$(id -u)" == 0 ]]; }
+
+apt_updated=0
+apt_install() {
+  if ! is_root || ! have apt-get; then
+    return 1
+  fi
+  if [[ $apt_updated == 0 ]]; then
+    say "apt-get update"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  say "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+in_conda() { [[ -n "${CONDA_PREFIX:-}" && -x "${CONDA_PREFIX}/bin/mpicc" ]]; }
+
+# --- 1. MPI and compilers ---------------------------------------------------------------
+if in_conda; then
+  say "using the conda environment at $CONDA_PREFIX"
+elif have "mpicc.$MPI" && have "mpiexec.$MPI"; then
+  :
+elif have mpicc && have mpiexec && mpiexec --version 2>&1 | grep -qiE \
+    "$([[ $MPI == openmpi ]] && echo 'open mpi|open-mpi|openrte' || echo 'hydra|mpich')"; then
+  :
+else
+  if ! apt_install $APT_MPI build-essential; then
+    cat >&2 <<MSG
+setup: no $MPI found and cannot install it (not root, or not Debian/Ubuntu).
+       Either run this as root on Debian/Ubuntu, or use conda:
+         conda env create -f environment.yml && conda activate mpilab && make setup
+MSG
+    exit 1
+  fi
+fi
+if ! in_conda && ! have gcc; then apt_install build-essential; fi
+
+# --- 2. Python environment ------------------------------------------------------------
+if in_conda; then
+  PY="$CONDA_PREFIX/bin/python"
+else
+  PY=.venv/bin/python
+  if [[ ! -x $PY ]]; then
+    say "creating .venv"
+    if ! python3 -m venv .venv 2>/dev/null; then
+      rm -rf .venv
+      apt_install python3-venv || { echo "setup: python3 -m venv failed" >&2; exit 1; }
+      python3 -m venv .venv
+    fi
+  fi
+fi
+
+# Re-install only when what decides the environment changed.
+extras=$([[ $WANT_TEST == 1 ]] && echo "test" || echo "course")
+stamp_want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$MPI-$extras"
+stamp_file="$($PY -c 'import sys; print(sys.prefix)')/.mpilab-setup"
+if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]] \
+   && ! { [[ $extras == course ]] && grep -q -- "-$MPI-test\$" "$stamp_file" 2>/dev/null \
+          && [[ "$(cut -d- -f1 "$stamp_file")" == "${stamp_want%%-*}" ]]; }; then
+  say "installing Python packages ($extras) into $($PY -c 'import sys; print(sys.prefix)')"
+  $PY -m pip install -q -U pip "setuptools>=77" wheel
+  if [[ $MPI == mpich ]] && ! in_conda; then
+    # The mpi4py wheel is built for Open MPI's and MPICH's ABIs but looks MPICH up under
+    # a name Debian does not ship; compiling it against the selected MPI is the clean way.
+    MPICC="$(command -v mpicc.mpich || command -v mpicc)" \
+      $PY -m pip install -q --no-binary=mpi4py --no-cache-dir --force-reinstall "mpi4py>=4.0"
+  fi
+  $PY -m pip install -q "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
+  $PY -m pip install -q --no-build-isolation -e ".[$extras]"
+  echo "$stamp_want" > "$stamp_file"
+fi
+
+# --- 3. Browser for the JupyterLab test -------------------------------------------------
+if [[ $WANT_TEST == 1 ]] && ! have chromium; then
+  apt_install chromium fonts-dejavu-core || say "no chromium (not root?): the browser test will be skipped"
+fi
+say "ready ($MPI, $($PY -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0][:40])'))"
