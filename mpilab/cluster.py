@@ -322,7 +322,7 @@ class MPICluster:
         rc[:].use_cloudpickle()
         all_ids = rc.ids
         got = rc[all_ids].apply_async(_rank_and_host).get(timeout=timeout)
-        by_rank = sorted(zip(got, all_ids))
+        by_rank = sorted(zip(got, all_ids, strict=False))
         ranks = [r for (r, _size, _h, _pid), _eid in by_rank]
         sizes = {size for (_r, size, _h, _pid), _eid in by_rank}
         if ranks != list(range(self.n)) or sizes != {self.n}:
@@ -439,7 +439,7 @@ class MPICluster:
         import psutil
 
         dead = []
-        for rank, pid in zip(self.ranks, self.pids):
+        for rank, pid in zip(self.ranks, self.pids, strict=False):
             if not pid:
                 continue
             try:
@@ -471,7 +471,7 @@ class MPICluster:
                         ) from None
         except ipp.error.TimeoutError:
             outstanding = self.client.outstanding
-            pending = [r for r, mid in zip(self.ranks, ar.msg_ids) if mid in outstanding]
+            pending = [r for r, mid in zip(self.ranks, ar.msg_ids, strict=False) if mid in outstanding]
             finished = [r for r in self.ranks if r not in pending]
             if partial is not None:
                 _show_partial(partial)
@@ -513,7 +513,7 @@ class MPICluster:
 def _show_partial(ar) -> None:
     """Print what a timed-out cell wrote so far (the lesson is often in it)."""
     try:
-        for eid, out in zip(ar._targets if hasattr(ar, "_targets") else [], ar.stdout):
+        for eid, out in zip(ar._targets if hasattr(ar, "_targets") else [], ar.stdout, strict=False):
             if out:
                 print(f"[stdout:{eid}] {out}", end="" if out.endswith("\n") else "\n")
     except Exception:

@@ -58,7 +58,7 @@ def mpiexec(lib: str | None = None) -> str:
     return os.environ.get("MPILAB_MPIEXEC") or _find_tool("mpiexec", lib or selected_library())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library_info() -> dict:
     """Name, family and version of the MPI library mpi4py loaded."""
     from mpi4py import MPI
@@ -101,12 +101,12 @@ def _launcher_family(path: str) -> str:
     return "unknown"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def launcher_family(path: str | None = None) -> str:
     return _launcher_family(path or mpiexec())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _openmpi_major(path: str) -> int:
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
@@ -133,7 +133,7 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cma_works() -> bool:
     """Can this process read another's memory (process_vm_readv)?
 
@@ -255,7 +255,7 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
     return Launch(ranks, transport, exe, tuple(args), env, over, family)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def machine_info() -> dict:
     """Host facts every measurement record carries."""
     model = platform.processor() or ""

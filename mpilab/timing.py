@@ -1,0 +1,266 @@
+"""One timing protocol, and tidy records of what it measured.
+
+The protocol (the same in every kernel, see ``kernels/common/mpilab_timing.h``): warm-up
+steps discarded, ``MPI_Barrier``, the timed loop inside C, ``MPI_Wtime``, the slowest
+rank's time (``MPI_MAX``), several repetitions summarised as min / quartiles / median.
+The mpi4py reference implementation below follows the same steps in Python.
+
+Functions whose name starts with ``measure_`` are collective: every rank of the
+communicator calls them (on the cluster, through :meth:`MPICluster.run`, or under
+``mpiexec``), and every rank returns the same records. :func:`pingpong` and
+:func:`memcopy` are the notebook-side helpers that run them on a cluster and return a
+pandas DataFrame carrying where it was measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from . import runtime
+
+IMPLS = ("kernel", "mpi4py")
+MODES = ("roundtrip", "oneway")
+
+
+def summarize(times_s: Sequence[float]) -> dict:
+    """Min, quartiles, median, max (µs) and relative spread of repeated timings."""
+    t = np.asarray(times_s, dtype=float) * 1e6
+    if t.size == 0 or not np.all(np.isfinite(t)):
+        raise ValueError("need at least one finite timing")
+    q1, med, q3 = np.percentile(t, [25, 50, 75])
+    return {
+        "t_us_min": float(t.min()),
+        "t_us_q1": float(q1),
+        "t_us_median": float(med),
+        "t_us_q3": float(q3),
+        "t_us_max": float(t.max()),
+        # interquartile range over the median: 0.02 is a quiet machine, 0.3 a busy one
+        "spread": float((q3 - q1) / med) if med > 0 else 0.0,
+    }
+
+
+def record(times_s: Sequence[float], *, size_bytes: int, **fields) -> dict:
+    """A tidy record: the fields given, the summary of `times_s`, and bandwidth (MB/s)."""
+    r = dict(fields)
+    r["size_bytes"] = int(size_bytes)
+    r.update(summarize(times_s))
+    r["bandwidth_MBps"] = size_bytes / r["t_us_median"] if r["t_us_median"] > 0 else 0.0
+    r["reps"] = len(times_s)
+    r["times_us"] = [float(t) * 1e6 for t in times_s]  # the raw repetitions
+    return r
+
+
+def _buffers(nbytes: int, rank: int):
+    # Separate send and receive buffers (receiving into the buffer one sends from costs
+    # 1.5-2.5x at 8 KiB-1 MiB), at least one byte so an empty message has an address.
+    s = np.full(max(nbytes, 1), (rank + 1) & 0xFF, dtype=np.uint8)
+    r = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    return s, r
+
+
+def _mpi4py_pingpong(comm, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, iters, reps):
+    """The kernel's protocol with mpi4py's buffer Send/Recv (NumPy, no pickling)."""
+    from mpi4py import MPI
+
+    me = comm.Get_rank()
+    sb, rb = [sbuf, nbytes, MPI.BYTE], [rbuf, nbytes, MPI.BYTE]
+
+    def roundtrip(k):
+        for _ in range(k):
+            if me == rank_a:
+                comm.Send(sb, rank_b, 17)
+                comm.Recv(rb, rank_b, 17)
+            elif me == rank_b:
+                comm.Recv(rb, rank_a, 17)
+                comm.Send(sb, rank_a, 17)
+
+    def oneway(k):
+        if me == rank_a:
+            for _ in range(k):
+                comm.Send(sb, rank_b, 17)
+            comm.Recv([rbuf, 0, MPI.BYTE], rank_b, 18)
+        elif me == rank_b:
+            for _ in range(k):
+                comm.Recv(rb, rank_a, 17)
+            comm.Send([sbuf, 0, MPI.BYTE], rank_a, 18)
+
+    if mode == "oneway":
+        if warmup:
+            oneway(min(warmup, iters))
+        step, per, count = oneway, iters, iters
+    else:
+        roundtrip(warmup)
+        step, per, count = roundtrip, 2 * iters, iters
+    out = np.empty(reps)
+    for r in range(reps):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        step(count)
+        local = MPI.Wtime() - t0
+        out[r] = comm.allreduce(local, op=MPI.MAX) / per
+    return out
+
+
+def _run_pingpong(comm, impl, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, iters, reps):
+    if impl == "kernel":
+        from .kernels import pingpong as k
+
+        return k.pingpong(comm, sbuf, rbuf, nbytes, rank_a=rank_a, rank_b=rank_b, mode=mode,
+                          warmup=warmup, iters=iters, reps=reps)
+    if impl == "mpi4py":
+        return _mpi4py_pingpong(comm, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, iters,
+                                reps)
+    raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+
+def calibrate_iters(comm, nbytes: int, *, min_time: float = 0.01, mode: str = "roundtrip",
+                    rank_a: int = 0, rank_b: int = 1, max_iters: int = 1_000_000) -> int:
+    """Timed iterations for one repetition to last about `min_time` seconds (collective).
+
+    Every rank gets the same answer, because the kernel returns the slowest rank's time.
+    """
+    s, r = _buffers(nbytes, comm.Get_rank())
+    iters = 1
+    while True:
+        t = _run_pingpong(comm, "kernel", s, r, nbytes, rank_a, rank_b, mode, 2, iters, 1)[0]
+        per_rep = t * (2 if mode == "roundtrip" else 1) * iters
+        if per_rep >= min_time / 4 or iters >= max_iters:
+            want = iters * min_time / max(per_rep, 1e-9)
+            return int(min(max_iters, max(1, round(want))))
+        iters = min(max_iters, iters * 8)
+
+
+def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("kernel",),
+                     mode: str = "roundtrip", reps: int = 7, warmup: int | None = None,
+                     iters: dict | int | None = None, min_time: float = 0.01,
+                     rank_a: int = 0, rank_b: int = 1, rounds: int = 1) -> list[dict]:
+    """Ping-pong records for each size and implementation (collective over `comm`).
+
+    Implementations are measured side by side: for each size, `rounds` rounds each run
+    every implementation for `reps` repetitions, and their timings are pooled.
+    `iters` fixes the timed iterations (per size with a dict); by default they are
+    calibrated so one repetition lasts about `min_time` seconds.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    for impl in impls:
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    out = []
+    for n in sizes:
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"message sizes must be >= 0, got {n}")
+        s, r = _buffers(n, comm.Get_rank())
+        it = (iters.get(n) if isinstance(iters, dict) else iters) or calibrate_iters(
+            comm, n, min_time=min_time, mode=mode, rank_a=rank_a, rank_b=rank_b)
+        wu = warmup if warmup is not None else max(1, min(it, 100))
+        pooled = {impl: [] for impl in impls}
+        for _ in range(rounds):
+            for impl in impls:
+                pooled[impl].extend(_run_pingpong(comm, impl, s, r, n, rank_a, rank_b, mode,
+                                                  wu, it, reps))
+        for impl in impls:
+            out.append(record(pooled[impl], size_bytes=n, impl=impl, mode=mode, iters=it,
+                              warmup=wu))
+    return out
+
+
+def measure_memcopy(comm, sizes: Iterable[int], *, method: str = "loop", reps: int = 7,
+                    min_time: float = 0.005) -> list[dict]:
+    """Local copy ``dst[:] = src`` records, sizes in bytes (multiples of 8; collective)."""
+    from .kernels import memcopy as k
+
+    out = []
+    for n in sizes:
+        n = int(n)
+        if n < 0 or n % 8:
+            raise ValueError(f"copy sizes are whole doubles: multiples of 8 bytes, got {n}")
+        src = np.random.default_rng(0).random(n // 8)
+        dst = np.zeros_like(src)
+        iters = 1
+        while True:
+            t = k.memcopy(comm, dst, src, method=method, warmup=1, iters=iters, reps=1)[0]
+            if t * iters >= min_time / 4 or iters >= 10_000_000:
+                iters = int(max(1, min(10_000_000, round(iters * min_time / max(t * iters, 1e-9)))))
+                break
+            iters *= 8
+        times = k.memcopy(comm, dst, src, method=method, warmup=min(iters, 100), iters=iters,
+                          reps=reps)
+        if not np.array_equal(dst, src):
+            raise RuntimeError("memcopy kernel did not copy the array")
+        out.append(record(times, size_bytes=n, impl=f"memcopy-{method}", iters=iters))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# notebook side: run on a cluster, return a DataFrame that says where it was measured
+
+
+def context(cluster=None, *, ranks: int | None = None, transport: str | None = None) -> dict:
+    """Machine, MPI library and run settings every record carries."""
+    d = {}
+    d.update(runtime.machine_info())
+    try:
+        d.update(runtime.library_info())
+    except Exception:  # pragma: no cover - no mpi4py in this process
+        pass
+    if cluster is not None:
+        ranks, transport = cluster.n, cluster.transport
+    if ranks is not None:
+        d["ranks"] = ranks
+        d["oversubscribed"] = ranks > d["cores"]
+    if transport is not None:
+        d["transport"] = transport
+    d["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return d
+
+
+def frame(records: list[dict], ctx: dict):
+    """Records as a pandas DataFrame, each row carrying the context columns."""
+    import pandas as pd
+
+    df = pd.DataFrame.from_records(records)
+    for key in ("hostname", "cpu_model", "cores", "mpi_library", "mpi_version", "transport",
+                "ranks", "oversubscribed"):
+        if key in ctx and key not in df.columns:
+            df[key] = ctx[key]
+    df.attrs["context"] = ctx
+    return df
+
+
+def _on_world(fn_name, *args, **kwargs):
+    from mpi4py import MPI
+
+    from . import timing
+
+    return getattr(timing, fn_name)(MPI.COMM_WORLD, *args, **kwargs)
+
+
+def pingpong(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
+    """Run :func:`measure_pingpong` on the cluster; a DataFrame with context columns."""
+    recs = cluster.run(_on_world, "measure_pingpong", list(sizes), timeout=timeout, **kwargs)[0]
+    return frame(recs, {**context(cluster), **cluster.info})
+
+
+def memcopy(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
+    """Time the local copy on rank 0 alone (the others wait); a DataFrame."""
+    recs = cluster.run(_on_self_rank0, list(sizes), timeout=timeout, **kwargs)[0]
+    ctx = {**context(cluster), **cluster.info}
+    df = frame(recs, ctx)
+    df["ranks"] = 1
+    df["oversubscribed"] = False
+    return df
+
+
+def _on_self_rank0(sizes, **kwargs):
+    from mpi4py import MPI
+
+    from . import timing
+
+    comm = MPI.COMM_WORLD
+    recs = timing.measure_memcopy(MPI.COMM_SELF, sizes, **kwargs) if comm.rank == 0 else None
+    return comm.bcast(recs, root=0)
