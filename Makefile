@@ -33,7 +33,7 @@ $(KERNEL_OUT): $(KERNEL_SRC)
 	@touch $@
 
 lab: setup
-	$(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/README.md
+	$(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/lectures/00-mpi-in-a-notebook.md
 
 test: setup-test
 	$(PY) -m pytest -v

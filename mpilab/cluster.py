@@ -33,6 +33,13 @@ from typing import Any
 from . import runtime
 
 DEFAULT_TIMEOUT = 30.0
+# Defined on every engine, so cells run with execute() or %%mpi can use them at once.
+_PRELUDE = (
+    "from mpi4py import MPI\n"
+    "import numpy as np\n"
+    "comm = MPI.COMM_WORLD\n"
+    "rank, size = comm.Get_rank(), comm.Get_size()\n"
+)
 _current: MPICluster | None = None
 
 
@@ -199,6 +206,7 @@ class MPICluster:
         self.view = None
         self.ranks: list[int] = []
         self.pids: list[int] = []  # engine process ids, by rank (same host only)
+        self.library: dict = {}  # the MPI library the engines loaded (asked of rank 0)
         self.broken: str | None = None
         self.timings: dict[str, float] = {}
 
@@ -214,10 +222,7 @@ class MPICluster:
             "oversubscribed": self.launch.oversubscribed,
             "launcher": " ".join(self.launch.command),
         }
-        try:
-            d.update(runtime.library_info())
-        except Exception:  # pragma: no cover - mpi4py missing in the client
-            pass
+        d.update(self.library)
         return d
 
     def __repr__(self) -> str:
@@ -333,6 +338,10 @@ class MPICluster:
         self.pids = [pid if host == here else 0 for (_r, _s, host, pid), _eid in by_rank]
         self.view = rc[[eid for _r, eid in by_rank]]
         self.view.block = True
+        # Ask the engines, not this process: importing mpi4py.MPI here would start MPI
+        # in the notebook's kernel.
+        self.library = rc[by_rank[0][1]].apply_async(runtime.library_info).get(timeout=timeout)
+        self.view.execute(_PRELUDE, block=True, silent=True)
         self.broken = None
         try:
             from IPython import get_ipython

@@ -16,12 +16,6 @@ from __future__ import annotations
 
 import shlex
 
-_PRELUDE = (
-    "from mpi4py import MPI\n"
-    "import numpy as np\n"
-    "comm = MPI.COMM_WORLD\n"
-    "rank, size = comm.Get_rank(), comm.Get_size()\n"
-)
 
 
 def _parse(line: str) -> tuple[float, bool]:
@@ -58,11 +52,10 @@ def mpi(line: str, cell: str):
 
 
 def register(c) -> None:
-    """Make ``%%mpi`` available in this IPython session and define the prelude on `c`."""
+    """Make ``%%mpi`` available in this IPython session."""
     from IPython import get_ipython
 
     ip = get_ipython()
     if ip is None:
         return
     ip.register_magic_function(mpi, magic_kind="cell", magic_name="mpi")
-    c.view.execute(_PRELUDE, block=True)

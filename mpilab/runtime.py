@@ -273,5 +273,5 @@ def machine_info() -> dict:
         "cores": usable_cores(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "binder": bool(os.environ.get("BINDER_LAUNCH_HOST") or os.environ.get("BINDER_REPO_URL")),
+        "binder": bool(os.environ.get("MPILAB_BINDER") or os.environ.get("BINDER_LAUNCH_HOST")),
     }

@@ -200,16 +200,19 @@ def measure_memcopy(comm, sizes: Iterable[int], *, method: str = "loop", reps: i
 # notebook side: run on a cluster, return a DataFrame that says where it was measured
 
 
-def context(cluster=None, *, ranks: int | None = None, transport: str | None = None) -> dict:
-    """Machine, MPI library and run settings every record carries."""
+def context(cluster=None, *, ranks: int | None = None, transport: str | None = None,
+            library: dict | None = None) -> dict:
+    """Machine, MPI library and run settings every record carries.
+
+    The library facts come from the ranks (`cluster.library`, or `library` as a worker
+    reported it), never from this process, which may not run MPI at all.
+    """
     d = {}
     d.update(runtime.machine_info())
-    try:
-        d.update(runtime.library_info())
-    except Exception:  # pragma: no cover - no mpi4py in this process
-        pass
     if cluster is not None:
         ranks, transport = cluster.n, cluster.transport
+        library = cluster.library
+    d.update(library or {})
     if ranks is not None:
         d["ranks"] = ranks
         d["oversubscribed"] = ranks > d["cores"]
@@ -248,7 +251,11 @@ def pingpong(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
 
 def memcopy(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
     """Time the local copy on rank 0 alone (the others wait); a DataFrame."""
-    recs = cluster.run(_on_self_rank0, list(sizes), timeout=timeout, **kwargs)[0]
+    sizes = [int(n) for n in sizes]
+    bad = [n for n in sizes if n < 0 or n % 8]
+    if bad:
+        raise ValueError(f"copy sizes are whole doubles: multiples of 8 bytes, got {bad}")
+    recs = cluster.run(_on_self_rank0, sizes, timeout=timeout, **kwargs)[0]
     ctx = {**context(cluster), **cluster.info}
     df = frame(recs, ctx)
     df["ranks"] = 1
@@ -262,5 +269,13 @@ def _on_self_rank0(sizes, **kwargs):
     from . import timing
 
     comm = MPI.COMM_WORLD
-    recs = timing.measure_memcopy(MPI.COMM_SELF, sizes, **kwargs) if comm.rank == 0 else None
-    return comm.bcast(recs, root=0)
+    recs = err = None
+    if comm.rank == 0:
+        try:
+            recs = timing.measure_memcopy(MPI.COMM_SELF, sizes, **kwargs)
+        except Exception as exc:  # every rank must leave the bcast, and raise alike
+            err = exc
+    recs, err = comm.bcast((recs, err), root=0)
+    if err is not None:
+        raise err
+    return recs

@@ -97,6 +97,10 @@ if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]] \
   echo "$stamp_want" > "$stamp_file"
 fi
 
+# Lectures are MyST markdown: open them as notebooks in JupyterLab (same file Binder uses).
+install -D -m 644 binder/overrides.json \
+  "$($PY -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings/overrides.json"
+
 # --- 3. Browser for the JupyterLab test -------------------------------------------------
 if [[ $WANT_TEST == 1 ]] && ! have chromium; then
   apt_install chromium fonts-dejavu-core || say "no chromium (not root?): the browser test will be skipped"

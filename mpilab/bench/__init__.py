@@ -42,10 +42,11 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def meta(launch: runtime.Launch, settings: dict) -> dict:
+def meta(launch: runtime.Launch, settings: dict, library: dict) -> dict:
+    """What produced a benchmark: machine, MPI library (as a rank reported it), launcher."""
     from ..timing import context
 
-    m = context(ranks=launch.ranks, transport=launch.transport)
+    m = context(ranks=launch.ranks, transport=launch.transport, library=library)
     m["launcher"] = " ".join(launch.command)
     m["launcher_env"] = launch.env
     m["settings"] = settings

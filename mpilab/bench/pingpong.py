@@ -39,7 +39,7 @@ def _worker(args_path: str, out_path: str) -> int:
                             iters=iters, rounds=1) if py_impls else []
     if comm.rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"iters": iters, "records": recs}, f)
+            json.dump({"iters": iters, "records": recs, "library": runtime.library_info()}, f)
     return 0
 
 
@@ -87,7 +87,7 @@ def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds
                               iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
                 "rounds": rounds, "min_time": min_time, "iters": iters}
-    return meta(launch, settings), records
+    return meta(launch, settings, first["library"]), records
 
 
 def table(records: list[dict]) -> str:

@@ -1,0 +1,817 @@
+"""Graded checks for the mpilab labs: run the student's code on MPI ranks, compare, explain.
+
+Every graded cell of the labs goes through this module, so grading policy lives here::
+
+    from mpilab.grading import run_on_ranks, expect_per_rank
+    saw = run_on_ranks(ring_pass, 10, ranks=3)   # ring_pass(comm, 10) on 3 ranks
+    expect_per_rank(saw, [13, 10, 11], what="saw")
+
+A check that fails raises :class:`CheckFailed`, an ``AssertionError``, whose message says
+what is wrong in the student's terms ("rank 2 received 5, expected 3"; "timed out: rank 0
+was stuck at line 6, ``comm.Send(...)``: both ranks sending first?"). A failed check never
+takes the kernel or the grader down, and never hangs it:
+
+* :func:`run_on_ranks` runs ``func(comm, *args)`` on the notebook's cluster
+  (:func:`mpilab.cluster.current`, or 4 fresh engines), on a sub-communicator of the first
+  `ranks` ranks split from ``COMM_WORLD``, so one cluster of 4 engines serves checks on 2,
+  3 and 4 ranks. After `timeout` seconds it asks each stuck rank where it is (a Python
+  stack dump through ``faulthandler``), restarts the engines and fails with the lines the
+  ranks were stuck on. A crashed engine is restarted too. A cluster that does not answer
+  before a check (e.g. a student's own run was interrupted) is restarted first, so a
+  check never pays for someone else's deadlock.
+* :func:`call_local` calls a function in the notebook's own process, under a timer.
+* A function that timed out once is remembered, by a fingerprint of its code, for the
+  life of the kernel: a later check of the same function fails at once ("skipped: ... in
+  an earlier check"). A submission that deadlocks everywhere costs one timeout per
+  function, not one per check.
+* Results come back as plain data (``None``, ``bool``, ``int``, ``float``, ``complex``,
+  ``str``, ``bytes``, lists, tuples and dicts of them, and base-class NumPy arrays of
+  numbers; NumPy scalars become Python numbers). Anything else is refused with a message
+  ("rank 1 returned a generator"), so a returned object cannot bring its own ``__eq__``.
+  Arrays stay arrays rather than lists: payloads of several MiB compare fast and
+  :func:`expect_equal` can name the first differing element.
+
+Tampering, and its limits
+-------------------------
+nbgrader runs hidden tests in the student's kernel, after the student's code. A student
+can therefore replace anything in that process, e.g. ``mpilab.grading.expect_equal =
+lambda *a, **k: None``. Hidden tests defeat that casual patch by re-executing this module
+from disk before they use it::
+
+    import importlib, mpilab.grading
+    G = importlib.reload(mpilab.grading)   # every function as on disk again
+
+The memory of timed-out functions survives the reload (it is the one piece of state kept,
+and it can only make checks fail). Values the student's function returns are checked to be
+plain data, so they cannot compare equal to everything. This is a modest guard, not a
+sandbox: a student who patches ``importlib.reload``, NumPy, ``mpilab.cluster`` or the
+interpreter itself before the tests run can still fool in-process grading. Only running
+the tests in a separate process (or reading the submissions) closes that door; the course
+relies on the guard stopping the casual case and on hidden tests being hidden (nbgrader's
+feedback does show them once released, nbgrader issue 1363).
+"""
+
+from __future__ import annotations
+
+import linecache
+import marshal
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CheckFailed",
+    "TimedOut",
+    "Skipped",
+    "RaisedError",
+    "EngineDied",
+    "BadResult",
+    "run_on_ranks",
+    "try_on_ranks",
+    "call_local",
+    "expect",
+    "expect_equal",
+    "expect_close",
+    "expect_per_rank",
+    "autograding",
+    "forget_timeouts",
+]
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_RANKS = 4  # engines started when a check finds no cluster
+_RESTART_NOTE = "The MPI engines were restarted, so the next check starts clean."
+
+# The one piece of state, kept across importlib.reload (hidden tests reload this module):
+# fingerprint -> message of the first timeout. It can only make checks fail.
+_STATE = globals().get("_STATE")
+if type(_STATE) is not dict or type(_STATE.get("timed_out")) is not dict:
+    _STATE = {"timed_out": {}}
+
+
+# ---------------------------------------------------------------------------------------
+# failures
+
+
+class CheckFailed(AssertionError):
+    """A graded check failed; the message says why, in the student's terms."""
+
+
+class TimedOut(CheckFailed):
+    """The code did not finish in time (a deadlock or an endless loop)."""
+
+
+class Skipped(TimedOut):
+    """Not run: the same function timed out in an earlier check."""
+
+
+class RaisedError(CheckFailed):
+    """The student's code raised an exception (on some rank, or in the notebook)."""
+
+
+class EngineDied(CheckFailed):
+    """An engine process died while running the student's code."""
+
+
+class BadResult(CheckFailed):
+    """The code returned something that is not plain data."""
+
+
+def autograding() -> bool:
+    """True while nbgrader executes the notebook (``nbgrader autograde`` or ``validate``)."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def forget_timeouts() -> None:
+    """Forget which functions timed out (tests use it; a fixed function is new anyway)."""
+    _STATE["timed_out"].clear()
+
+
+# ---------------------------------------------------------------------------------------
+# fingerprints: "the same function" across checks
+
+
+def _code_key(code) -> bytes:
+    parts = [code.co_code, code.co_names, code.co_varnames, code.co_freevars]
+    for c in code.co_consts:
+        parts.append(_code_key(c) if hasattr(c, "co_code") else repr(c).encode())
+    return marshal.dumps(tuple(p if isinstance(p, bytes) else repr(p).encode() for p in parts))
+
+
+def _fingerprint(obj: Any) -> str:
+    """Same behaviour, same key: the function's bytecode and plain constants it reads.
+
+    Comments and the function's name do not count: the naive exchange shown in a lab and
+    a student's unchanged copy of it are the same function.
+    """
+    import hashlib
+
+    h = hashlib.sha1()
+    fp = getattr(obj, "fingerprint", None)  # mpilab.build.CompiledFunction
+    if isinstance(fp, str):
+        h.update(fp.encode())
+    elif hasattr(obj, "__code__"):
+        code = obj.__code__
+        h.update(_code_key(code))
+        h.update(repr(getattr(obj, "__defaults__", None)).encode())
+        glb = getattr(obj, "__globals__", {}) or {}
+        for name in code.co_names:
+            v = glb.get(name)
+            if type(v) in (int, float, str, bool, bytes):
+                h.update(f"{name}={v!r}".encode())
+    elif hasattr(obj, "func"):  # functools.partial
+        h.update(_fingerprint(obj.func).encode())
+        h.update(repr((obj.args, obj.keywords)).encode()[:10000])
+    else:
+        h.update(f"{type(obj).__module__}.{type(obj).__qualname__}:{id(obj)}".encode())
+    return h.hexdigest()
+
+
+def _name(func: Any) -> str:
+    return (getattr(func, "__name__", None) or getattr(func, "name", None)
+            or type(func).__name__)
+
+
+def _check_not_timed_out(keys: Sequence[str], name: str) -> None:
+    __tracebackhide__ = True
+    for k in keys:
+        first = _STATE["timed_out"].get(k)
+        if isinstance(first, str):
+            raise Skipped(f"skipped: {name} timed out in an earlier check, so it is not run "
+                          f"again (that would only wait for the same timeout).\n"
+                          f"Earlier: {first}\nFix it, run its cell, then the checks again.")
+
+
+def _remember_timeout(keys: Sequence[str], message: str) -> None:
+    for k in keys:
+        _STATE["timed_out"][k] = message.split("\n")[0]
+
+
+# ---------------------------------------------------------------------------------------
+# plain data
+
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
+    """`x` as plain data, or raise TypeError naming what is not."""
+    t = type(x)
+    if t in _SCALARS:
+        return x
+    if depth > 20:
+        raise TypeError(f"{where or 'the result'} is nested more than 20 levels deep")
+    if isinstance(x, np.generic):
+        if x.dtype.kind in "biufc":
+            return x.item()
+        raise TypeError(f"{where or 'the result'} is a NumPy {x.dtype} scalar")
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind in "biufc" and x.dtype.fields is None:
+            return np.array(x, copy=True, subok=False)
+        if x.dtype.kind == "O":
+            return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
+        raise TypeError(f"{where or 'the result'} is a NumPy array of {x.dtype}")
+    if t in (bytearray, memoryview):
+        return bytes(x)
+    if t is list:
+        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
+    if t is tuple:
+        return tuple(_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
+    if t is dict:
+        return {_plain(k, f"{where} key", depth + 1): _plain(v, f"{where}[{k!r}]", depth + 1)
+                for k, v in x.items()}
+    what = t.__name__
+    if t.__module__ not in ("builtins", "__main__"):
+        what = f"{t.__module__}.{t.__qualname__}"
+    base = next((b.__name__ for b in _SCALARS[1:] + (list, tuple, dict) if isinstance(x, b)),
+                None)
+    hint = (f" (a subclass of {base}; return a plain {base})" if base else
+            "; return numbers, strings, lists, tuples or NumPy arrays")
+    raise TypeError(f"{where or 'the result'} is a {what}{hint}")
+
+
+def _verify_plain(x: Any, depth: int = 0) -> bool:
+    """True when `x` is plain data by exact type (what came back can be trusted to compare)."""
+    t = type(x)
+    if t in _SCALARS:
+        return True
+    if depth > 21:
+        return False
+    if t is np.ndarray:
+        return x.dtype.kind in "biufc" and x.dtype.fields is None
+    if t in (list, tuple):
+        return all(_verify_plain(v, depth + 1) for v in x)
+    if t is dict:
+        return all(_verify_plain(k, depth + 1) and _verify_plain(v, depth + 1)
+                   for k, v in x.items())
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# where code was: frames and source lines
+
+
+def _source_line(filename: str, lineno: int) -> str:
+    line = linecache.getline(filename, lineno).strip()
+    return line
+
+
+def _is_library(filename: str) -> bool:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (filename.startswith(here) or "site-packages" in filename
+            or filename.startswith("<frozen") or "/lib/python3" in filename)
+
+
+def _describe_frame(frames: Sequence[tuple[str, int, str]]) -> str:
+    """'line 6 of ring_exchange: comm.Send(data, dest=right)' for the innermost user frame."""
+    if not frames:
+        return ""
+    pick = next((f for f in reversed(frames) if not _is_library(f[0])), frames[-1])
+    filename, lineno, func = pick
+    text = _source_line(filename, lineno)
+    s = f"line {lineno} of {func}"
+    return f"{s}: {text}" if text else s
+
+
+_STACK_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _parse_stack(text: str) -> list[tuple[str, int, str]]:
+    """faulthandler's dump (most recent call first) as frames, outermost first."""
+    frames = []
+    for line in text.splitlines():
+        m = _STACK_LINE.match(line)
+        if m:
+            frames.append((m["file"], int(m["line"]), m["func"]))
+    return frames[::-1]
+
+
+_MPI_CALL = re.compile(r"\b(I?[sS]end|Ssend|Rsend|Bsend|I?[rR]ecv|[sS]endrecv\w*|Waitall|Wait"
+                       r"|wait|Barrier|barrier|[bB]cast|[rR]educe|[aA]llreduce|[gG]ather"
+                       r"|[aA]llgather|[sS]catter|[aA]lltoall|[pP]robe|Fence|MPI_\w+)\s*\(")
+_SEND_FIRST = re.compile(r"\b(Send|send|Ssend|MPI_Send|MPI_Ssend)\s*\(")
+_RECV = re.compile(r"\b(Recv|recv|MPI_Recv)\s*\(")
+
+
+def _stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
+    texts = [t for t in lines.values() if t]
+    if not texts:
+        return ("Ranks waiting on each other (a deadlock: e.g. every rank sending first?) "
+                "or an endless loop?")
+    if all(_SEND_FIRST.search(t) for t in texts):
+        return ("Every stuck rank is in a send: each waits for a receive its partner never "
+                "posts, because the partner is sending too (a deadlock). A large message "
+                "is not buffered, so Send waits for the matching Recv. Pair them: "
+                "comm.Sendrecv, or even ranks send first while odd ranks receive first.")
+    if all(_RECV.search(t) for t in texts):
+        return ("Every stuck rank is waiting to receive a message nobody sends (check "
+                "source, tag and that every rank sends what its partner expects)"
+                + (" — or the ranks that finished returned without sending" if finished
+                   else "") + ".")
+    if any(not _MPI_CALL.search(t) for t in texts):
+        return "A rank was running Python code, not waiting in MPI: an endless loop?"
+    return "The ranks are waiting on each other in MPI calls: a deadlock?"
+
+
+# ---------------------------------------------------------------------------------------
+# engine side
+
+
+def _engine_call(func, args, nranks, workdir):
+    """Run on every engine: split the first `nranks` ranks off, call func(comm, *args).
+
+    Returns ("ok", plain value) | ("out",) | ("raised", name, message, frames) |
+    ("bad", description). Exceptions of `func` come back as values, so the client tells
+    the student's errors from the machinery's.
+    """
+    import faulthandler
+    import signal as _signal
+    import traceback
+
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    inside = rank < nranks
+    comm = world.Split(0 if inside else MPI.UNDEFINED, rank)
+    if not inside:
+        return ("out",)
+    stack = None
+    try:
+        stack = open(os.path.join(workdir, f"stack.{rank}"), "w")  # noqa: SIM115
+        faulthandler.register(_signal.SIGUSR1, file=stack, all_threads=False, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        stack = None  # another host, or no signals: no stack dumps, checks still run
+    try:
+        try:
+            value = func(comm, *args)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from student code too
+            frames = [(f.filename, f.lineno, f.name)
+                      for f in traceback.extract_tb(exc.__traceback__)[1:]]
+            out = ("raised", type(exc).__name__, str(exc)[:2000], frames)
+            try:  # for a timeout report, when the other ranks then wait for this one
+                with open(os.path.join(workdir, f"error.{rank}"), "w") as f:
+                    f.write(repr(out))
+            except OSError:
+                pass
+            return out
+        try:
+            return ("ok", _plain(value, "the value"))
+        except TypeError as exc:
+            return ("bad", str(exc))
+    finally:
+        if stack is not None:
+            faulthandler.unregister(_signal.SIGUSR1)
+            stack.close()
+        try:
+            comm.Free()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---------------------------------------------------------------------------------------
+# the cluster a check runs on
+
+
+def _cluster(ranks: int | None):
+    from . import cluster as cl
+
+    c = cl.current()
+    if c is None or c.client is None:
+        print(f"(no MPI cluster in this notebook: starting {DEFAULT_RANKS} engines)")
+        c = cl.start(DEFAULT_RANKS)
+    elif c.broken or not c.healthy(timeout=3):
+        why = c.broken or "not answering"
+        print(f"(the MPI engines were {why}: restarting them before this check)")
+        _restart(c)
+    if ranks is None:
+        ranks = c.n
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if ranks > c.n:
+        raise CheckFailed(f"this check needs {ranks} ranks but the notebook's cluster has "
+                          f"{c.n}: run `lab = mpilab.cluster.start({ranks})` and check again")
+    return c, ranks
+
+
+def _restart(c) -> None:
+    __tracebackhide__ = True
+    from . import cluster as cl
+
+    try:
+        c.restart()
+    except cl.ClusterError as exc:
+        raise CheckFailed(f"the MPI engines could not be restarted: {exc}") from None
+
+
+def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> dict[int, str]:
+    """Ask stuck ranks where they are (SIGUSR1 -> faulthandler); rank -> 'line N of f: ...'."""
+    sent = []
+    for r in ranks:
+        pid = c.pids[r] if r < len(c.pids) else 0
+        if not pid:
+            continue
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            sent.append(r)
+        except OSError:
+            pass
+    where: dict[int, str] = {}
+    deadline = time.monotonic() + wait
+    while sent and time.monotonic() < deadline:
+        for r in list(sent):
+            try:
+                text = (workdir / f"stack.{r}").read_text()
+            except OSError:
+                continue
+            if "File" in text:
+                where[r] = _describe_frame(_parse_stack(text))
+                sent.remove(r)
+        time.sleep(0.02)
+    return where
+
+
+def _read_errors(workdir: Path) -> dict[int, tuple]:
+    import ast
+
+    out = {}
+    for f in workdir.glob("error.*"):
+        try:
+            out[int(f.suffix[1:])] = ast.literal_eval(f.read_text())
+        except (OSError, ValueError, SyntaxError):
+            pass
+    return out
+
+
+def _join(xs: Sequence[int]) -> str:
+    xs = list(xs)
+    if len(xs) <= 1:
+        return "".join(map(str, xs))
+    return ", ".join(map(str, xs[:-1])) + " and " + str(xs[-1])
+
+
+def _ranks_word(xs: Sequence[int]) -> str:
+    return f"rank{'s' * (len(xs) != 1)} {_join(xs)}"
+
+
+def _raised_line(rank: int, out: tuple) -> str:
+    _tag, ename, msg, frames = out
+    where = _describe_frame(frames)
+    return f"rank {rank}: {ename}: {msg}" + (f"\n    at {where}" if where else "")
+
+
+# ---------------------------------------------------------------------------------------
+# running student code
+
+
+def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT, blame: Any = None) -> list:
+    """Run ``func(comm, *args)`` on `ranks` MPI ranks; return the results by rank.
+
+    Parameters
+    ----------
+    func : callable
+        Called on every rank of a communicator ``comm`` holding the first `ranks` ranks
+        of the notebook's cluster (ranks outside it do not call `func`).
+    *args
+        Passed to `func` after ``comm`` (pickled to the engines).
+    ranks : int, optional
+        Size of the communicator; all engines of the cluster by default. Must not exceed
+        the cluster's size.
+    timeout : float
+        Seconds before the check fails as stuck; the engines are then restarted.
+    blame : callable or tuple of callables, optional
+        What a timeout is remembered against (default: `func` together with any callable
+        in `args`). Pass the student's function when `func` is a grader's harness.
+
+    Returns
+    -------
+    list
+        ``ranks`` plain-data results, the result of rank ``k`` at index ``k``.
+
+    Raises
+    ------
+    TimedOut, Skipped, RaisedError, EngineDied, BadResult
+        All :class:`CheckFailed`, i.e. ``AssertionError``, with a readable message.
+    """
+    __tracebackhide__ = True
+    from . import cluster as cl
+
+    name = _name(func)
+    if blame is None:
+        culprits = [func, *(a for a in args if callable(a) and not isinstance(a, type))]
+        keys = ["+".join(_fingerprint(f) for f in culprits)]
+    else:
+        blamed = blame if isinstance(blame, (tuple, list)) else (blame,)
+        keys = [_fingerprint(b) for b in blamed]
+        name = " and ".join(_name(b) for b in blamed)
+    _check_not_timed_out(keys, name)
+    c, n = _cluster(ranks)
+    workdir = Path(tempfile.mkdtemp(prefix="mpilab-check-"))
+    on = f"on {n} rank{'s' * (n != 1)}"
+    try:
+        try:
+            outs = c.run(_engine_call, func, args, n, str(workdir), timeout=timeout,
+                         restart_on_timeout=False)
+        except cl.MPITimeout as exc:
+            stuck = [r for r in exc.pending if r < n]
+            finished = [r for r in exc.finished if r < n]
+            where = _dump_stacks(c, stuck, workdir)
+            errors = _read_errors(workdir)
+            lines = [f"{name} did not finish within {timeout:g} s {on}: "
+                     f"{_ranks_word(stuck)} still running"
+                     + (f", {_ranks_word(finished)} returned" if finished else "") + "."]
+            for r in stuck:
+                if where.get(r):
+                    lines.append(f"  rank {r} was at {where[r]}")
+            for r, out in sorted(errors.items()):
+                lines.append("  it had raised on " + _raised_line(r, out)
+                             + "\n  (the other ranks then waited for it forever)")
+            hint_lines = {r: where[r].split(": ", 1)[-1] if ": " in where[r] else ""
+                          for r in where}
+            lines.append(_stuck_hint(hint_lines, finished) if not errors else
+                         "Fix the error first: a rank that fails leaves its partners waiting.")
+            msg = "\n".join(lines)
+            _remember_timeout(keys, msg)
+            _restart(c)
+            raise TimedOut(msg + "\n" + _RESTART_NOTE) from None
+        except cl.ClusterDied as exc:
+            _restart(c)
+            raise EngineDied(f"{name} {on} crashed an engine ({exc}). A crash in compiled "
+                             "code (a buffer too small for the count?) or os._exit? "
+                             + _RESTART_NOTE) from None
+        except cl.RankError as exc:  # the harness itself failed, e.g. func not unpicklable
+            first = min(exc.errors)
+            ename, msg = exc.errors[first]
+            raise RaisedError(f"{name} could not run {on}: {ename}: {msg}. Does it use a "
+                              "module or a variable the engines do not have?") from None
+        except cl.ClusterError as exc:
+            raise CheckFailed(f"{name} could not run {on}: {exc}") from None
+        except (KeyboardInterrupt, SystemExit):
+            c.broken = "interrupted during a check"
+            raise
+        except Exception as exc:  # pickling func or args on the way out
+            raise RaisedError(f"{name} could not be sent to the engines: "
+                              f"{type(exc).__name__}: {exc}. Does it use something that "
+                              "only exists in the notebook, such as `lab` or an open "
+                              "file?") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    outs = outs[:n]
+    raised = {r: o for r, o in enumerate(outs) if o[0] == "raised"}
+    if raised:
+        detail = "\n".join(_raised_line(r, raised[r]) for r in sorted(raised)[:2])
+        more = f"\n(and {len(raised) - 2} more ranks)" if len(raised) > 2 else ""
+        raise RaisedError(f"{name} raised on {_ranks_word(sorted(raised))} {on}:\n"
+                          f"{detail}{more}")
+    bad = {r: o for r, o in enumerate(outs) if o[0] != "ok"}
+    if bad:
+        r = min(bad)
+        desc = bad[r][1] if bad[r][0] == "bad" else f"an unexpected reply {bad[r]!r}"
+        raise BadResult(f"{name} on rank {r} returned something the check cannot compare: "
+                        f"{desc.replace('the value', 'the value returned', 1)}")
+    values = [o[1] for o in outs]
+    for r, v in enumerate(values):
+        if not _verify_plain(v):
+            raise BadResult(f"rank {r} returned a {type(v).__name__}, which is not plain data")
+    return values
+
+
+def try_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> list | None:
+    """Like :func:`run_on_ranks`, for trying code out: print the outcome, never raise.
+
+    Returns the results by rank, or None after printing why there are none.
+    """
+    try:
+        out = run_on_ranks(func, *args, ranks=ranks, timeout=timeout)
+    except CheckFailed as exc:
+        print(f"{type(exc).__name__}: {exc}")
+        return None
+    for r, v in enumerate(out):
+        print(f"rank {r}: {_fmt(v)}")
+    return out
+
+
+class _Alarm(BaseException):
+    """Raised into a local call by the timer (BaseException: `except Exception` misses it)."""
+
+    def __init__(self, frame):
+        super().__init__("timeout")
+        self.frame = frame
+
+
+def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
+               **kwargs: Any) -> Any:
+    """Call ``func(*args, **kwargs)`` here, in the notebook, under a timer; plain result.
+
+    Fails with :class:`TimedOut` after `timeout` seconds (naming the line it was on),
+    :class:`RaisedError` if it raised, :class:`BadResult` if it returned something that
+    is not plain data. Without a main thread to signal, there is no timer.
+    """
+    __tracebackhide__ = True
+    name = _name(func)
+    keys = [_fingerprint(func)]
+    _check_not_timed_out(keys, name)
+    timer = (threading.current_thread() is threading.main_thread()
+             and hasattr(signal, "setitimer"))
+    old = None
+    if timer:
+        def on_alarm(signum, frame):
+            raise _Alarm(frame)
+
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout, 0.5)  # again every 0.5 s if swallowed
+    try:
+        value = func(*args, **kwargs)
+    except _Alarm as alarm:
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        frames = []
+        f = alarm.frame
+        while f is not None:
+            frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+            f = f.f_back
+        where = _describe_frame(frames[::-1])
+        msg = (f"{name} did not return within {timeout:g} s"
+               + (f"; it was at {where}" if where else "") + ". An endless loop?")
+        _remember_timeout(keys, msg)
+        raise TimedOut(msg) from None
+    except Exception as exc:
+        import traceback
+
+        frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
+            exc.__traceback__)[1:]]
+        where = _describe_frame(frames)
+        raise RaisedError(f"{name} raised {type(exc).__name__}: {exc}"
+                          + (f"\n    at {where}" if where else "")) from None
+    finally:
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    try:
+        return _plain(value, f"the value {name} returned")
+    except TypeError as exc:
+        raise BadResult(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------
+# comparisons that say what is wrong
+
+
+def _fmt(x: Any, limit: int = 80) -> str:
+    if isinstance(x, np.ndarray):
+        if x.size <= 8:
+            return f"array({x.tolist()})"
+        head = np.array2string(x.ravel()[:3], separator=", ")[1:-1]
+        tail = np.array2string(x.ravel()[-2:], separator=", ")[1:-1]
+        return f"an array of {x.size:,} {x.dtype} [{head}, ..., {tail}]"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    s = repr(x)
+    return s if len(s) <= limit else s[: limit - 5] + " ...]"
+
+
+def _is_seq(x: Any) -> bool:
+    return isinstance(x, (list, tuple, np.ndarray))
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float, complex, np.number)) and not isinstance(x, bool)
+
+
+def _diff(got: Any, want: Any, close: tuple[float, float] | None) -> str | None:
+    """None when equal (or close); else what differs, e.g. '[3] is 5, expected 3'."""
+    if _is_seq(want):
+        if not _is_seq(got):
+            return f"is {_fmt(got)}, expected a sequence like {_fmt(want)}"
+        g = np.asarray(got, dtype=object) if not isinstance(got, np.ndarray) else got
+        w = np.asarray(want, dtype=object) if not isinstance(want, np.ndarray) else want
+        if g.shape != w.shape:
+            if g.ndim == 1 and w.ndim == 1:
+                return f"has {len(g):,} elements, expected {len(w):,}"
+            return f"has shape {g.shape}, expected {w.shape}"
+        numeric = (isinstance(got, np.ndarray) or isinstance(want, np.ndarray))
+        if numeric and g.dtype != object and w.dtype != object:
+            if close is None:
+                bad = g != w
+            else:
+                rtol, atol = close
+                with np.errstate(invalid="ignore"):
+                    bad = ~np.isclose(g, w, rtol=rtol, atol=atol)
+            if not bad.any():
+                return None
+            idx = np.argwhere(bad)
+            i = tuple(int(k) for k in idx[0])
+            at = i[0] if len(i) == 1 else i
+            return (f"differs at {len(idx):,} of {g.size:,} elements; the first at index "
+                    f"{at}: {_fmt(g[i].item())}, expected {_fmt(w[i].item())}")
+        for i, (a, b) in enumerate(zip(list(got), list(want), strict=True)):
+            d = _diff(a, b, close)
+            if d is not None:
+                return f"[{i}]{d}" if d.startswith("[") else f"[{i}] {d}"
+        return None
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return f"is {_fmt(got)}, expected a dict"
+        if set(got) != set(want):
+            return f"has keys {sorted(map(str, got))}, expected {sorted(map(str, want))}"
+        for k in want:
+            d = _diff(got[k], want[k], close)
+            if d is not None:
+                return f"[{k!r}] {d}"
+        return None
+    if _is_num(want) and _is_num(got):
+        if close is None:
+            ok = got == want
+        else:
+            rtol, atol = close
+            ok = (math.isfinite(abs(got)) and abs(got - want) <= atol + rtol * abs(want))
+        return None if ok else f"is {_fmt(got)}, expected {_fmt(want)}"
+    if type(got) is not type(want) and not (isinstance(got, bool) and isinstance(want, bool)):
+        return f"is {_fmt(got)} ({type(got).__name__}), expected {_fmt(want)}"
+    return None if got == want else f"is {_fmt(got)}, expected {_fmt(want)}"
+
+
+def expect(condition: Any, message: str) -> None:
+    """Fail with `message` unless `condition` holds (a bare ``assert`` says nothing)."""
+    __tracebackhide__ = True
+    if not (condition is True or (type(condition) in (bool, np.bool_) and bool(condition))):
+        raise CheckFailed(message)
+
+
+def expect_equal(got: Any, want: Any, what: str = "the result", hint: str = "") -> None:
+    """Fail unless `got` equals `want`, saying where they differ.
+
+    >>> expect_equal([1, 2, 5], [1, 2, 3], what="the list")
+    Traceback (most recent call last):
+    ...
+    mpilab.grading.CheckFailed: the list[2] is 5, expected 3
+    """
+    __tracebackhide__ = True
+    d = _diff(got, want, None)
+    if d is not None:
+        raise CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d}"
+                          + (f"\n{hint}" if hint else ""))
+
+
+def expect_close(got: Any, want: Any, what: str = "the result", *, rtol: float = 1e-6,
+                 atol: float = 0.0, hint: str = "") -> None:
+    """Fail unless `got` is within ``atol + rtol * |want|`` of `want` (numbers or arrays)."""
+    __tracebackhide__ = True
+    d = _diff(got, want, (rtol, atol))
+    if d is not None:
+        tol = f"within {rtol:g} relative" + (f" + {atol:g}" if atol else "")
+        raise CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d} ({tol})"
+                          + (f"\n{hint}" if hint else ""))
+
+
+def expect_per_rank(got: Sequence, want: Sequence, what: str = "returned", *,
+                    rtol: float | None = None, atol: float = 0.0,
+                    known: dict[str, Any] | None = None, hint: str = "") -> None:
+    """Fail unless rank k's result equals (or is close to) ``want[k]`` for every rank.
+
+    The message names each wrong rank: "rank 2 received 5, expected 3". `what` is the
+    verb ("received", "saw", "returned"). With `known`, a wrong value that equals one of
+    its values is named by its key ("rank 1 received its own data, expected rank 0's
+    data").
+    """
+    __tracebackhide__ = True
+    if len(got) != len(want):
+        raise CheckFailed(f"expected results from {len(want)} ranks, got {len(got)}")
+    close = None if rtol is None else (rtol, atol)
+    wrong = []
+    for r, (g, w) in enumerate(zip(got, want, strict=True)):
+        d = _diff(g, w, close)
+        if d is None:
+            continue
+        label = None
+        for k, v in (known or {}).items():
+            if _diff(g, v, close) is None:
+                label = k.format(rank=r)
+                break
+        wlabel = next((k.format(rank=r) for k, v in (known or {}).items()
+                       if _diff(w, v, close) is None), None)
+        if g is None and w is not None:
+            wrong.append(f"rank {r} returned None, expected {wlabel or _fmt(w)} "
+                         "(a missing return?)")
+        elif label:
+            wrong.append(f"rank {r} {what} {label}, expected {wlabel or _fmt(w)}")
+        elif _is_seq(w) and not (_is_seq(g) and np.size(g) <= 8 and np.size(w) <= 8):
+            wrong.append(f"rank {r} {what} a value that {d}")
+        else:
+            wrong.append(f"rank {r} {what} {_fmt(g)}, expected {wlabel or _fmt(w)}")
+    if wrong:
+        head = (f"{len(wrong)} of {len(want)} ranks are wrong:\n  " if len(want) > 1 else "")
+        shown = wrong[:4] + ([f"... and {len(wrong) - 4} more"] if len(wrong) > 4 else [])
+        raise CheckFailed(head + "\n  ".join(shown) + (f"\n{hint}" if hint else ""))

@@ -1,0 +1,128 @@
+"""Run a lecture or lab headless, the way a student's kernel would, and leave nothing behind.
+
+    python -m mpilab.notebooks run lectures/01-pingpong.md --out /tmp/01.ipynb
+
+A notebook (jupytext text or ``.ipynb``) runs in a fresh ``python3`` kernel whose working
+directory is the notebook's folder and whose ``MPILAB_NOTEBOOK`` names the notebook, so
+its cluster gets the id a student opening it in Jupyter would get. A cell that runs past
+its timeout is interrupted (an uninterrupted kernel killed mid-MPI leaves ``mpiexec``
+orphaned); a cell that raises fails the run unless it is tagged ``raises-exception``.
+Afterwards every process of the notebook's cluster is killed, whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+from . import cluster
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def read(path: str | os.PathLike):
+    """A notebook from an ``.ipynb`` file or any jupytext text format (``.md``, ``.py``)."""
+    path = Path(path)
+    if path.suffix == ".ipynb":
+        import nbformat
+
+        return nbformat.read(path, as_version=4)
+    import jupytext
+
+    return jupytext.read(path)
+
+
+def cluster_id(path: str | os.PathLike) -> str:
+    """The cluster id the notebook at `path` gets (see :func:`mpilab.cluster.default_cluster_id`)."""
+    env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
+    env["MPILAB_NOTEBOOK"] = str(Path(path).resolve())
+    with mock.patch.dict(os.environ, env, clear=True):
+        return cluster.default_cluster_id()
+
+
+def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
+            env: dict | None = None, kernel_name: str = "python3"):
+    """Execute the notebook at `path`; return it with its outputs.
+
+    Parameters
+    ----------
+    path : path-like
+        ``.ipynb`` or a jupytext text notebook.
+    timeout : float
+        Seconds each cell may run before it is interrupted (and the run fails).
+    env : dict, optional
+        Extra environment variables for the kernel, e.g. ``{"MPILAB_QUICK": "1"}``.
+    kernel_name : str
+        Kernel to run it in.
+
+    Returns
+    -------
+    nbformat.NotebookNode
+        The executed notebook; ``metadata.mpilab`` records the cluster id and run time.
+
+    Raises
+    ------
+    nbclient.exceptions.CellExecutionError
+        A cell raised (and is not tagged ``raises-exception``) or timed out. The
+        notebook executed so far is attached as ``exc.notebook``.
+    """
+    from nbclient import NotebookClient
+
+    path = Path(path).resolve()
+    nb = read(path)
+    cid = cluster_id(path)
+    kernel_env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
+    kernel_env.update(env or {})
+    kernel_env["MPILAB_NOTEBOOK"] = str(path)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                            interrupt_on_timeout=True, allow_errors=False,
+                            record_timing=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    try:
+        client.execute(env=kernel_env)
+    except Exception as exc:
+        exc.notebook = nb
+        raise
+    finally:
+        nb.metadata["mpilab"] = {"cluster_id": cid,
+                                 "run_s": round(time.perf_counter() - t0, 1),
+                                 "leftover_processes_killed": cluster.kill_cluster_processes(cid)}
+    return nb
+
+
+def _main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.notebooks",
+                                description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute a notebook headless")
+    r.add_argument("path")
+    r.add_argument("--out", help="write the executed notebook here (.ipynb)")
+    r.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds per cell (default {DEFAULT_TIMEOUT:g})")
+    a = p.parse_args(argv)
+
+    import nbformat
+
+    code = 0
+    try:
+        nb = execute(a.path, timeout=a.timeout)
+    except Exception as exc:
+        nb = getattr(exc, "notebook", None)
+        print(f"{a.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = 1
+    if nb is not None:
+        if a.out:
+            nbformat.write(nb, a.out)
+        meta = nb.metadata.get("mpilab", {})
+        print(f"{a.path}: {'failed' if code else 'ran'} in {meta.get('run_s', '?')} s"
+              + (f", executed notebook in {a.out}" if a.out else ""))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,74 @@
+"""python -m mpilab.bench: runs, writes the agreed JSON, and its ratios are sane.
+
+Wall-clock speed is not tested here; the benchmarks report it.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import needs_mpi
+from mpilab.bench import parse_sizes
+
+pytestmark = needs_mpi
+
+
+def bench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "mpilab.bench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pingpong_json(tmp_path_factory):
+    out = {}
+    for transport in ("shm", "tcp"):
+        path = tmp_path_factory.mktemp("bench") / f"pp-{transport}.json"
+        res = bench("pingpong", "--transport", transport, "--sizes", "8,64K", "--reps", "3",
+                    "--rounds", "2", "--min-time", "0.003", "--json", str(path))
+        assert res.returncode == 0, res.stderr
+        assert "c-standalone" in res.stdout
+        out[transport] = json.loads(path.read_text())
+    return out
+
+
+def test_json_shape(pingpong_json):
+    doc = pingpong_json["shm"]
+    for key in ("hostname", "cores", "mpi_library", "mpi_version", "transport", "ranks",
+                "oversubscribed", "launcher", "settings", "command"):
+        assert key in doc["meta"], key
+    impls = {(r["impl"], r["size_bytes"]) for r in doc["records"]}
+    assert impls == {(i, n) for i in ("kernel", "c-standalone", "mpi4py") for n in (8, 65536)}
+    for r in doc["records"]:
+        for key in ("transport", "t_us_min", "t_us_median", "bandwidth_MBps", "iters"):
+            assert key in r, key
+        assert r["transport"] == "shm" and 0 < r["t_us_min"] <= r["t_us_median"]
+        assert len(r["times_us"]) == 6  # 3 repetitions x 2 rounds, pooled
+
+
+def test_ratios_are_sane(pingpong_json):
+    def med(doc, impl, n):
+        return next(r["t_us_median"] for r in doc["records"]
+                    if r["impl"] == impl and r["size_bytes"] == n)
+
+    shm, tcp = pingpong_json["shm"], pingpong_json["tcp"]
+    for n in (8, 65536):
+        ratio = med(shm, "kernel", n) / med(shm, "c-standalone", n)
+        assert 0.2 < ratio < 5, f"kernel/C at {n} B = {ratio:.2f}: the same C loop?"
+    # small messages through the TCP stack cost more than through shared memory
+    assert med(tcp, "kernel", 8) > med(shm, "kernel", 8)
+
+
+def test_bad_arguments_fail_cleanly():
+    res = bench("pingpong", "--sizes", "8,lots")
+    assert res.returncode == 2 and "not a size" in res.stderr
+    res = bench("pingpong", "--impls", "kernel,abacus", "--sizes", "8")
+    assert res.returncode == 2 and "impl must be one of" in res.stderr
+    assert bench("nosuchbench").returncode == 2
+
+
+def test_parse_sizes():
+    assert parse_sizes("8, 1K,4M") == [8, 1024, 4 << 20]
+    with pytest.raises(ValueError):
+        parse_sizes("")

@@ -1,0 +1,60 @@
+"""The timing protocol's records, on a real cluster and by arithmetic."""
+
+import numpy as np
+import pytest
+
+from mpilab import timing
+
+
+def test_summary_arithmetic():
+    r = timing.record([1e-6, 2e-6, 3e-6, 4e-6, 5e-6], size_bytes=3000, impl="x")
+    assert r["t_us_min"] == pytest.approx(1.0) and r["t_us_max"] == pytest.approx(5.0)
+    assert r["t_us_median"] == pytest.approx(3.0)
+    assert (r["t_us_q1"], r["t_us_q3"]) == (pytest.approx(2.0), pytest.approx(4.0))
+    assert r["spread"] == pytest.approx(2.0 / 3.0)
+    assert r["bandwidth_MBps"] == pytest.approx(1000.0)  # 3000 B in 3 us
+    assert r["reps"] == 5 and r["times_us"] == pytest.approx([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError):
+        timing.summarize([])
+    with pytest.raises(ValueError):
+        timing.summarize([1.0, float("nan")])
+
+
+def test_pingpong_records_on_the_cluster(lab):
+    df = timing.pingpong(lab, [8, 65536], impls=("kernel", "mpi4py"), reps=3, min_time=0.002)
+    assert sorted(df["impl"].unique()) == ["kernel", "mpi4py"]
+    assert list(df["size_bytes"].unique()) == [8, 65536]
+    assert (df["t_us_min"] <= df["t_us_median"]).all()
+    assert (df["t_us_median"] <= df["t_us_max"]).all() and (df["t_us_min"] > 0).all()
+    big = df[df["size_bytes"] == 65536]
+    np.testing.assert_allclose(big["bandwidth_MBps"], 65536 / big["t_us_median"])
+    for col in ("hostname", "cores", "mpi_library", "mpi_version", "transport", "ranks",
+                "oversubscribed"):
+        assert col in df.columns, col
+    assert (df["ranks"] == 4).all() and (df["transport"] == "shm").all()
+    assert bool(df["oversubscribed"].iloc[0]) == (4 > df["cores"].iloc[0])
+    # 64 KiB can never be faster than 8 B over the same path
+    med = df.groupby(["impl", "size_bytes"])["t_us_median"].first()
+    assert med[("kernel", 65536)] > med[("kernel", 8)]
+
+
+def test_oneway_and_memcopy(lab):
+    df = timing.pingpong(lab, [1024], mode="oneway", reps=2, min_time=0.002)
+    assert df["mode"].tolist() == ["oneway"]
+    cp = timing.memcopy(lab, [8, 80000], method="loop", reps=3, min_time=0.001)
+    assert cp["impl"].tolist() == ["memcopy-loop"] * 2 and (cp["ranks"] == 1).all()
+    with pytest.raises(ValueError, match="multiples of 8"):
+        timing.memcopy(lab, [12])
+    with pytest.raises(Exception, match="method must be one of"):  # raised on rank 0 only
+        timing.memcopy(lab, [8], method="teleport", timeout=30)
+    assert lab.healthy()
+
+
+def test_bad_arguments_are_python_errors(lab):
+    from mpilab import cluster
+
+    with pytest.raises(cluster.RankError, match="impl must be one of"):
+        timing.pingpong(lab, [8], impls=("carrier-pigeon",))
+    with pytest.raises(cluster.RankError, match="sizes must be >= 0"):
+        timing.pingpong(lab, [-8])
+    assert lab.healthy()
