@@ -5,6 +5,8 @@ PY := $(if $(and $(CONDA_PREFIX),$(wildcard $(CONDA_PREFIX)/bin/mpicc)),$(CONDA_
 JUPYTER_ARGS := --no-browser --ip 127.0.0.1 --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root,)
 KERNEL_SRC := $(wildcard kernels/*/*.c kernels/*/*.h kernels/*/*.pyx kernels/*/*.pxd kernels/common/*) setup.py
 KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
+# written by scripts/setup.sh; changes with the selected MPI, so the kernels are rebuilt
+SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
 .PHONY: setup setup-test kernels lab test test-fast lint clean help \
         lab-generate lab-release lab-autograde lab-feedback
@@ -28,8 +30,8 @@ setup-test:
 
 kernels: $(KERNEL_OUT)
 
-$(KERNEL_OUT): $(KERNEL_SRC)
-	$(PY) setup.py -q build_ext --inplace
+$(KERNEL_OUT): $(KERNEL_SRC) $(SETUP_STAMP)
+	$(PY) setup.py -q build_ext --inplace --force
 	@touch $@
 
 lab: setup
@@ -43,7 +45,7 @@ test-fast: setup-test
 
 lint: setup-test
 	$(PY) -m ruff check mpilab tests setup.py lectures
-	$(PY) -m cython_lint kernels
+	PATH=$(dir $(PY)):$$PATH $(PY) -m cython_lint --max-line-length 100 kernels
 	$(PY) -m codespell mpilab kernels lectures tests README.md autograder
 	$(PY) -m nbstripout --verify labs/*/*.ipynb autograder/*.ipynb
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import needs_mpi
+
 from mpilab.bench import parse_sizes
 
 pytestmark = needs_mpi

@@ -8,8 +8,8 @@ import time
 
 import cloudpickle
 import pytest
-
 from conftest import ROOT, needs_mpi
+
 from mpilab import cluster
 
 pytestmark = needs_mpi

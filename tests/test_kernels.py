@@ -1,7 +1,6 @@
 """The compiled kernels: message integrity, sizes, argument errors, at 2, 3 and 4 ranks."""
 
 import pytest
-
 from conftest import mpirun, needs_mpi
 
 pytestmark = needs_mpi

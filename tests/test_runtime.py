@@ -1,8 +1,8 @@
 """mpilab.runtime: launcher arguments for root, oversubscription, transports."""
 
 import pytest
-
 from conftest import needs_mpi
+
 from mpilab import runtime
 
 pytestmark = needs_mpi
