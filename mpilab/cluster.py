@@ -323,7 +323,7 @@ class MPICluster:
     def _wire_up(self, timeout: float) -> None:
         """Order engines by rank, check the MPI job is whole, activate %px."""
         rc = self.client
-        rc.wait_for_engines(self.n, timeout=timeout)
+        rc.wait_for_engines(self.n, timeout=timeout, interactive=False)  # no progress bar
         rc[:].use_cloudpickle()
         all_ids = rc.ids
         got = rc[all_ids].apply_async(_rank_and_host).get(timeout=timeout)
@@ -403,7 +403,7 @@ class MPICluster:
 
     def healthy(self, timeout: float = 5.0) -> bool:
         """True when every rank answers within `timeout` seconds."""
-        if self.client is None or self.view is None:
+        if self.client is None or self.view is None or self.broken:
             return False
         try:
             got = self.view.apply_async(_rank_and_host).get(timeout=timeout)

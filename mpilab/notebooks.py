@@ -86,7 +86,10 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
     try:
         client.execute(env=kernel_env)
     except Exception as exc:
-        exc.notebook = nb
+        try:
+            exc.notebook = nb  # what ran so far, outputs included
+        except AttributeError:  # pragma: no cover - an exception type without a __dict__
+            pass
         raise
     finally:
         nb.metadata["mpilab"] = {"cluster_id": cid,

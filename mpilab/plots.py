@@ -1,8 +1,9 @@
 """Figures shared by the lectures: measured latency and bandwidth, with model predictions.
 
 Functions return a :class:`matplotlib.figure.Figure` that is not registered with pyplot:
-it shows once when it is a notebook cell's last value, works under the Agg backend, and
-never leaks between calls. Nothing here calls ``plt.show()``.
+it works under the Agg backend and never leaks between calls. In a notebook it shows
+(once) as a cell's last value after ``%matplotlib inline``, which registers IPython's
+figure formatter. Nothing here calls ``plt.show()``.
 """
 
 from __future__ import annotations

@@ -255,6 +255,34 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
     return Launch(ranks, transport, exe, tuple(args), env, over, family)
 
 
+def eager_limits(library: str | None = None) -> dict:
+    """Configured eager limits in bytes by transport (``{"shm": 4096, "tcp": 65536}``).
+
+    Read from ``ompi_info`` for Open MPI. MPICH keeps them in control variables that
+    this does not read: ``{}``, as for an unknown library.
+    """
+    library = library or selected_library()
+    info = shutil.which("ompi_info")
+    if library != "openmpi" or not info:
+        return {}
+    found = {}
+    for transport, btls in {"shm": ("vader", "sm"), "tcp": ("tcp",)}.items():
+        for btl in btls:
+            try:
+                text = subprocess.run([info, "--param", "btl", btl, "--level", "9",
+                                       "--parsable"], capture_output=True, text=True,
+                                      timeout=30).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            for line in text.splitlines():
+                if line.startswith(f"mca:btl:{btl}:param:btl_{btl}_eager_limit:value:"):
+                    found[transport] = int(line.rsplit(":", 1)[1])
+                    break
+            if transport in found:
+                break
+    return found
+
+
 @functools.cache
 def machine_info() -> dict:
     """Host facts every measurement record carries."""

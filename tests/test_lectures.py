@@ -108,7 +108,10 @@ def test_lecture_00_deadlock_is_caught_and_recovered():
     for fix in ("comm.Sendrecv", "rank % 2 == 0"):
         out = text_of(cell_with(nb, fix))
         assert out.count("got 1048576 B") == 4, out
-    assert "processes left: 0" in text_of(cell_with(nb, "lab.stop()"))
+    stopped = text_of(cell_with(nb, "lab.stop()"))
+    # the kernel got the notebook's own cluster id, as Jupyter would give it
+    assert f"{notebooks.cluster_id(ROOT / 'lectures' / '00-mpi-in-a-notebook.md')}: " \
+        "processes left: 0" in stopped, stopped
 
 
 def test_lecture_00_small_exchange_passes():
@@ -143,3 +146,64 @@ def test_lecture_01_ratio_table_has_paper_and_machine_columns():
     assert "prediction: W ≥ 2T" in rule and "paper T1" in rule
     summary = text_of(cell_with(nb, "latency, 8 B"))
     assert "latency, 8 B: shm" in summary and "local copies over TCP" in summary
+
+
+# --- the runner itself -------------------------------------------------------------------
+
+NOTEBOOK = """\
+---
+jupytext:
+  formats: md:myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+```{{code-cell}} ipython3
+{cell}
+```
+"""
+
+
+def test_runner_cleans_up_after_a_failed_notebook(tmp_path):
+    """A failing notebook fails the run, with the notebook's own cluster id, and no leftovers."""
+    from nbclient.exceptions import CellExecutionError
+
+    path = tmp_path / "fails.md"
+    path.write_text(NOTEBOOK.format(cell=(
+        "from mpilab import cluster\n"
+        "lab = cluster.start(2)\n"
+        "print(lab.cluster_id)\n"
+        "raise ValueError('on purpose')")))
+    with pytest.raises(CellExecutionError, match="on purpose") as info:
+        notebooks.execute(path, timeout=120)
+    cid = notebooks.cluster_id(path)
+    assert cid in text_of(code_cells(info.value.notebook)[0])  # the kernel used the path's id
+    assert not cluster.cluster_processes(cid)
+
+
+def test_runner_kills_the_cluster_of_a_dead_kernel(tmp_path):
+    """A kernel that dies without stopping its cluster: the runner kills what it left."""
+    from nbclient.exceptions import DeadKernelError
+
+    path = tmp_path / "dies.md"
+    path.write_text(NOTEBOOK.format(cell=(
+        "import os\n"
+        "from mpilab import cluster\n"
+        "lab = cluster.start(2)\n"
+        "os._exit(1)  # no atexit: the engines, mpiexec and controller stay behind")))
+    with pytest.raises(DeadKernelError) as info:
+        notebooks.execute(path, timeout=120)
+    assert info.value.notebook.metadata["mpilab"]["leftover_processes_killed"] > 0
+    assert not cluster.cluster_processes(notebooks.cluster_id(path))
+
+
+def test_runner_interrupts_a_cell_past_its_timeout(tmp_path):
+    """A cell that runs too long is interrupted and fails the run; it does not hang it."""
+    from nbclient.exceptions import CellExecutionError
+
+    path = tmp_path / "slow.md"
+    path.write_text(NOTEBOOK.format(cell="import time\ntime.sleep(120)"))
+    with pytest.raises(CellExecutionError, match="KeyboardInterrupt"):
+        notebooks.execute(path, timeout=3)
