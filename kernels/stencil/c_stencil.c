@@ -1,0 +1,180 @@
+/*
+ * c_stencil.c - the 2D heat stencil of the halo-exchange lesson, on a 2D process grid.
+ *
+ * Purpose: the S/R heat code of the SHM-windows paper (Balaji et al.'s tutorial problem),
+ * exactly as mpilab/halo.py defines it, so the parallel result equals serial_heat.
+ * Algorithm: each step exchanges the one-cell ghost frame (mpilab_halo.h, four modes,
+ * datatype or manual packing), sets new = old/2 + (N + S + E + W)/8 on the block, adds
+ * `energy` at the heat sources this rank owns, and swaps old and new.
+ *
+ *   comm      - communicator; size must equal py * px
+ *   nx, ny    - global grid (columns, rows); each rank needs >= 1 point per axis
+ *   py, px    - process grid (rows of ranks, columns of ranks)
+ *   mode      - MPILAB_HALO_BLOCKING / SENDRECV / NONBLOCKING / OVERLAP
+ *   pack      - MPILAB_PACK_DATATYPE or MPILAB_PACK_MANUAL (column ghosts)
+ *   energy    - heat added at each source after every step
+ *   steps     - steps run from the zero field before `block` is copied out (>= 0)
+ *   last, timeline - if last > 0, the last `last` steps are timed phase by phase:
+ *               timeline gets last * MPILAB_NPHASES * 2 doubles, (start, end) of each
+ *               phase in seconds after a barrier that precedes them
+ *   block     - out (or NULL): this rank's rows x cols block after `steps` steps
+ *   warmup, iters, reps, times - if reps > 0, more steps are then timed with the
+ *               protocol of mpilab_timing.h; times are seconds per step
+ * Denormals are flushed to zero while it runs (see mpilab_halo.h).
+ * mpilab_heat_sweep times the update alone on one nx x ny grid per rank (no exchange):
+ * the memory-bandwidth side of the lesson. Both return an MPI error code.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "c_stencil.h"
+#include "mpilab_timing.h"
+
+/* new = old/2 + (N + S + W + E)/8 on rows r0..r1, columns c0..c1 (1-based, inclusive);
+ * the additions happen in the order NumPy's serial_heat uses, so results match bitwise */
+static void heat_rows(double *restrict nw, const double *restrict old, int ld, int r0,
+                      int r1, int c0, int c1)
+{
+    int r, c;
+    for (r = r0; r <= r1; r++) {
+        const double *restrict up = old + (size_t)(r - 1) * ld;
+        const double *restrict md = old + (size_t)r * ld;
+        const double *restrict dn = old + (size_t)(r + 1) * ld;
+        double *restrict o = nw + (size_t)r * ld;
+        for (c = c0; c <= c1; c++)
+            o[c] = md[c] / 2.0 + (((up[c] + dn[c]) + md[c - 1]) + md[c + 1]) / 8.0;
+    }
+}
+
+typedef struct {
+    mpilab_halo h;
+    double *old, *nw;
+    double energy;
+    int nsrc;
+    size_t src[3];
+    double *tl, t0;
+} heat_ctx;
+
+static void heat_whole(void *p)
+{
+    heat_ctx *c = (heat_ctx *)p;
+    heat_rows(c->nw, c->old, c->h.ld, 1, c->h.rows, 1, c->h.cols);
+}
+
+static void heat_interior(void *p)
+{
+    heat_ctx *c = (heat_ctx *)p;
+    if (c->h.rows > 2 && c->h.cols > 2)
+        heat_rows(c->nw, c->old, c->h.ld, 2, c->h.rows - 1, 2, c->h.cols - 1);
+}
+
+static void heat_ring(void *p)
+{
+    heat_ctx *c = (heat_ctx *)p;
+    int rows = c->h.rows, cols = c->h.cols, ld = c->h.ld;
+    heat_rows(c->nw, c->old, ld, 1, 1, 1, cols);
+    if (rows > 1) heat_rows(c->nw, c->old, ld, rows, rows, 1, cols);
+    if (rows > 2) {
+        heat_rows(c->nw, c->old, ld, 2, rows - 1, 1, 1);
+        if (cols > 1) heat_rows(c->nw, c->old, ld, 2, rows - 1, cols, cols);
+    }
+}
+
+static int heat_step(void *p)
+{
+    heat_ctx *c = (heat_ctx *)p;
+    halo_xfer x[4] = {{c->old, HALO_W}, {c->old, HALO_E}, {c->old, HALO_N}, {c->old, HALO_S}};
+    double *tmp;
+    int k, err;
+    err = halo_round(&c->h, x, 4, heat_whole, heat_interior, heat_ring, c, c->tl, c->t0);
+    for (k = 0; k < c->nsrc; k++)
+        c->nw[c->src[k]] += c->energy;
+    tmp = c->old;
+    c->old = c->nw;
+    c->nw = tmp;
+    if (c->tl) c->tl += 2 * MPILAB_NPHASES;
+    return err;
+}
+
+int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pack,
+                double energy, int steps, int last, double *timeline, double *block,
+                int warmup, int iters, int reps, double *times)
+{
+    heat_ctx c;
+    int err, all, k, s;
+    unsigned csr;
+    /* the sources of mpilab.halo.heat_sources, in the same order */
+    int sx[3] = {nx / 2, nx / 3, nx * 4 / 5}, sy[3] = {ny / 2, ny / 3, ny * 8 / 9};
+
+    memset(&c, 0, sizeof(c));
+    if ((err = halo_init(&c.h, comm, nx, ny, py, px, mode, pack)) != MPI_SUCCESS) return err;
+    csr = halo_ftz_on();
+    c.old = halo_field_alloc(&c.h);
+    c.nw = halo_field_alloc(&c.h);
+    if ((err = halo_all_ok(c.h.cart, c.old && c.nw, &all)) != MPI_SUCCESS) goto done;
+    if (!all) { err = MPI_ERR_NO_MEM; goto done; }
+    c.energy = energy;
+    for (k = 0; k < 3; k++) {
+        int ly = sy[k] - c.h.y0, lx = sx[k] - c.h.x0;
+        if (ly >= 0 && ly < c.h.rows && lx >= 0 && lx < c.h.cols)
+            c.src[c.nsrc++] = (size_t)(ly + 1) * c.h.ld + (size_t)(lx + 1);
+    }
+    if (last > steps) last = steps;
+    for (s = 0; s < steps - last; s++)
+        if ((err = heat_step(&c)) != MPI_SUCCESS) goto done;
+    if (last > 0 && timeline) {
+        if ((err = MPI_Barrier(c.h.cart)) != MPI_SUCCESS) goto done;
+        c.t0 = MPI_Wtime();
+        c.tl = timeline;
+    }
+    for (; s < steps; s++)
+        if ((err = heat_step(&c)) != MPI_SUCCESS) goto done;
+    c.tl = NULL;
+    if (block)
+        for (k = 0; k < c.h.rows; k++)
+            memcpy(block + (size_t)k * c.h.cols, c.old + (size_t)(k + 1) * c.h.ld + 1,
+                   sizeof(double) * (size_t)c.h.cols);
+    if (reps > 0)
+        err = mpilab_time_steps(c.h.cart, heat_step, &c, warmup, iters, reps, 1.0, times);
+done:
+    halo_ftz_off(csr);
+    free(c.old);
+    free(c.nw);
+    halo_free(&c.h);
+    return err;
+}
+
+typedef struct {
+    double *a, *b;
+    int nx, ny;
+} sweep_ctx;
+
+static int sweep_step(void *p)
+{
+    sweep_ctx *c = (sweep_ctx *)p;
+    double *t;
+    heat_rows(c->b, c->a, c->nx + 2, 1, c->ny, 1, c->nx);
+    __asm__ __volatile__("" ::: "memory");
+    t = c->a;
+    c->a = c->b;
+    c->b = t;
+    return MPI_SUCCESS;
+}
+
+int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
+                      double *times)
+{
+    sweep_ctx c;
+    size_t n = (size_t)(nx + 2) * (size_t)(ny + 2);
+    int err, all;
+    c.nx = nx;
+    c.ny = ny;
+    c.a = (double *)calloc(n, sizeof(double));
+    c.b = (double *)calloc(n, sizeof(double));
+    err = halo_all_ok(comm, c.a && c.b, &all);
+    if (err == MPI_SUCCESS && !all) err = MPI_ERR_NO_MEM;
+    if (err == MPI_SUCCESS)
+        err = mpilab_time_steps(comm, sweep_step, &c, warmup, iters, reps, 1.0, times);
+    free(c.a);
+    free(c.b);
+    return err;
+}

@@ -1,0 +1,15 @@
+#ifndef MPILAB_C_STENCIL_H
+#define MPILAB_C_STENCIL_H
+
+#include <stddef.h>
+#include <mpi.h>
+#include "mpilab_halo.h"
+
+int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pack,
+                double energy, int steps, int last, double *timeline, double *block,
+                int warmup, int iters, int reps, double *times);
+
+int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
+                      double *times);
+
+#endif

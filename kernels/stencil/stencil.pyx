@@ -1,0 +1,148 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The 2D heat stencil with a halo exchange, run and timed inside C (see c_stencil.c)."""
+cimport mpi4py.MPI as MPI
+from mpi4py.libmpi cimport MPI_Comm
+cimport c_stencil as c
+import math
+
+import numpy as np
+from mpi4py import MPI as _MPI
+
+include "mpilab_buffers.pxi"
+
+MODES = {"blocking": c.MPILAB_HALO_BLOCKING, "sendrecv": c.MPILAB_HALO_SENDRECV,
+         "nonblocking": c.MPILAB_HALO_NONBLOCKING, "overlap": c.MPILAB_HALO_OVERLAP}
+PACKS = {"datatype": c.MPILAB_PACK_DATATYPE, "manual": c.MPILAB_PACK_MANUAL}
+PHASES = ("exchange", "interior", "wait", "boundary")
+
+
+def layout(MPI.Comm comm not None, nx, ny, dims=None, mode="nonblocking", pack="datatype"):
+    """Check a decomposition; ``(py, px, rows, cols, y0, x0)`` of this rank.
+
+    Raises the same ValueError / TypeError on every rank (no communication).
+    """
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if not isinstance(pack, str) or pack not in PACKS:
+        raise ValueError(f"pack must be one of {list(PACKS)}, got {pack!r}")
+    _check_count(nx, "nx", 1)
+    _check_count(ny, "ny", 1)
+    size = comm.Get_size()
+    if dims is None:
+        py, px = _MPI.Compute_dims(size, 2)
+    else:
+        try:
+            py, px = dims
+        except (TypeError, ValueError):
+            raise TypeError(f"dims must be a pair (py, px), got {dims!r}") from None
+        _check_count(py, "dims[0]", 1)
+        _check_count(px, "dims[1]", 1)
+        if py * px != size:
+            raise ValueError(f"dims {tuple(dims)} need {py * px} ranks, the communicator "
+                             f"has {size}")
+    if px > nx or py > ny:
+        raise ValueError(f"a {nx} x {ny} grid cannot be split over a {py} x {px} process "
+                         f"grid: every rank needs at least one point per axis")
+    rank = comm.Get_rank()
+    cy, cx = rank // px, rank % px
+    y0 = cy * (ny // py) + min(cy, ny % py)
+    x0 = cx * (nx // px) + min(cx, nx % px)
+    rows = ny // py + (cy < ny % py)
+    cols = nx // px + (cx < nx % px)
+    return int(py), int(px), rows, cols, y0, x0
+
+
+cdef double _energy(object energy) except? -1:
+    if isinstance(energy, bool) or not isinstance(energy, (int, float, np.integer,
+                                                           np.floating)):
+        raise TypeError(f"energy must be a number, not {type(energy).__name__}")
+    if not math.isfinite(energy):
+        raise ValueError(f"energy must be finite, got {energy}")
+    return float(energy)
+
+
+cdef int _run(MPI.Comm comm, tuple lay, str mode, str pack, double energy, int steps,
+              int last, double[::1] tl, double[::1] block, int warmup, int iters, int reps,
+              double[::1] times) except -1:
+    cdef MPI_Comm cc = comm.ob_mpi
+    cdef int nx_, ny_, py, px, m = MODES[mode], pk = PACKS[pack], err
+    cdef double *tp = &tl[0] if tl is not None else NULL
+    cdef double *bp = &block[0] if block is not None else NULL
+    cdef double *sp = &times[0] if times is not None else NULL
+    nx_, ny_, py, px = lay[6], lay[7], lay[0], lay[1]
+    with nogil:
+        err = c.mpilab_heat(cc, nx_, ny_, py, px, m, pk, energy, steps, last, tp, bp,
+                            warmup, iters, reps, sp)
+    _check_mpi(err)
+    return 0
+
+
+def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="nonblocking", pack="datatype",
+         energy=1.0, dims=None):
+    """Run `steps` heat steps on the `nx` x `ny` grid split over `comm` (collective).
+
+    Returns ``(block, (y0, x0))``: this rank's ``(rows, cols)`` float64 block and its
+    offset in the global ``(ny, nx)`` field, equal to ``mpilab.halo.serial_heat`` there.
+    """
+    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    _check_count(steps, "steps", 0)
+    e = _energy(energy)
+    block = np.zeros(lay[2] * lay[3], dtype=np.float64)
+    _run(comm, lay, mode, pack, e, steps, 0, None, block, 0, 1, 0, None)
+    return block.reshape(lay[2], lay[3]), (lay[4], lay[5])
+
+
+def time_heat(MPI.Comm comm not None, nx, ny, *, mode="nonblocking", pack="datatype",
+              energy=1.0, dims=None, warmup=2, iters=10, reps=5):
+    """Seconds per step (exchange + update), `reps` values, slowest rank (collective)."""
+    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    e = _energy(energy)
+    _check_count(warmup, "warmup", 0)
+    _check_count(iters, "iters", 1)
+    _check_count(reps, "reps", 1)
+    times = np.empty(reps, dtype=np.float64)
+    _run(comm, lay, mode, pack, e, 0, 0, None, None, warmup, iters, reps, times)
+    return times
+
+
+def timeline_heat(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="overlap",
+                  pack="datatype", energy=1.0, dims=None):
+    """Phase timestamps of this rank for the last `last` of `steps` steps (collective).
+
+    Returns a float64 array ``(last, 4, 2)``: for each step, the (start, end) in seconds
+    after a common barrier of each phase in :data:`PHASES` order. A phase the mode does
+    not have is empty (start == end).
+    """
+    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    _check_count(steps, "steps", 1)
+    if last is None:
+        last = steps
+    _check_count(last, "last", 1)
+    if last > steps:
+        raise ValueError(f"last={last} is more than steps={steps}")
+    e = _energy(energy)
+    tl = np.zeros(last * 8, dtype=np.float64)
+    _run(comm, lay, mode, pack, e, steps, last, tl, None, 0, 1, 0, None)
+    return tl.reshape(last, 4, 2)
+
+
+def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):
+    """Seconds per stencil sweep of one `nx` x `ny` grid per rank, no exchange (collective).
+
+    The compute side of the lesson: each sweep reads the old grid and writes the new one.
+    """
+    _check_count(nx, "nx", 1)
+    _check_count(ny, "ny", 1)
+    _check_count(warmup, "warmup", 0)
+    _check_count(iters, "iters", 1)
+    _check_count(reps, "reps", 1)
+    if (nx + 2) * (ny + 2) > (1 << 31):
+        raise ValueError(f"a {nx} x {ny} grid is too large")
+    times = np.empty(reps, dtype=np.float64)
+    cdef double[::1] t = times
+    cdef MPI_Comm cc = comm.ob_mpi
+    cdef int err, a = nx, b = ny, w = warmup, it = iters, r = reps
+    with nogil:
+        err = c.mpilab_heat_sweep(cc, a, b, w, it, r, &t[0])
+    _check_mpi(err)
+    return times
