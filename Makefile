@@ -49,16 +49,37 @@ lint: setup-test
 	$(PY) -m codespell mpilab kernels lectures tests README.md autograder
 	$(PY) -m nbstripout --verify labs/*/*.ipynb autograder/*.ipynb
 
-# nbgrader, run from the course directory autograder/ (sources are ../labs)
-NBG := cd autograder && ../$(PY) -m nbgrader
+# nbgrader, run from the course directory autograder/; sources stay in ../labs (see
+# autograder/README.md). LAB=lab00-mpi-basics picks one lab (default: every lab).
+# EXCHANGE=/srv/nbgrader/exchange releases, collects and returns feedback through
+# nbgrader's exchange (JupyterHub); without it, hand out autograder/release/<lab>/ and
+# copy submissions to autograder/submitted/<student>/<lab>/. NBFLAGS passes options on
+# (e.g. NBFLAGS=--force to autograde again what was graded before).
+.PHONY: lab-collect
+LAB ?= *
+EXCHANGE ?=
+NBFLAGS ?=
+NBG := cd autograder && PATH="$(abspath $(dir $(PY))):$$PATH" $(abspath $(PY)) -m nbgrader
+NBG_EXCHANGE = $(if $(EXCHANGE),--Exchange.root=$(abspath $(EXCHANGE)),)
+LAB_IDS = $(if $(filter *,$(LAB)),$(notdir $(wildcard labs/lab*)),$(LAB))
+
 lab-generate: setup
-	$(NBG) generate_assignment --all --force
+	$(NBG) generate_assignment "$(LAB)" --force $(NBFLAGS)
 lab-release: lab-generate
-	$(NBG) release_assignment --all --force 2>/dev/null || true
+	@if [ -z "$(EXCHANGE)" ]; then \
+	  echo "Release folders are ready to hand out: $(addprefix autograder/release/,$(LAB_IDS))"; \
+	  echo "(set EXCHANGE=/srv/nbgrader/exchange to release through nbgrader's exchange)"; \
+	else for l in $(LAB_IDS); do ($(NBG) release_assignment $$l $(NBG_EXCHANGE) --force) || exit 1; done; fi
+lab-collect: setup
+	@test -n "$(EXCHANGE)" || { echo "lab-collect needs EXCHANGE=...; without an exchange, copy" \
+	  "each notebook to autograder/submitted/<student>/<lab>/<lab>.ipynb"; exit 2; }
+	for l in $(LAB_IDS); do ($(NBG) collect $$l $(NBG_EXCHANGE) --update $(NBFLAGS)) || exit 1; done
 lab-autograde: setup
-	$(NBG) autograde --all
+	$(NBG) autograde "$(LAB)" $(NBFLAGS)
 lab-feedback: setup
-	$(NBG) generate_feedback --all
+	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)
+	@if [ -n "$(EXCHANGE)" ]; then \
+	  for l in $(LAB_IDS); do ($(NBG) release_feedback $$l $(NBG_EXCHANGE)) || exit 1; done; fi
 
 clean:
 	rm -rf build mpilab/kernels/*.so mpilab/kernels/_bin autograder/release \

@@ -41,8 +41,10 @@ from disk before they use it::
     import importlib, mpilab.grading
     G = importlib.reload(mpilab.grading)   # every function as on disk again
 
-The memory of timed-out functions survives the reload (it is the one piece of state kept,
-and it can only make checks fail). Values the student's function returns are checked to be
+A reload also undoes the patch for the visible checks of later cells, so a patch must
+be renewed before every test cell to fool even those. The memory of timed-out functions
+and the exception classes survive the reload (the memory can only make checks fail; the
+classes stay the ones an ``except`` written earlier names). Values the student's function returns are checked to be
 plain data, so they cannot compare equal to everything. This is a modest guard, not a
 sandbox: a student who patches ``importlib.reload``, NumPy, ``mpilab.cluster`` or the
 interpreter itself before the tests run can still fool in-process grading. Only running
@@ -60,13 +62,12 @@ import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -84,6 +85,7 @@ __all__ = [
     "expect_equal",
     "expect_close",
     "expect_per_rank",
+    "expect_timing",
     "autograding",
     "forget_timeouts",
 ]
@@ -103,28 +105,53 @@ if type(_STATE) is not dict or type(_STATE.get("timed_out")) is not dict:
 # failures
 
 
+def _keep(cls: type) -> type:
+    """Keep the first class of this name across importlib.reload.
+
+    Hidden tests reload this module; code that already holds the old classes (an
+    ``except TimedOut`` written before the reload) must still catch what the reloaded
+    functions raise. Only an AssertionError subclass of the same name is kept, so a
+    replaced class can at worst raise something else, which fails the check all the same.
+    """
+    old = globals().get(cls.__name__)
+    if isinstance(old, type) and issubclass(old, AssertionError) and old.__module__ == __name__:
+        return old
+    return cls
+
+
+@_keep
 class CheckFailed(AssertionError):
     """A graded check failed; the message says why, in the student's terms."""
 
 
+@_keep
 class TimedOut(CheckFailed):
     """The code did not finish in time (a deadlock or an endless loop)."""
 
 
+@_keep
 class Skipped(TimedOut):
     """Not run: the same function timed out in an earlier check."""
 
 
+@_keep
 class RaisedError(CheckFailed):
     """The student's code raised an exception (on some rank, or in the notebook)."""
 
 
+@_keep
 class EngineDied(CheckFailed):
     """An engine process died while running the student's code."""
 
 
+@_keep
 class BadResult(CheckFailed):
     """The code returned something that is not plain data."""
+
+
+def _fail(failure: CheckFailed) -> NoReturn:
+    """Raise `failure` with nothing chained: the student reads one message, not two."""
+    raise failure from None
 
 
 def autograding() -> bool:
@@ -169,6 +196,15 @@ def _fingerprint(obj: Any) -> str:
             v = glb.get(name)
             if type(v) in (int, float, str, bool, bytes):
                 h.update(f"{name}={v!r}".encode())
+        for cell in getattr(obj, "__closure__", None) or ():  # what a closure wraps counts
+            try:
+                v = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            if callable(v) and not isinstance(v, type):
+                h.update(_fingerprint(v).encode())
+            elif type(v) in (int, float, str, bool, bytes):
+                h.update(repr(v).encode())
     elif hasattr(obj, "func"):  # functools.partial
         h.update(_fingerprint(obj.func).encode())
         h.update(repr((obj.args, obj.keywords)).encode()[:10000])
@@ -187,9 +223,9 @@ def _check_not_timed_out(keys: Sequence[str], name: str) -> None:
     for k in keys:
         first = _STATE["timed_out"].get(k)
         if isinstance(first, str):
-            raise Skipped(f"skipped: {name} timed out in an earlier check, so it is not run "
-                          f"again (that would only wait for the same timeout).\n"
-                          f"Earlier: {first}\nFix it, run its cell, then the checks again.")
+            _fail(Skipped(f"{name} timed out in an earlier check, so this check does not run "
+                          f"it again (it would only wait for the same timeout).\n"
+                          f"Earlier: {first}\nFix it, run its cell, then the checks again."))
 
 
 def _remember_timeout(keys: Sequence[str], message: str) -> None:
@@ -217,7 +253,7 @@ def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
         raise TypeError(f"{where or 'the result'} is a NumPy {x.dtype} scalar")
     if isinstance(x, np.ndarray):
         if x.dtype.kind in "biufc" and x.dtype.fields is None:
-            return np.array(x, copy=True, subok=False)
+            return x.item() if x.ndim == 0 else np.array(x, copy=True, subok=False)
         if x.dtype.kind == "O":
             return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
         raise TypeError(f"{where or 'the result'} is a NumPy array of {x.dtype}")
@@ -237,7 +273,7 @@ def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
                 None)
     hint = (f" (a subclass of {base}; return a plain {base})" if base else
             "; return numbers, strings, lists, tuples or NumPy arrays")
-    raise TypeError(f"{where or 'the result'} is a {what}{hint}")
+    raise TypeError(f"{where or 'the result'} is an object of type {what}{hint}")
 
 
 def _verify_plain(x: Any, depth: int = 0) -> bool:
@@ -399,8 +435,8 @@ def _cluster(ranks: int | None):
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     if ranks > c.n:
-        raise CheckFailed(f"this check needs {ranks} ranks but the notebook's cluster has "
-                          f"{c.n}: run `lab = mpilab.cluster.start({ranks})` and check again")
+        _fail(CheckFailed(f"this check needs {ranks} ranks but the notebook's cluster has "
+                          f"{c.n}: run `lab = mpilab.cluster.start({ranks})` and check again"))
     return c, ranks
 
 
@@ -411,7 +447,7 @@ def _restart(c) -> None:
     try:
         c.restart()
     except cl.ClusterError as exc:
-        raise CheckFailed(f"the MPI engines could not be restarted: {exc}") from None
+        _fail(CheckFailed(f"the MPI engines could not be restarted: {exc}"))
 
 
 def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> dict[int, str]:
@@ -491,8 +527,9 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
     timeout : float
         Seconds before the check fails as stuck; the engines are then restarted.
     blame : callable or tuple of callables, optional
-        What a timeout is remembered against (default: `func` together with any callable
-        in `args`). Pass the student's function when `func` is a grader's harness.
+        What a timeout is remembered against. By default the callables among `args` when
+        there are any (``run_on_ranks(harness, student_function, ...)``: the function
+        under test is the argument), else `func` itself.
 
     Returns
     -------
@@ -509,13 +546,12 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
 
     name = _name(func)
     if blame is None:
-        culprits = [func, *(a for a in args if callable(a) and not isinstance(a, type))]
-        keys = ["+".join(_fingerprint(f) for f in culprits)]
-    else:
-        blamed = blame if isinstance(blame, (tuple, list)) else (blame,)
-        keys = [_fingerprint(b) for b in blamed]
-        name = " and ".join(_name(b) for b in blamed)
-    _check_not_timed_out(keys, name)
+        blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or func
+    blamed = blame if isinstance(blame, (tuple, list)) else (blame,)
+    keys = [_fingerprint(b) for b in blamed]
+    if blamed != (func,):
+        name = f"{name} with {' and '.join(_name(b) for b in blamed)}"
+    _check_not_timed_out(keys, " and ".join(_name(b) for b in blamed))
     c, n = _cluster(ranks)
     workdir = Path(tempfile.mkdtemp(prefix="mpilab-check-"))
     on = f"on {n} rank{'s' * (n != 1)}"
@@ -544,46 +580,51 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
             msg = "\n".join(lines)
             _remember_timeout(keys, msg)
             _restart(c)
-            raise TimedOut(msg + "\n" + _RESTART_NOTE) from None
+            _fail(TimedOut(msg + "\n" + _RESTART_NOTE))
         except cl.ClusterDied as exc:
             _restart(c)
-            raise EngineDied(f"{name} {on} crashed an engine ({exc}). A crash in compiled "
+            _fail(EngineDied(f"{name} {on} crashed: {str(exc).split(':')[0]}. A crash in compiled "
                              "code (a buffer too small for the count?) or os._exit? "
-                             + _RESTART_NOTE) from None
+                             + _RESTART_NOTE))
         except cl.RankError as exc:  # the harness itself failed, e.g. func not unpicklable
             first = min(exc.errors)
             ename, msg = exc.errors[first]
-            raise RaisedError(f"{name} could not run {on}: {ename}: {msg}. Does it use a "
-                              "module or a variable the engines do not have?") from None
+            _fail(RaisedError(f"{name} could not run {on}: {ename}: {msg}. Does it use a "
+                              "module or a variable the engines do not have?"))
         except cl.ClusterError as exc:
-            raise CheckFailed(f"{name} could not run {on}: {exc}") from None
+            _fail(CheckFailed(f"{name} could not run {on}: {exc}"))
         except (KeyboardInterrupt, SystemExit):
             c.broken = "interrupted during a check"
             raise
         except Exception as exc:  # pickling func or args on the way out
-            raise RaisedError(f"{name} could not be sent to the engines: "
+            _fail(RaisedError(f"{name} could not be sent to the engines: "
                               f"{type(exc).__name__}: {exc}. Does it use something that "
                               "only exists in the notebook, such as `lab` or an open "
-                              "file?") from None
+                              "file?"))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     outs = outs[:n]
     raised = {r: o for r, o in enumerate(outs) if o[0] == "raised"}
     if raised:
-        detail = "\n".join(_raised_line(r, raised[r]) for r in sorted(raised)[:2])
-        more = f"\n(and {len(raised) - 2} more ranks)" if len(raised) > 2 else ""
-        raise RaisedError(f"{name} raised on {_ranks_word(sorted(raised))} {on}:\n"
-                          f"{detail}{more}")
+        groups: dict[tuple, list[int]] = {}  # the same error on many ranks is said once
+        for r in sorted(raised):
+            _tag, ename, emsg, frames = raised[r]
+            groups.setdefault((ename, emsg, _describe_frame(frames)), []).append(r)
+        detail = []
+        for (ename, emsg, where), rs in list(groups.items())[:3]:
+            detail.append(f"{_ranks_word(rs)}: {ename}: {emsg}"
+                          + (f"\n    at {where}" if where else ""))
+        _fail(RaisedError(f"{name} raised an exception {on}:\n" + "\n".join(detail)))
     bad = {r: o for r, o in enumerate(outs) if o[0] != "ok"}
     if bad:
         r = min(bad)
         desc = bad[r][1] if bad[r][0] == "bad" else f"an unexpected reply {bad[r]!r}"
-        raise BadResult(f"{name} on rank {r} returned something the check cannot compare: "
-                        f"{desc.replace('the value', 'the value returned', 1)}")
+        _fail(BadResult(f"{name} on rank {r} returned something the check cannot compare: "
+                        f"{desc.replace('the value', 'the value returned', 1)}"))
     values = [o[1] for o in outs]
     for r, v in enumerate(values):
         if not _verify_plain(v):
-            raise BadResult(f"rank {r} returned a {type(v).__name__}, which is not plain data")
+            _fail(BadResult(f"rank {r} returned a {type(v).__name__}, which is not plain data"))
     return values
 
 
@@ -646,15 +687,15 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
         msg = (f"{name} did not return within {timeout:g} s"
                + (f"; it was at {where}" if where else "") + ". An endless loop?")
         _remember_timeout(keys, msg)
-        raise TimedOut(msg) from None
+        _fail(TimedOut(msg))
     except Exception as exc:
         import traceback
 
         frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
             exc.__traceback__)[1:]]
         where = _describe_frame(frames)
-        raise RaisedError(f"{name} raised {type(exc).__name__}: {exc}"
-                          + (f"\n    at {where}" if where else "")) from None
+        _fail(RaisedError(f"{name} raised {type(exc).__name__}: {exc}"
+                          + (f"\n    at {where}" if where else "")))
     finally:
         if timer:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -662,7 +703,7 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
     try:
         return _plain(value, f"the value {name} returned")
     except TypeError as exc:
-        raise BadResult(str(exc)) from None
+        _fail(BadResult(str(exc)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -678,6 +719,9 @@ def _fmt(x: Any, limit: int = 80) -> str:
         return f"an array of {x.size:,} {x.dtype} [{head}, ..., {tail}]"
     if isinstance(x, float):
         return f"{x:.6g}"
+    if type(x) in (list, tuple) and any(isinstance(v, (np.ndarray, float)) for v in x):
+        inner = ", ".join(_fmt(v, limit) for v in x[:4]) + (", ..." if len(x) > 4 else "")
+        return f"({inner})" if type(x) is tuple else f"[{inner}]"
     s = repr(x)
     return s if len(s) <= limit else s[: limit - 5] + " ...]"
 
@@ -687,37 +731,64 @@ def _is_seq(x: Any) -> bool:
 
 
 def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float, complex, np.number)) and not isinstance(x, bool)
+    return type(x) in (int, float, complex) or (isinstance(x, np.number)
+                                                 and type(x).__module__ == "numpy")
+
+
+def _trusted(x: Any) -> tuple[Any, str | None]:
+    """`x` as plain data (so its == is ours, not the student's), or why it cannot be."""
+    try:
+        return _plain(x), None
+    except TypeError as exc:
+        return None, str(exc).replace("the result ", "", 1)
 
 
 def _diff(got: Any, want: Any, close: tuple[float, float] | None) -> str | None:
     """None when equal (or close); else what differs, e.g. '[3] is 5, expected 3'."""
+    got, why = _trusted(got)
+    if why:
+        return why
+    return _diff_plain(got, want, close)
+
+
+def _numeric(x: Any) -> np.ndarray | None:
+    """`x` as a numeric array when it is one (an array, or a rectangular list of numbers)."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype.kind in "biufc" else None
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):
+        return None
+    return a if a.dtype.kind in "biufc" and a.ndim >= 1 else None
+
+
+def _diff_plain(got: Any, want: Any, close: tuple[float, float] | None) -> str | None:
     if _is_seq(want):
         if not _is_seq(got):
             return f"is {_fmt(got)}, expected a sequence like {_fmt(want)}"
-        g = np.asarray(got, dtype=object) if not isinstance(got, np.ndarray) else got
-        w = np.asarray(want, dtype=object) if not isinstance(want, np.ndarray) else want
-        if g.shape != w.shape:
-            if g.ndim == 1 and w.ndim == 1:
-                return f"has {len(g):,} elements, expected {len(w):,}"
-            return f"has shape {g.shape}, expected {w.shape}"
-        numeric = (isinstance(got, np.ndarray) or isinstance(want, np.ndarray))
-        if numeric and g.dtype != object and w.dtype != object:
+        g, w = _numeric(got), _numeric(want)
+        if g is not None and w is not None and (w.size > 8 or w.ndim > 1):
+            if g.shape != w.shape:
+                if g.ndim == 1 and w.ndim == 1:
+                    return f"has {len(g):,} elements, expected {len(w):,}"
+                return f"has shape {g.shape}, expected {w.shape}"
             if close is None:
                 bad = g != w
             else:
-                rtol, atol = close
                 with np.errstate(invalid="ignore"):
-                    bad = ~np.isclose(g, w, rtol=rtol, atol=atol)
+                    bad = ~np.isclose(g, w, rtol=close[0], atol=close[1])
             if not bad.any():
                 return None
             idx = np.argwhere(bad)
             i = tuple(int(k) for k in idx[0])
-            at = i[0] if len(i) == 1 else i
             return (f"differs at {len(idx):,} of {g.size:,} elements; the first at index "
-                    f"{at}: {_fmt(g[i].item())}, expected {_fmt(w[i].item())}")
+                    f"{i[0] if len(i) == 1 else i}: {_fmt(g[i].item())}, expected "
+                    f"{_fmt(w[i].item())}")
+        if len(got) != len(want):
+            return f"has {len(got):,} elements, expected {len(want):,}"
         for i, (a, b) in enumerate(zip(list(got), list(want), strict=True)):
-            d = _diff(a, b, close)
+            d = _diff_plain(a.item() if isinstance(a, np.generic) else a,
+                            b.item() if isinstance(b, np.generic) else b, close)
             if d is not None:
                 return f"[{i}]{d}" if d.startswith("[") else f"[{i}] {d}"
         return None
@@ -727,18 +798,17 @@ def _diff(got: Any, want: Any, close: tuple[float, float] | None) -> str | None:
         if set(got) != set(want):
             return f"has keys {sorted(map(str, got))}, expected {sorted(map(str, want))}"
         for k in want:
-            d = _diff(got[k], want[k], close)
+            d = _diff_plain(got[k], want[k], close)
             if d is not None:
                 return f"[{k!r}] {d}"
         return None
     if _is_num(want) and _is_num(got):
         if close is None:
-            ok = got == want
+            ok = bool(got == want)
         else:
-            rtol, atol = close
-            ok = (math.isfinite(abs(got)) and abs(got - want) <= atol + rtol * abs(want))
+            ok = bool(np.isfinite(got) and abs(got - want) <= close[1] + close[0] * abs(want))
         return None if ok else f"is {_fmt(got)}, expected {_fmt(want)}"
-    if type(got) is not type(want) and not (isinstance(got, bool) and isinstance(want, bool)):
+    if type(got) is not type(want):
         return f"is {_fmt(got)} ({type(got).__name__}), expected {_fmt(want)}"
     return None if got == want else f"is {_fmt(got)}, expected {_fmt(want)}"
 
@@ -747,7 +817,7 @@ def expect(condition: Any, message: str) -> None:
     """Fail with `message` unless `condition` holds (a bare ``assert`` says nothing)."""
     __tracebackhide__ = True
     if not (condition is True or (type(condition) in (bool, np.bool_) and bool(condition))):
-        raise CheckFailed(message)
+        _fail(CheckFailed(message))
 
 
 def expect_equal(got: Any, want: Any, what: str = "the result", hint: str = "") -> None:
@@ -761,8 +831,8 @@ def expect_equal(got: Any, want: Any, what: str = "the result", hint: str = "") 
     __tracebackhide__ = True
     d = _diff(got, want, None)
     if d is not None:
-        raise CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d}"
-                          + (f"\n{hint}" if hint else ""))
+        _fail(CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d}"
+                          + (f"\n{hint}" if hint else "")))
 
 
 def expect_close(got: Any, want: Any, what: str = "the result", *, rtol: float = 1e-6,
@@ -772,46 +842,90 @@ def expect_close(got: Any, want: Any, what: str = "the result", *, rtol: float =
     d = _diff(got, want, (rtol, atol))
     if d is not None:
         tol = f"within {rtol:g} relative" + (f" + {atol:g}" if atol else "")
-        raise CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d} ({tol})"
-                          + (f"\n{hint}" if hint else ""))
+        _fail(CheckFailed(f"{what}{'' if d.startswith('[') else ' '}{d} ({tol})"
+                          + (f"\n{hint}" if hint else "")))
 
 
 def expect_per_rank(got: Sequence, want: Sequence, what: str = "returned", *,
                     rtol: float | None = None, atol: float = 0.0,
-                    known: dict[str, Any] | None = None, hint: str = "") -> None:
+                    known: dict[str, Any] | None = None, label: str = "",
+                    hint: str = "") -> None:
     """Fail unless rank k's result equals (or is close to) ``want[k]`` for every rank.
 
     The message names each wrong rank: "rank 2 received 5, expected 3". `what` is the
-    verb ("received", "saw", "returned"). With `known`, a wrong value that equals one of
-    its values is named by its key ("rank 1 received its own data, expected rank 0's
-    data").
+    verb ("received", "saw", "returned"); `label` says which case this is ("ring_pass on
+    4 ranks, token 7"); `hint` follows the list. With `known`, a wrong value equal to one
+    of its values is named by its key ("rank 1 received rank 1's array, expected rank
+    0's array"). With `rtol`, values are compared as :func:`expect_close` does.
     """
     __tracebackhide__ = True
     if len(got) != len(want):
-        raise CheckFailed(f"expected results from {len(want)} ranks, got {len(got)}")
+        _fail(CheckFailed(f"expected results from {len(want)} ranks, got {len(got)}"))
     close = None if rtol is None else (rtol, atol)
     wrong = []
     for r, (g, w) in enumerate(zip(got, want, strict=True)):
         d = _diff(g, w, close)
         if d is None:
             continue
-        label = None
-        for k, v in (known or {}).items():
-            if _diff(g, v, close) is None:
-                label = k.format(rank=r)
-                break
-        wlabel = next((k.format(rank=r) for k, v in (known or {}).items()
-                       if _diff(w, v, close) is None), None)
-        if g is None and w is not None:
-            wrong.append(f"rank {r} returned None, expected {wlabel or _fmt(w)} "
+        got_known = next((k for k, v in (known or {}).items() if _diff(g, v, close) is None),
+                         None)
+        want_known = next((k for k, v in (known or {}).items() if _diff(w, v, close) is None),
+                          None)
+        if _trusted(g)[1]:
+            wrong.append(f"rank {r} returned a value that {_trusted(g)[1]}")
+        elif g is None and w is not None:
+            wrong.append(f"rank {r} returned None, expected {want_known or _fmt(w)} "
                          "(a missing return?)")
-        elif label:
-            wrong.append(f"rank {r} {what} {label}, expected {wlabel or _fmt(w)}")
+        elif got_known:
+            wrong.append(f"rank {r} {what} {got_known}, expected {want_known or _fmt(w)}")
         elif _is_seq(w) and not (_is_seq(g) and np.size(g) <= 8 and np.size(w) <= 8):
             wrong.append(f"rank {r} {what} a value that {d}")
         else:
-            wrong.append(f"rank {r} {what} {_fmt(g)}, expected {wlabel or _fmt(w)}")
+            wrong.append(f"rank {r} {what} {_fmt(g)}, expected {want_known or _fmt(w)}")
     if wrong:
-        head = (f"{len(wrong)} of {len(want)} ranks are wrong:\n  " if len(want) > 1 else "")
+        head = f"{label}: " if label else ""
+        if len(wrong) > 1:
+            head += f"{len(wrong)} of {len(want)} ranks are wrong:\n  "
         shown = wrong[:4] + ([f"... and {len(wrong) - 4} more"] if len(wrong) > 4 else [])
-        raise CheckFailed(head + "\n  ".join(shown) + (f"\n{hint}" if hint else ""))
+        _fail(CheckFailed(head + "\n  ".join(shown) + (f"\n{hint}" if hint else "")))
+
+
+def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way time", *,
+                  factor: float = 20.0, iters: int | None = None) -> float:
+    """Fail unless `got_us` is a time in µs within `factor` of a reference measured alongside.
+
+    Timings on a shared machine vary by several times, so only what is off by far more
+    than noise fails: a time in seconds, or the total of a loop instead of one message.
+    Returns the ratio ``got_us / reference_us``.
+    """
+    __tracebackhide__ = True
+    got, why = _trusted(got_us)
+    if why or not _is_num(got) or isinstance(got, complex):
+        _fail(CheckFailed(f"{what} should be a number of microseconds, but it "
+                          f"{why or 'is ' + _fmt(got)}"))
+    if not math.isfinite(got) or got <= 0:
+        _fail(CheckFailed(f"{what} is {_fmt(got)}: a time must be positive and finite "
+                          "(was the clock read before and after the loop?)"))
+    ratio = got / reference_us
+    said = (f"{what} is {_fmt(got)} µs, {ratio:.3g}× the course's own measurement "
+            f"({reference_us:.3g} µs, taken just now on the same ranks)")
+    if 1 / factor <= ratio <= factor:
+        return ratio
+    # Which slip explains the ratio best? (factor of the slip, what to say)
+    slips = [(1e-6, "seconds instead of µs (× 1e6)"),
+             (1e-3, "milliseconds instead of µs (× 1e3)"),
+             (1e3, "nanoseconds instead of µs (÷ 1e3)")]
+    if iters:
+        slips += [(2 * iters, f"the time of the whole loop: divide by the {2 * iters} "
+                              "one-way messages (2 per round trip)"),
+                  (2 * iters * 1e-6, "the whole loop's time in seconds: divide by the "
+                                     f"{2 * iters} one-way messages and report µs")]
+    scored = sorted((abs(math.log(ratio / f)), text) for f, text in slips)
+    likely = [text for d, text in scored if d < math.log(4)]
+    if likely:
+        hint = "It looks like " + " — or ".join(likely[:2]) + "."
+    elif ratio < 1:
+        hint = "Too fast to be true: is the time divided by too much?"
+    else:
+        hint = "Is the loop timing only the messages, with the clock in µs?"
+    _fail(CheckFailed(f"{said}. {hint}"))

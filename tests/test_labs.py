@@ -1,0 +1,361 @@
+"""The labs under nbgrader, end to end, in a temporary copy of the course.
+
+The source notebooks validate; the released ones (stubs) fail every test; submissions
+made from the released notebooks are autograded with real MPI engines and scored as
+intended: a correct one gets full marks, a wrong one partial marks, one that deadlocks
+or loops forever loses only those parts and is graded within its timeouts, and one that
+monkeypatches ``mpilab.grading`` gets no marks for its wrong answers. After every
+autograde no process of an MPI cluster started by that notebook is left.
+
+Wall times of autograding are printed (``pytest -s``), not asserted: the bar the course
+aims at is 20 s for a correct submission and 60 s for a hostile one, per lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+LABS = {"lab00-mpi-basics": 6, "lab01-pingpong": 9}  # assignment -> total points
+
+
+def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # nbgrader runs the `alembic` command of its own environment
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.pop("JPY_SESSION_NAME", None)
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course / "autograder",
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """A copy of labs/ and autograder/ with the labs generated (release/ and gradebook)."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(REPO / "labs", root / "labs",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(REPO / "autograder", root / "autograder",
+                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
+                                                  "feedback", "gradebook.db", "__pycache__"))
+    res = nbgrader(root, "generate_assignment", "*", "--force")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for lab in LABS:
+        assert (root / "autograder" / "release" / lab / f"{lab}.ipynb").exists()
+    return root
+
+
+def leftover_processes(course: Path) -> list:
+    """Processes of mpilab clusters whose kernel ran a notebook of this course copy."""
+    from mpilab.cluster import cluster_processes
+
+    left = []
+    for p in cluster_processes():
+        try:
+            if p.environ().get("MPILAB_NOTEBOOK", "").startswith(str(course)):
+                left.append(p)
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+    return left
+
+
+# ---------------------------------------------------------------------------------------
+# validate
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_source_notebook_validates(course, lab):
+    res = nbgrader(course, "validate", f"../labs/{lab}/{lab}.ipynb")
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
+    assert not leftover_processes(course)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_released_stubs_fail_every_test(course, lab):
+    res = nbgrader(course, "validate", "--invert", f"release/{lab}/{lab}.ipynb")
+    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
+    release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
+    text = "\n".join(c.source for c in release.cells)
+    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
+
+
+# ---------------------------------------------------------------------------------------
+# submissions
+
+
+def solutions(lab: str) -> dict[str, str]:
+    """The source notebook's solution cells, delimiters removed: a correct submission."""
+    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [ln for ln in cell.source.splitlines()
+                     if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln]
+            out[meta["grade_id"]] = "\n".join(lines)
+    return out
+
+
+def submit(course: Path, lab: str, student: str, answers: dict[str, str]) -> Path:
+    """Write a submission: the released notebook with its solution cells filled in."""
+    release = course / "autograder" / "release" / lab
+    dest = course / "autograder" / "submitted" / student / lab
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(release, dest)
+    nb = nbformat.read(dest / f"{lab}.ipynb", 4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in answers:
+            cell.source = answers[gid]
+    nbformat.write(nb, dest / f"{lab}.ipynb")
+    return dest
+
+
+def autograde(course: Path, lab: str, student: str) -> tuple[dict[str, float], float, str]:
+    """Autograde one submission; (score by test cell, wall seconds, nbgrader's output)."""
+    from nbgrader.api import Gradebook
+
+    t0 = time.perf_counter()
+    res = nbgrader(course, "autograde", lab, "--student", student, "--force")
+    wall = time.perf_counter() - t0
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert "Removing failed assignment" not in log, log
+    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
+        sub = gb.find_submission_notebook(lab, lab, student)
+        scores = {g.name: g.score for g in sub.grades if g.max_score}
+    print(f"\n[autograde] {lab} / {student}: {wall:.1f} s, scores {scores}")
+    return scores, wall, log
+
+
+def graded_notebook(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
+    return nbformat.read(course / "autograder" / "autograded" / student / lab / f"{lab}.ipynb", 4)
+
+
+def errors_of(nb, grade_id: str) -> str:
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return "\n".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs
+                             if o.output_type == "error")
+    raise KeyError(grade_id)
+
+
+def full(lab: str) -> dict[str, float]:
+    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+HOSTILE_PATCH = '''
+import mpilab.grading as _g
+
+
+def _always_pass(*args, **kwargs):
+    return None
+
+
+for _name in ("expect", "expect_equal", "expect_close", "expect_per_rank", "expect_timing"):
+    setattr(_g, _name, _always_pass)  # what the test cells call through the module ...
+    globals()[_name] = _always_pass  # ... and the names the setup cell imported
+'''
+
+RING_OFF_BY_ONE = '''
+def ring_pass(comm, token):
+    """Adds rank + 1 instead of rank."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank == 0:
+        comm.send(token, dest=1 % size)
+        return comm.recv(source=size - 1)
+    seen = comm.recv(source=rank - 1)
+    comm.send(seen + rank + 1, dest=(rank + 1) % size)
+    return seen
+'''
+
+RING_DEADLOCK = '''
+def ring_pass(comm, token):
+    """Every rank receives first, rank 0 too: nobody ever sends."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    seen = comm.recv(source=(rank - 1) % size)
+    comm.send(seen + rank, dest=(rank + 1) % size)
+    return seen if rank else token
+'''
+
+RING_LOOP = '''
+def ring_pass(comm, token):
+    while True:
+        pass
+'''
+
+EXCHANGE_NAIVE = '''
+def ring_exchange(comm, data):
+    rank, size = comm.Get_rank(), comm.Get_size()
+    received = np.empty_like(data)
+    comm.Send(data, dest=(rank + 1) % size)
+    comm.Recv(received, source=(rank - 1) % size)
+    return received
+'''
+
+
+def check_run(course, lab, student, answers, expected, *, pattern=None):
+    submit(course, lab, student, answers)
+    scores, wall, log = autograde(course, lab, student)
+    assert scores == expected, (scores, log[-3000:])
+    assert not leftover_processes(course), "an MPI cluster outlived the autograde"
+    return scores, wall
+
+
+# -- lab 00 ------------------------------------------------------------------------------
+
+LAB0 = "lab00-mpi-basics"
+
+
+def test_lab00_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB0, "correct", solutions(LAB0), full(LAB0))
+    print(f"[wall] {LAB0} correct submission autograded in {wall:.1f} s (bar: 20 s)")
+
+
+def test_lab00_wrong_gets_partial_marks(course):
+    answers = {**solutions(LAB0), "ring_pass": RING_OFF_BY_ONE}
+    check_run(course, LAB0, "wrong", answers, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    err = errors_of(graded_notebook(course, LAB0, "wrong"), "test_ring_pass")
+    assert "rank 2 saw 12, expected 11" in err, err
+
+
+def test_lab00_deadlock_loses_only_that_part(course):
+    answers = {**solutions(LAB0), "ring_pass": RING_DEADLOCK}
+    _, wall = check_run(course, LAB0, "deadlock", answers,
+                        {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    err = errors_of(graded_notebook(course, LAB0, "deadlock"), "test_ring_pass")
+    assert "TimedOut" in err or "Skipped" in err, err
+    print(f"[wall] {LAB0} deadlocking submission autograded in {wall:.1f} s")
+
+
+def test_lab00_endless_loops_lose_only_their_part(course):
+    # an endless loop inside the function (on the engines), and one in a plain cell
+    answers = {**solutions(LAB0), "ring_pass": RING_LOOP,
+               "ring_exchange": solutions(LAB0)["ring_exchange"] + "\n\nwhile True:\n    pass\n"}
+    _, wall = check_run(course, LAB0, "loop", answers,
+                        {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    nb = graded_notebook(course, LAB0, "loop")
+    assert "endless loop" in errors_of(nb, "test_ring_pass") or "Skipped" in errors_of(
+        nb, "test_ring_pass")
+    assert "CellTimeoutError" in errors_of(nb, "ring_exchange")
+    print(f"[wall] {LAB0} endless-loop submission autograded in {wall:.1f} s")
+
+
+def printed_by(nb, grade_id: str) -> str:
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    raise KeyError(grade_id)
+
+
+def test_lab00_hostile_gets_no_marks_for_wrong_answers(course):
+    answers = {"ring_pass": HOSTILE_PATCH + RING_OFF_BY_ONE, "ring_exchange": EXCHANGE_NAIVE}
+    _, wall = check_run(course, LAB0, "hostile", answers,
+                        {"test_ring_pass": 0.0, "test_ring_exchange": 0.0})
+    nb = graded_notebook(course, LAB0, "hostile")
+    assert "ring_pass is right" in printed_by(nb, "test_ring_pass")  # the patch fooled that
+    assert "rank 0 saw 12, expected 11" in errors_of(nb, "test_ring_pass")  # not the hidden
+    print(f"[wall] {LAB0} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
+
+
+# -- lab 01 ------------------------------------------------------------------------------
+
+LAB1 = "lab01-pingpong"
+
+PINGPONG_TOTAL_SECONDS = '''
+def pingpong(comm, nbytes, iters):
+    """Returns the whole loop's time, in seconds."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    sbuf, rbuf = payload(nbytes), np.zeros(nbytes, dtype=np.uint8)
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    for _ in range(iters):
+        if rank == 0:
+            comm.Send(sbuf, dest=1)
+            comm.Recv(rbuf, source=1)
+        elif rank == 1:
+            comm.Recv(rbuf, source=0)
+            comm.Send(rbuf, dest=0)
+    return MPI.Wtime() - t0, rbuf
+'''
+
+FIT_UNWEIGHTED = '''
+def fit_alpha_beta(n_bytes, t_us):
+    slope, intercept = np.polyfit(n_bytes, t_us, 1)
+    return intercept, 1 / slope
+'''
+
+PREDICT_NO_ALPHA = '''
+def predict_us(n_bytes, alpha_us, beta_MBps):
+    return np.asarray(n_bytes) / beta_MBps
+
+
+def half_bandwidth_bytes(alpha_us, beta_MBps):
+    return alpha_us * beta_MBps
+'''
+
+
+def test_lab01_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB1, "correct", solutions(LAB1), full(LAB1))
+    print(f"[wall] {LAB1} correct submission autograded in {wall:.1f} s (bar: 20 s)")
+
+
+def test_lab01_wrong_gets_partial_marks(course):
+    answers = {**solutions(LAB1), "pingpong": PINGPONG_TOTAL_SECONDS,
+               "fit_alpha_beta": FIT_UNWEIGHTED, "predict": PREDICT_NO_ALPHA}
+    want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0}
+    check_run(course, LAB1, "wrong", answers, want)
+    nb = graded_notebook(course, LAB1, "wrong")
+    assert "latency α is missing" in errors_of(nb, "test_predict")
+    assert "whole loop's time in seconds" in errors_of(nb, "test_pingpong")
+    assert "weight each point by 1/t" in errors_of(nb, "test_fit").replace("W", "w")
+
+
+def test_lab01_hostile_gets_no_marks_for_wrong_answers(course):
+    answers = {
+        "pingpong": HOSTILE_PATCH + PINGPONG_TOTAL_SECONDS,
+        # hidden tests reload mpilab.grading, so the patch is renewed in every answer cell
+        "fit_alpha_beta": HOSTILE_PATCH + "def fit_alpha_beta(n, t):\n    return 1.0, 1.0\n",
+        "predict": HOSTILE_PATCH + "def predict_us(n, a, b):\n    return 0.0\n\n\n"
+                   "def half_bandwidth_bytes(a, b):\n    return 0.0\n",
+    }
+    want = {k: 0.0 for k in full(LAB1)}
+    _, wall = check_run(course, LAB1, "hostile", answers, want)
+    nb = graded_notebook(course, LAB1, "hostile")
+    for gid, name in [("test_pingpong", "pingpong"), ("test_fit", "fit_alpha_beta"),
+                      ("test_predict", "predict_us")]:
+        assert f"{name} is right" in printed_by(nb, gid)  # the patch fooled the visible checks
+        assert "CheckFailed" in errors_of(nb, gid)  # but not the hidden ones
+    print(f"[wall] {LAB1} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
+
+
+def test_feedback_is_generated(course):
+    if not (course / "autograder" / "autograded" / "correct" / LAB0).exists():
+        pytest.skip("needs the autograded correct submission")
+    res = nbgrader(course, "generate_feedback", LAB0, "--student", "correct", "--force")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (course / "autograder" / "feedback" / "correct" / LAB0 / f"{LAB0}.html").exists()
+
+
+def test_measured_dataset_says_where_it_comes_from():
+    doc = json.loads((REPO / "labs" / LAB1 / "pingpong_measured.json").read_text())
+    for key in ("hostname", "cpu_model", "cores", "mpi_library", "transport", "measured_at"):
+        assert key in doc["meta"]
+    kernel = [r for r in doc["records"] if r["impl"] == "kernel"]
+    assert len(kernel) >= 8 and all(r["t_us_min"] > 0 for r in kernel)
