@@ -27,8 +27,21 @@ CFLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wno-unused-function"]
 os.environ["CC"] = MPICC
 os.environ["LDSHARED"] = f"{MPICC} -shared"
 
-KERNELS = {"pingpong": ["c_pingpong.c"], "memcopy": ["c_memcopy.c"]}
+# kernel -> its C sources (besides <name>.pyx); a kernel whose folder is absent is skipped
+KERNELS = {
+    "pingpong": ["c_pingpong.c"],
+    "memcopy": ["c_memcopy.c"],
+    "stencil": ["c_stencil.c"],
+    "wave": ["c_wave.c"],
+    "collectives": ["c_collectives.c"],
+}
 STANDALONE = {"mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"]}
+# MPILAB_KERNELS=stencil,wave builds only those (to work on one kernel at a time).
+_ONLY = {k.strip() for k in os.environ.get("MPILAB_KERNELS", "").split(",") if k.strip()}
+
+
+def selected(name: str) -> bool:
+    return (not _ONLY or name in _ONLY) and (HERE / "kernels" / name / f"{name}.pyx").exists()
 
 
 def extensions():
@@ -37,6 +50,8 @@ def extensions():
 
     exts = []
     for name, csrc in KERNELS.items():
+        if not selected(name):
+            continue
         folder = Path("kernels") / name
         exts.append(
             Extension(
@@ -48,7 +63,8 @@ def extensions():
         )
     return cythonize(
         exts,
-        include_path=["kernels/common", *(f"kernels/{k}" for k in KERNELS), mpi4py.get_include()],
+        include_path=["kernels/common", *(f"kernels/{k}" for k in KERNELS if selected(k)),
+                      mpi4py.get_include()],
         compiler_directives={"language_level": 3},
         build_dir="build/cython",  # generated C must not overwrite the kernels' own .c
         quiet=True,
@@ -64,6 +80,8 @@ class BuildWithPrograms(build_ext):
         bindir = base / "mpilab" / "kernels" / "_bin"
         bindir.mkdir(parents=True, exist_ok=True)
         for prog, srcs in STANDALONE.items():
+            if not selected(srcs[0].split("/")[0]):
+                continue
             cmd = [
                 *shlex.split(MPICC), *CFLAGS, "-Ikernels/common",
                 *(f"-Ikernels/{Path(s).parent}" for s in srcs),

@@ -18,7 +18,12 @@ from pathlib import Path
 
 from .. import runtime
 
-BENCHMARKS = {"pingpong": "mpilab.bench.pingpong"}
+BENCHMARKS = {
+    "pingpong": "mpilab.bench.pingpong",
+    "halo": "mpilab.bench.halo",
+    "stencil-sweep": "mpilab.bench.stencil_sweep",
+    "allgather": "mpilab.bench.allgather",
+}
 
 
 def parse_sizes(text: str) -> list[int]:
