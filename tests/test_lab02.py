@@ -1,0 +1,291 @@
+"""Lab 02 (halo exchange) under nbgrader, end to end, in a temporary copy of the course.
+
+The source notebook validates; the released one (stubs) fails every test; submissions made
+from the released notebook are autograded with real MPI engines: a correct one gets full
+marks, a wrong one (east and west swapped; an "overlap" that waits before computing)
+loses those parts with messages that name the wrong ghost edge, one whose fixed exchange
+deadlocks loses only that part and is graded within its timeout, and a hostile one
+(patched ``mpilab.grading``, the checks' own helpers redefined) gets no marks for its
+wrong answers. No process of the notebook's MPI cluster outlives an autograde.
+
+Wall times of autograding are printed (``pytest -s``), not asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_labs import (
+    HOSTILE_PATCH,
+    REPO,
+    check_run,
+    errors_of,
+    full,
+    graded_notebook,
+    leftover_processes,
+    nbgrader,
+    printed_by,
+    solutions,
+)
+
+pytestmark = pytest.mark.slow
+
+LAB = "lab02-halo"
+POINTS = {"test_exchange_sendrecv": 3.0, "test_exchange_nonblocking": 2.0,
+          "test_step_overlap": 3.0, "test_exchange_fixed": 2.0}
+
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """A copy of the course with this lab alone generated (release/ and gradebook).
+
+    Only this lab is copied, so a lab another author is still writing cannot break it.
+    """
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(REPO / "labs" / LAB, root / "labs" / LAB,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(REPO / "autograder", root / "autograder",
+                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
+                                                  "feedback", "gradebook.db", "__pycache__"))
+    res = nbgrader(root, "generate_assignment", LAB, "--force")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (root / "autograder" / "release" / LAB / f"{LAB}.ipynb").exists()
+    return root
+
+
+# east and west swapped: each column goes to the wrong side
+SENDRECV_EAST_WEST_SWAPPED = '''
+def exchange_sendrecv(cart, u):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    east, west = cart.Shift(1, 1)
+    cart.Sendrecv(u[-2, 1:-1], dest=south, recvbuf=u[0, 1:-1], source=north)
+    cart.Sendrecv(u[1, 1:-1], dest=north, recvbuf=u[-1, 1:-1], source=south)
+    arrived = np.zeros(u.shape[0] - 2)
+    cart.Sendrecv(np.ascontiguousarray(u[1:-1, -2]), dest=east, recvbuf=arrived, source=west)
+    if west != MPI.PROC_NULL:
+        u[1:-1, 0] = arrived
+    cart.Sendrecv(np.ascontiguousarray(u[1:-1, 1]), dest=west, recvbuf=arrived, source=east)
+    if east != MPI.PROC_NULL:
+        u[1:-1, -1] = arrived
+'''
+
+# right numbers, no overlap: waits for the halo before computing anything
+OVERLAP_WAITS_FIRST = '''
+def step_overlap(cart, old, new):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows, cols = old.shape[0] - 2, old.shape[1] - 2
+    west_in, east_in = np.zeros(rows), np.zeros(rows)
+    requests = [
+        cart.Irecv(old[0, 1:-1], source=north, tag=0),
+        cart.Irecv(old[-1, 1:-1], source=south, tag=1),
+        cart.Irecv(west_in, source=west, tag=2),
+        cart.Irecv(east_in, source=east, tag=3),
+        cart.Isend(old[-2, 1:-1], dest=south, tag=0),
+        cart.Isend(old[1, 1:-1], dest=north, tag=1),
+        cart.Isend(np.ascontiguousarray(old[1:-1, -2]), dest=east, tag=2),
+        cart.Isend(np.ascontiguousarray(old[1:-1, 1]), dest=west, tag=3),
+    ]
+    MPI.Request.Waitall(requests)
+    if west != MPI.PROC_NULL:
+        old[1:-1, 0] = west_in
+    if east != MPI.PROC_NULL:
+        old[1:-1, -1] = east_in
+    update(old, new, 1, rows + 1, 1, cols + 1)
+'''
+
+# the whole step before Waitall: the ring reads ghost cells that have not arrived
+OVERLAP_RING_TOO_EARLY = '''
+def step_overlap(cart, old, new):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows, cols = old.shape[0] - 2, old.shape[1] - 2
+    west_in, east_in = np.zeros(rows), np.zeros(rows)
+    requests = [
+        cart.Irecv(old[0, 1:-1], source=north, tag=0),
+        cart.Irecv(old[-1, 1:-1], source=south, tag=1),
+        cart.Irecv(west_in, source=west, tag=2),
+        cart.Irecv(east_in, source=east, tag=3),
+        cart.Isend(old[-2, 1:-1], dest=south, tag=0),
+        cart.Isend(old[1, 1:-1], dest=north, tag=1),
+        cart.Isend(np.ascontiguousarray(old[1:-1, -2]), dest=east, tag=2),
+        cart.Isend(np.ascontiguousarray(old[1:-1, 1]), dest=west, tag=3),
+    ]
+    update(old, new, 1, rows + 1, 1, cols + 1)
+    MPI.Request.Waitall(requests)
+'''
+
+# the columns arrive but are never copied into the frame
+NONBLOCKING_NO_COLUMNS = '''
+def exchange_nonblocking(cart, u):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows = u.shape[0] - 2
+    west_in, east_in = np.zeros(rows), np.zeros(rows)
+    requests = [
+        cart.Irecv(u[0, 1:-1], source=north, tag=0),
+        cart.Irecv(u[-1, 1:-1], source=south, tag=1),
+        cart.Irecv(west_in, source=west, tag=2),
+        cart.Irecv(east_in, source=east, tag=3),
+        cart.Isend(u[-2, 1:-1], dest=south, tag=0),
+        cart.Isend(u[1, 1:-1], dest=north, tag=1),
+        cart.Isend(np.ascontiguousarray(u[1:-1, -2]), dest=east, tag=2),
+        cart.Isend(np.ascontiguousarray(u[1:-1, 1]), dest=west, tag=3),
+    ]
+    MPI.Request.Waitall(requests)
+'''
+
+# every rank receives first: a deadlock at any size
+FIXED_RECEIVES_FIRST = '''
+def exchange_fixed(cart, u):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows = u.shape[0] - 2
+    west_in, east_in = np.zeros(rows), np.zeros(rows)
+    cart.Recv(u[0, 1:-1], source=north, tag=0)
+    cart.Recv(u[-1, 1:-1], source=south, tag=1)
+    cart.Recv(west_in, source=west, tag=2)
+    cart.Recv(east_in, source=east, tag=3)
+    cart.Send(u[-2, 1:-1], dest=south, tag=0)
+    cart.Send(u[1, 1:-1], dest=north, tag=1)
+    cart.Send(np.ascontiguousarray(u[1:-1, -2]), dest=east, tag=2)
+    cart.Send(np.ascontiguousarray(u[1:-1, 1]), dest=west, tag=3)
+    if west != MPI.PROC_NULL:
+        u[1:-1, 0] = west_in
+    if east != MPI.PROC_NULL:
+        u[1:-1, -1] = east_in
+'''
+
+# right, but with Sendrecv: not what Part D asks
+FIXED_WITH_SENDRECV = '''
+def exchange_fixed(cart, u):
+    exchange_sendrecv(cart, u)
+'''
+
+
+def given_naive() -> str:
+    """The notebook's exchange_naive, renamed: an unchanged copy handed in as the fix."""
+    nb = nbformat.read(REPO / "labs" / LAB / f"{LAB}.ipynb", 4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "exchange_given":
+            return cell.source.replace("def exchange_naive(", "def exchange_fixed(")
+    raise KeyError("exchange_given")
+
+
+# the checks' own helpers redefined in an answer cell: the test cells define them again
+HARNESS_OVERRIDE = '''
+
+def check_exchange(*args, **kwargs):
+    return None
+
+
+def halo_harness(comm, *args):
+    return None
+'''
+
+
+def test_points_are_as_documented():
+    assert full(LAB) == POINTS
+
+
+def test_source_notebook_validates(course):
+    res = nbgrader(course, "validate", f"../labs/{LAB}/{LAB}.ipynb")
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
+    assert not leftover_processes(course)
+
+
+def test_released_stubs_fail_every_test(course):
+    res = nbgrader(course, "validate", "--invert", f"release/{LAB}/{LAB}.ipynb")
+    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
+    release = nbformat.read(course / "autograder" / "release" / LAB / f"{LAB}.ipynb", 4)
+    text = "\n".join(c.source for c in release.cells)
+    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    stubs = [c.source for c in release.cells if c.cell_type == "code"
+             and "raise NotImplementedError()" in c.source]
+    assert "BEGIN SOLUTION" not in text and len(stubs) == 4
+    assert "def exchange_naive(" in text  # the given code stays
+    assert not leftover_processes(course)
+
+
+def test_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB, "correct", solutions(LAB), POINTS)
+    nb = graded_notebook(course, LAB, "correct")
+    for gid, name in [("test_exchange_sendrecv", "exchange_sendrecv"),
+                      ("test_exchange_nonblocking", "exchange_nonblocking"),
+                      ("test_step_overlap", "step_overlap"),
+                      ("test_exchange_fixed", "exchange_fixed")]:
+        assert f"{name} is right" in printed_by(nb, gid)
+    # the given exchange was shown deadlocking, with the lines the ranks were stuck on
+    shown = printed_by(nb, "test_exchange_fixed")
+    assert "exchange_naive deadlocks" in shown and "cart.Send(" in shown, shown
+    print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
+
+
+def test_wrong_gets_partial_marks(course):
+    answers = {**solutions(LAB), "exchange_sendrecv": SENDRECV_EAST_WEST_SWAPPED,
+               "step_overlap": OVERLAP_WAITS_FIRST}
+    want = {**POINTS, "test_exchange_sendrecv": 0.0, "test_step_overlap": 0.0}
+    _, wall = check_run(course, LAB, "wrong", answers, want)
+    nb = graded_notebook(course, LAB, "wrong")
+    err = errors_of(nb, "test_exchange_sendrecv")
+    # the message names the rank, the ghost edge, what it holds and whose edge it should be
+    assert "rank 0: the east ghost column holds 0.0s" in err, err
+    assert "expected rank 1's west edge (its east neighbour)" in err, err
+    assert "between posting" in errors_of(nb, "test_step_overlap")
+    print(f"[wall] {LAB} wrong submission autograded in {wall:.1f} s")
+
+
+def test_wrong_ghosts_and_ring_are_named(course):
+    answers = {**solutions(LAB), "exchange_nonblocking": NONBLOCKING_NO_COLUMNS,
+               "step_overlap": OVERLAP_RING_TOO_EARLY, "exchange_fixed": FIXED_WITH_SENDRECV}
+    want = {**POINTS, "test_exchange_nonblocking": 0.0, "test_step_overlap": 0.0,
+            "test_exchange_fixed": 0.0}
+    check_run(course, LAB, "wrong2", answers, want)
+    nb = graded_notebook(course, LAB, "wrong2")
+    err = errors_of(nb, "test_exchange_nonblocking")
+    assert "the west ghost column holds 0.0s (nothing arrived?)" in err, err
+    err = errors_of(nb, "test_step_overlap")
+    assert "new is wrong in the boundary ring" in err and "interior" not in err.split(
+        "\n")[1], err
+    assert "keep the blocking cart.Send" in errors_of(nb, "test_exchange_fixed")
+
+
+def test_deadlock_loses_only_that_part(course):
+    answers = {**solutions(LAB), "exchange_fixed": FIXED_RECEIVES_FIRST}
+    _, wall = check_run(course, LAB, "deadlock", answers, {**POINTS, "test_exchange_fixed": 0.0})
+    err = errors_of(graded_notebook(course, LAB, "deadlock"), "test_exchange_fixed")
+    assert "TimedOut" in err and "cart.Recv(" in err, err
+    print(f"[wall] {LAB} deadlocking submission autograded in {wall:.1f} s")
+
+
+def test_hostile_gets_no_marks_for_wrong_answers(course):
+    answers = {
+        "exchange_sendrecv": HOSTILE_PATCH + HARNESS_OVERRIDE + SENDRECV_EAST_WEST_SWAPPED,
+        "exchange_nonblocking": HOSTILE_PATCH + NONBLOCKING_NO_COLUMNS,
+        "step_overlap": HOSTILE_PATCH + OVERLAP_RING_TOO_EARLY,
+        # the given exchange, unchanged: it timed out in the demo, so it is not run again
+        "exchange_fixed": HOSTILE_PATCH + given_naive(),
+    }
+    _, wall = check_run(course, LAB, "hostile", answers, {k: 0.0 for k in POINTS})
+    nb = graded_notebook(course, LAB, "hostile")
+    for gid, name in [("test_exchange_sendrecv", "exchange_sendrecv"),
+                      ("test_exchange_nonblocking", "exchange_nonblocking"),
+                      ("test_step_overlap", "step_overlap")]:
+        assert f"{name} is right" in printed_by(nb, gid)  # the patch fooled the visible checks
+        assert "CheckFailed" in errors_of(nb, gid)  # but not the hidden ones
+    assert "Skipped" in errors_of(nb, "test_exchange_fixed")
+    print(f"[wall] {LAB} hostile submission autograded in {wall:.1f} s")
