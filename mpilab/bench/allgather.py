@@ -1,0 +1,256 @@
+"""Allgather: every algorithm in C, the library with each algorithm forced, and its default.
+
+    python -m mpilab.bench allgather --ranks 4 --sizes 32,128,512,2K,8K,32K,128K,512K --json OUT
+
+Sizes are blocks per rank (the allgather paper's convention). The library's algorithm is
+forced at MPI_Init (Open MPI: coll_tuned dynamic rules; MPICH: MPIR_CVAR_* control
+variables), so each forced algorithm is its own MPI job; in that job our C version of
+the same algorithm is measured side by side with it, alternating in `--rounds` rounds
+with the same iteration counts (calibrated once, on the library's default), so their
+ratio compares like with like. Every call is timed inside C (mpilab_timing.h).
+
+Records: impl (mpilab:<alg>, library:<alg>, library:default), alg, ranks, size_bytes,
+t_us_min, t_us_median, quartiles, iters, library_env; meta says which machine, MPI and
+launcher produced them, whether the run was oversubscribed, the library's documented
+default per size, own/library ratios and the best per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+
+from .. import runtime
+from ..timing import record
+from . import meta, parse_sizes, python_worker, write
+
+MODULE = "mpilab.bench.allgather"
+DEFAULT_SIZES = "32,128,512,2K,8K,32K,128K,512K"
+TOLERANCE = 0.05  # "within 5 % of the best" in the k-of-n count
+
+
+def _worker(args_path: str, out_path: str) -> int:
+    from mpi4py import MPI
+
+    from ..collectives import calibrate
+    from ..kernels import collectives as K
+
+    a = json.loads(open(args_path).read())
+    comm = MPI.COMM_WORLD
+    iters = {int(k): v for k, v in (a.get("iters") or {}).items()}
+    for n in a["sizes"]:
+        if n not in iters:
+            iters[n] = calibrate(comm, "allgather", "library", n, min_time=a["min_time"])
+    times: dict[str, dict[int, list[float]]] = {}
+    for _ in range(a["rounds"]):
+        for n in a["sizes"]:
+            for label, alg in a["impls"]:
+                w = max(1, min(iters[n], 20))
+                t = K.time(comm, "allgather", alg, n, warmup=w, iters=iters[n], reps=a["reps"])
+                times.setdefault(label, {}).setdefault(n, []).extend(t.tolist())
+    if comm.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"iters": iters, "times": times, "library": runtime.library_info()}, f)
+    return 0
+
+
+def _jobs(ranks: int, algs, lib: str) -> list[tuple[dict, list[list[str]]]]:
+    """(extra environment, [[impl label, kernel alg], ...]) for each MPI job."""
+    from ..collectives import library_env, library_has
+
+    jobs = [({}, [["library:default", "library"]])]
+    for alg in algs:
+        impls = [[f"mpilab:{alg}", alg]]
+        env = {}
+        if library_has("allgather", alg, lib):
+            env = library_env("allgather", alg, lib)
+            impls.append([f"library:{alg}", "library"])
+        jobs.append((env, impls))
+    return jobs
+
+
+def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2,
+        min_time: float = 0.005, timeout: float = 600.0,
+        transport: str = "shm") -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records)."""
+    from ..collectives import ALGORITHMS, admissible, library_default
+
+    launch = runtime.launch(ranks, transport)
+    lib = runtime.selected_library()
+    ok = admissible("allgather", ranks)
+    if algs is None:
+        algs = ok
+    for alg in algs:
+        if alg not in ALGORITHMS["allgather"]:
+            raise ValueError(f"unknown allgather algorithm {alg!r}; "
+                             f"choose from {tuple(ALGORITHMS['allgather'])}")
+        if alg not in ok:
+            raise ValueError(ALGORITHMS["allgather"][alg].admissible(ranks))
+    sizes = [int(n) for n in sizes]
+    base = {"sizes": sizes, "reps": reps, "rounds": rounds, "min_time": min_time}
+    iters = None
+    library = {}
+    records = []
+    for env, impls in _jobs(ranks, algs, lib):
+        job = dataclasses.replace(launch, env={**launch.env, **env})
+        doc = python_worker(job, MODULE, {**base, "impls": impls, "iters": iters}, timeout)
+        if iters is None:  # the first job calibrates; every later one reuses its counts
+            iters = {int(k): v for k, v in doc["iters"].items()}
+            library = doc["library"]
+        for label, by_size in doc["times"].items():
+            for n, times in by_size.items():
+                n = int(n)
+                alg = label.split(":", 1)[1]
+                records.append(record(
+                    times, size_bytes=n, impl=label, alg=alg,
+                    source=label.split(":", 1)[0], op="allgather", ranks=ranks,
+                    iters=iters[n], oversubscribed=launch.oversubscribed,
+                    library_env=env if label.startswith("library:") else {}))
+    records.sort(key=lambda r: (r["size_bytes"], r["impl"]))
+    settings = {"sizes": sizes, "algs": list(algs), "reps": reps, "rounds": rounds,
+                "min_time": min_time, "iters": iters, "size_meaning": "bytes per rank block"}
+    m = meta(launch, settings, library)
+    m["oversubscribed"] = launch.oversubscribed
+    m["op"] = "allgather"
+    if lib == "openmpi":
+        m["library_documented_default"] = {
+            n: library_default("allgather", ranks, n)["runs"] for n in sizes}
+        m["library_documented_default_source"] = library_default("allgather", ranks, 1)["source"]
+    m["summary"] = summary(records)
+    return m, records
+
+
+def _by(records):
+    return {(r["impl"], r["size_bytes"]): r["t_us_median"] for r in records}
+
+
+def summary(records: list[dict]) -> dict:
+    """Own/library ratios per algorithm and size, the best row per size, the k-of-n count."""
+    by = _by(records)
+    sizes = sorted({r["size_bytes"] for r in records})
+    algs = sorted({r["alg"] for r in records if r["source"] == "mpilab"})
+    ratios = {}
+    for alg in algs:
+        row = {n: by[(f"mpilab:{alg}", n)] / by[(f"library:{alg}", n)] for n in sizes
+               if (f"library:{alg}", n) in by and by[(f"library:{alg}", n)] > 0}
+        if row:
+            ratios[alg] = {"by_size": row,
+                           "geomean": math.exp(sum(map(math.log, row.values())) / len(row)),
+                           "max": max(row.values())}
+    best, strict, close = {}, 0, 0
+    lib_rows = sorted({r["impl"] for r in records if r["source"] == "library"})
+    for n in sizes:
+        row = {i: by[(i, n)] for i in lib_rows if (i, n) in by}
+        if not row:
+            continue
+        b = min(row, key=row.get)
+        best[n] = b
+        if "library:default" in row:
+            strict += b == "library:default"
+            close += row["library:default"] <= row[b] * (1 + TOLERANCE)
+    return {"own_vs_library": ratios, "best_library_row": best,
+            "library_choice_best": {"strict": strict, "within_5pct": close,
+                                    "sizes": len(best)}}
+
+
+def _human(n: int) -> str:
+    for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def table(records: list[dict], rows: list[str] | None = None) -> str:
+    """The paper's table: rows algorithms, columns sizes, median µs; * best, ! worst."""
+    by = _by(records)
+    sizes = sorted({r["size_bytes"] for r in records})
+    rows = rows or sorted({r["impl"] for r in records})
+    w = max(10, *(len(r) for r in rows)) + 1
+    lines = [f"{'µs (median)':<{w}}" + "".join(f"{_human(n):>11}" for n in sizes)]
+    for impl in rows:
+        cells = []
+        for n in sizes:
+            col = {i: by[(i, n)] for i in rows if (i, n) in by}
+            if (impl, n) not in by:
+                cells.append(f"{'-':>11}")
+                continue
+            mark = " "
+            if len(col) > 1 and by[(impl, n)] == min(col.values()):
+                mark = "*"
+            elif len(col) > 1 and by[(impl, n)] == max(col.values()):
+                mark = "!"
+            cells.append(f"{by[(impl, n)]:>10.1f}{mark}")
+        lines.append(f"{impl:<{w}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def report(m: dict, records: list[dict]) -> str:
+    """Both tables, the k-of-n count and the own/library ratios, as printed by main()."""
+    s = m.get("summary") or summary(records)
+    lib_rows = ["library:default"] + sorted(
+        {r["impl"] for r in records if r["source"] == "library"} - {"library:default"})
+    own_rows = sorted({r["impl"] for r in records if r["source"] == "mpilab"})
+    out = [f"# {m.get('mpi_library_version', '?')} | allgather | {m.get('ranks')} ranks on "
+           f"{m.get('cores')} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
+           + " | sizes are blocks per rank",
+           "# The library, its algorithm forced (one MPI job each) and its default "
+           "(* best, ! worst per column)",
+           table(records, lib_rows)]
+    doc = m.get("library_documented_default")
+    if doc:
+        out.append("# library's documented default (derived from Open MPI 4.1 source, not "
+                   "queried): " + ", ".join(f"{_human(int(n))}: {a}" for n, a in doc.items()))
+    k = s["library_choice_best"]
+    out.append(f"library's choice was the best in {k['strict']} of {k['sizes']} sizes "
+               f"(within 5 % of the best in {k['within_5pct']} of {k['sizes']})")
+    out += ["# Our C algorithms (* best, ! worst per column)", table(records, own_rows)]
+    out.append("# own C / library, same algorithm (median over median)")
+    sizes = sorted({r["size_bytes"] for r in records})
+    out.append(f"{'algorithm':<20}" + "".join(f"{_human(n):>9}" for n in sizes)
+               + f"{'geomean':>9}{'max':>7}")
+    for alg, r in s["own_vs_library"].items():
+        out.append(f"{alg:<20}" + "".join(
+            f"{r['by_size'][n]:>9.2f}" if n in r["by_size"] else f"{'-':>9}" for n in sizes)
+            + f"{r['geomean']:>9.2f}{r['max']:>7.2f}")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.bench allgather",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help="block sizes per rank in bytes, comma-separated (K/M suffixes)")
+    p.add_argument("--algs", default="",
+                   help="algorithms, comma-separated (default: all admissible at --ranks)")
+    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--min-time", type=float, default=0.005,
+                   help="seconds one repetition should last (sets iterations)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per MPI job")
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    a = p.parse_args(argv)
+    if a.worker:
+        return _worker(*a.worker)
+    try:
+        sizes = parse_sizes(a.sizes)
+        algs = [x.strip() for x in a.algs.split(",") if x.strip()] or None
+        m, recs = run(a.ranks, sizes, algs=algs, reps=a.reps, rounds=a.rounds,
+                      min_time=a.min_time, timeout=a.timeout, transport=a.transport)
+    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
+        print(f"mpilab.bench allgather: {exc}", file=sys.stderr)
+        return 2
+    write(a.json, m, recs)
+    print(report(m, recs))
+    if a.json and a.json != "-":
+        print(f"# wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
