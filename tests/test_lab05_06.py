@@ -1,0 +1,270 @@
+"""Labs 05 (collectives) and 06 (allgather) under nbgrader, end to end, as tests/test_labs.py.
+
+In a temporary copy of the course: the source notebooks validate; the released stubs fail
+every test; a correct submission gets full marks; wrong ones (a linear broadcast, an
+off-by-one ring, ...) get partial marks with messages that say what is wrong; a
+deadlocking one is graded within its timeouts, loses only that part and leaves no process
+behind; a hostile one (monkeypatching ``mpilab.grading`` and ``mpilab.tracing``, returning
+objects with a lying ``__eq__``) gets no marks for wrong answers. Autograde wall times are
+printed (``pytest -s``), not asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_labs import leftover_processes, nbgrader, solutions, submit
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+LAB5 = "lab05-collectives"
+LAB6 = "lab06-allgather"
+LABS = [lab for lab in (LAB5, LAB6) if (REPO / "labs" / lab / f"{lab}.ipynb").exists()]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """A copy of labs/ and autograder/ with labs 05 and 06 generated."""
+    root = tmp_path_factory.mktemp("course56")
+    shutil.copytree(REPO / "labs", root / "labs",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(REPO / "autograder", root / "autograder",
+                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
+                                                  "feedback", "gradebook.db", "__pycache__"))
+    for lab in LABS:
+        res = nbgrader(root, "generate_assignment", lab, "--force")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (root / "autograder" / "release" / lab / f"{lab}.ipynb").exists()
+    return root
+
+
+def autograde(course: Path, lab: str, student: str) -> tuple[dict[str, float], float, str]:
+    """Autograde one submission; (score by test cell, wall seconds, nbgrader's output)."""
+    from nbgrader.api import Gradebook
+
+    t0 = time.perf_counter()
+    res = nbgrader(course, "autograde", lab, "--student", student, "--force")
+    wall = time.perf_counter() - t0
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log
+    assert "Removing failed assignment" not in log, log
+    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
+        sub = gb.find_submission_notebook(lab, lab, student)
+        scores = {g.name: g.score for g in sub.grades if g.max_score}
+    print(f"\n[autograde] {lab} / {student}: {wall:.1f} s, scores {scores}")
+    return scores, wall, log
+
+
+def graded(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
+    return nbformat.read(course / "autograder" / "autograded" / student / lab / f"{lab}.ipynb", 4)
+
+
+def cell_of(nb, grade_id: str):
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell
+    raise KeyError(grade_id)
+
+
+def errors_of(nb, grade_id: str) -> str:
+    return "\n".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell_of(nb, grade_id).outputs
+                     if o.output_type == "error")
+
+
+def printed_by(nb, grade_id: str) -> str:
+    return "".join(o.get("text", "") for o in cell_of(nb, grade_id).outputs
+                   if o.output_type == "stream")
+
+
+def full(lab: str) -> dict[str, float]:
+    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def check_run(course, lab, student, answers, expected):
+    submit(course, lab, student, answers)
+    scores, wall, log = autograde(course, lab, student)
+    assert scores == expected, (scores, log[-3000:])
+    assert not leftover_processes(course), "an MPI cluster outlived the autograde"
+    return graded(course, lab, student), wall
+
+
+HOSTILE_PATCH = '''
+import mpilab.grading as _g
+import mpilab.tracing as _t
+
+
+def _always_pass(*args, **kwargs):
+    return None
+
+
+for _name in ("expect", "expect_equal", "expect_close", "expect_per_rank", "expect_timing"):
+    setattr(_g, _name, _always_pass)
+    globals()[_name] = _always_pass
+_t.steps = lambda sched: 0  # "every algorithm takes no step"
+
+
+class _Liar:
+    """Equal to everything."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+'''
+
+
+# ---------------------------------------------------------------------------------------
+# validate
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_source_notebook_validates(course, lab):
+    t0 = time.perf_counter()
+    res = nbgrader(course, "validate", f"../labs/{lab}/{lab}.ipynb")
+    print(f"\n[validate] {lab} source in {time.perf_counter() - t0:.1f} s")
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
+    assert not leftover_processes(course)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_released_stubs_fail_every_test(course, lab):
+    res = nbgrader(course, "validate", "--invert", f"release/{lab}/{lab}.ipynb")
+    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
+    release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
+    text = "\n".join(c.source for c in release.cells)
+    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
+    assert not leftover_processes(course)
+
+
+# -- lab 05 ------------------------------------------------------------------------------
+
+BCAST_LINEAR = '''
+def bcast_binomial(comm, buf, root):
+    """Right result, but the root sends to everyone in turn."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank == root:
+        for dest in range(size):
+            if dest != root:
+                comm.Send(buf, dest=dest)
+    else:
+        comm.Recv(buf, source=root)
+'''
+
+ALLREDUCE_REBINDS = '''
+def allreduce_butterfly(comm, sendbuf, recvbuf):
+    """A butterfly that rebinds recvbuf: the caller's buffer keeps only the own data."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    recvbuf[...] = sendbuf
+    tmp = np.empty_like(recvbuf)
+    mask = 1
+    while mask < size:
+        partner = rank ^ mask
+        if partner < size:
+            comm.Sendrecv(recvbuf, dest=partner, recvbuf=tmp, source=partner)
+            recvbuf = recvbuf + tmp
+        mask <<= 1
+'''
+
+BCAST_DEADLOCK = '''
+def bcast_binomial(comm, buf, root):
+    """Every rank but the root receives first, the root too: nobody sends."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    comm.Recv(buf, source=(rank - 1) % size)
+    comm.Send(buf, dest=(rank + 1) % size)
+'''
+
+ALLREDUCE_VIA_ROOT = '''
+def allreduce_butterfly(comm, sendbuf, recvbuf):
+    """Right result: reduce at rank 0, then rank 0 sends the sum to everyone in turn."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    recvbuf[...] = sendbuf
+    if rank == 0:
+        tmp = np.empty_like(recvbuf)
+        for r in range(1, size):
+            comm.Recv(tmp, source=r)
+            recvbuf += tmp
+        for r in range(1, size):
+            comm.Send(recvbuf, dest=r)
+    else:
+        comm.Send(sendbuf, dest=0)
+        comm.Recv(recvbuf, source=0)
+'''
+
+BCAST_HOSTILE = HOSTILE_PATCH + '''
+
+def bcast_binomial(comm, buf, root):
+    """Only one rank gets the data; returns a liar."""
+    rank = comm.Get_rank()
+    other = (root + 1) % comm.Get_size()
+    if rank == root:
+        comm.Send(buf, dest=other)
+    elif rank == other:
+        comm.Recv(buf, source=root)
+    return _Liar()
+'''
+
+ALLREDUCE_HOSTILE = HOSTILE_PATCH + '''
+
+def allreduce_butterfly(comm, sendbuf, recvbuf):
+    """Does nothing; returns a liar."""
+    return _Liar()
+'''
+
+needs5 = pytest.mark.skipif(LAB5 not in LABS, reason="lab 05 not written yet")
+
+
+@needs5
+def test_lab05_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB5, "correct", solutions(LAB5), full(LAB5))
+    print(f"[wall] {LAB5} correct submission autograded in {wall:.1f} s")
+
+
+@needs5
+def test_lab05_wrong_gets_partial_marks(course):
+    answers = {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
+               "allreduce_butterfly": ALLREDUCE_REBINDS}
+    want = {"test_bcast_binomial": 3.0, "test_bcast_steps": 0.0,
+            "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0}
+    nb, wall = check_run(course, LAB5, "wrong", answers, want)
+    err = errors_of(nb, "test_bcast_steps")
+    assert "took 3 steps; a binomial tree needs only 2" in err, err
+    assert "step 3: 1->3 (40 B)" in err and "Only the root sends" in err, err
+    err = errors_of(nb, "test_allreduce_butterfly")
+    assert "rank 1 holds rank 1: missing rank 0, 2, 3" in err, err
+    print(f"[wall] {LAB5} wrong submission autograded in {wall:.1f} s")
+
+
+@needs5
+def test_lab05_deadlock_loses_only_that_part(course):
+    answers = {**solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK,
+               "allreduce_butterfly": ALLREDUCE_VIA_ROOT}
+    want = {"test_bcast_binomial": 0.0, "test_bcast_steps": 0.0,
+            "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0}
+    nb, wall = check_run(course, LAB5, "deadlock", answers, want)
+    err = errors_of(nb, "test_bcast_binomial")
+    # the try-it cell above the test ran it first: the test then skips it at once
+    assert ("TimedOut" in err or "Skipped" in err) and "did not finish within 10 s" in err, err
+    assert "Skipped" in errors_of(nb, "test_bcast_steps")
+    err = errors_of(nb, "test_allreduce_steps")
+    assert "took 4 steps; the butterfly needs only 2" in err, err
+    print(f"[wall] {LAB5} deadlocking submission autograded in {wall:.1f} s")
+
+
+@needs5
+def test_lab05_hostile_gets_no_marks_for_wrong_answers(course):
+    answers = {"bcast_binomial": BCAST_HOSTILE, "allreduce_butterfly": ALLREDUCE_HOSTILE}
+    nb, wall = check_run(course, LAB5, "hostile", answers, {k: 0.0 for k in full(LAB5)})
+    assert "bcast_binomial is right" in printed_by(nb, "test_bcast_binomial")  # fooled
+    assert "allreduce_butterfly is right" in printed_by(nb, "test_allreduce_butterfly")
+    for gid in full(LAB5):
+        assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
+    print(f"[wall] {LAB5} hostile submission autograded in {wall:.1f} s")
