@@ -26,9 +26,12 @@ prediction: 6.07 µs for 1,024 B (ring allgather on 4 ranks, Hockney α = 1 µs,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,7 @@ __all__ = [
     "admissible",
     "library_default",
     "library_env",
+    "observe_library",
     "predict",
     "predict_table",
     "rules_env",
@@ -704,3 +708,95 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(table, indent=2, default=str) + "\n")
     return table
+
+
+# --------------------------------------------------------------------------- observing
+
+
+def _sent_blocks(events_of_rank: Sequence[tuple], rank: int) -> dict:
+    out: dict[str, int] = {}
+    for kind, peer, nbytes in events_of_rank:
+        if kind == "send" and nbytes and peer != rank:
+            out[f"{rank}->{peer}"] = out.get(f"{rank}->{peer}", 0) + nbytes
+    return out
+
+
+def _observe_worker(args_path: str, out_path: str) -> int:
+    from mpi4py import MPI
+
+    k = _kernel()
+    a = json.loads(Path(args_path).read_text())
+    comm = MPI.COMM_WORLD
+    n = int(a["nbytes"])
+    # the calls in one C loop: no per-call argument checks adding their own messages
+    k.time(comm, "allgather", LIBRARY, n, warmup=0, iters=a["calls"], reps=1)
+    expected = {}
+    for alg in admissible("allgather", comm.Get_size()):
+        # one-byte blocks: bytes sent = blocks sent (our messages are user-level, so the
+        # monitoring counts them apart from the library's internal ones)
+        mine = _sent_blocks(k.trace(comm, "allgather", alg, 1), comm.Get_rank())
+        every = comm.gather(mine)
+        if comm.rank == 0:
+            expected[alg] = {key: v for d in every for key, v in d.items()}
+    if comm.rank == 0:
+        Path(out_path).write_text(json.dumps({"expected": expected}))
+    return 0
+
+
+def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
+                    calls: int = 2, transport: str = "shm", timeout: float = 120) -> dict:
+    """Which allgather algorithm the library really ran, seen from its messages.
+
+    Runs ``calls`` MPI_Allgather of `nbytes` per rank (more for small blocks, so that
+    they carry at least 64 KiB) under Open MPI's ``pml monitoring``
+    (which counts the bytes each rank sends each peer inside collectives), converts the
+    counts to blocks, and compares that pattern with the blocks each of our algorithms
+    sends (from their traces). `env` forces an algorithm or a rules file
+    (:func:`library_env`, :func:`rules_env`); without it, this observes the default.
+
+    Returns
+    -------
+    dict
+        ``observed`` (``{"src->dst": blocks}``), ``matches`` (our algorithms with the
+        same pattern; empty when the library did something else, e.g. its linear
+        allgather, which gathers and broadcasts with its own tree algorithms), ``ranks``,
+        ``nbytes``, ``env``.
+    """
+    from .bench import run_mpi
+
+    if runtime.selected_library() != "openmpi":
+        raise ValueError("observing the library's messages needs Open MPI's pml monitoring")
+    if not isinstance(nbytes, int) or nbytes < 1:
+        raise ValueError(f"nbytes must be a positive integer, got {nbytes!r}")
+    # enough calls that the allgather's bytes stand far above the job's other traffic
+    calls = max(int(calls), -(-65536 // nbytes))
+    launch = runtime.launch(ranks, transport)
+    extra = {**(env or {}), "OMPI_MCA_pml_monitoring_enable": "2",
+             "OMPI_MCA_pml_monitoring_enable_output": "1"}
+    with tempfile.TemporaryDirectory(prefix="mpilab-observe-") as d:
+        a, o, logs = Path(d) / "args.json", Path(d) / "out.json", Path(d) / "logs"
+        a.write_text(json.dumps({"nbytes": int(nbytes), "calls": int(calls)}))
+        # one output file per rank: the ranks' reports would interleave on one stream
+        job = dataclasses.replace(launch, env={**launch.env, **extra},
+                                  args=(*launch.args, "--output-filename", str(logs)))
+        run_mpi(job, [sys.executable, "-m", "mpilab.collectives", "--observe", str(a),
+                      str(o)], timeout)
+        expected = json.loads(o.read_text())["expected"]
+        text = "\n".join(f.read_text() for f in sorted(logs.rglob("stdout")))
+    unit = calls * int(nbytes)
+    observed = {}
+    for line in text.splitlines():
+        f = line.split("\t")
+        if len(f) >= 4 and f[0] == "I" and f[3].endswith(" bytes"):
+            b = int(f[3].split()[0])
+            if b >= unit / 2:  # below: the job's own small collectives, not the allgather
+                observed[f"{f[1]}->{f[2]}"] = round(b / unit)
+    matches = [alg for alg, pattern in expected.items() if pattern == observed]
+    return {"ranks": ranks, "nbytes": int(nbytes), "observed": observed, "matches": matches,
+            "env": env or {}}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--observe":
+        sys.exit(_observe_worker(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: python -m mpilab.collectives --observe ARGS.json OUT.json")

@@ -249,6 +249,13 @@ def trace_steps():
         assert steps("allgather", "recursive_doubling") == log2
         assert steps("allreduce", "recursive_doubling") == log2
     assert steps("barrier", "dissemination") == log2
+    # and every algorithm's traced depth is the one the registry states
+    from mpilab.collectives import ALGORITHMS
+
+    for op, specs in ALGORITHMS.items():
+        for alg, spec in specs.items():
+            if spec.admissible(size) is None:
+                assert steps(op, alg) == spec.steps(size), (op, alg, steps(op, alg))
 
 
 if "trace" in sys.argv[1:]:

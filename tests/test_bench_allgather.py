@@ -1,0 +1,88 @@
+"""python -m mpilab.bench allgather: runs, writes the agreed JSON, ratios finite and positive.
+
+Tiny sizes and rank counts; wall-clock speed is never asserted (the benchmark reports it).
+"""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import needs_mpi
+
+from mpilab import collectives
+
+pytestmark = needs_mpi
+
+
+def bench(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "mpilab.bench", "allgather", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "ag2.json"
+    res = bench("--ranks", "2", "--sizes", "8,1K", "--reps", "2", "--rounds", "1",
+                "--min-time", "0.0005", "--json", str(path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(path.read_text()), res.stdout
+
+
+def test_json_shape(two_ranks):
+    doc, _ = two_ranks
+    m = doc["meta"]
+    for key in ("hostname", "cores", "mpi_library", "ranks", "oversubscribed", "launcher",
+                "settings", "command", "summary"):
+        assert key in m, key
+    assert m["ranks"] == 2
+    algs = collectives.admissible("allgather", 2)
+    assert algs == ["linear", "bruck", "recursive_doubling", "ring", "neighbor_exchange",
+                    "two_proc"]
+    want = {("library:default", n) for n in (8, 1024)}
+    want |= {(f"{src}:{a}", n) for a in algs for src in ("mpilab", "library")
+             for n in (8, 1024)}
+    assert {(r["impl"], r["size_bytes"]) for r in doc["records"]} == want
+    for r in doc["records"]:
+        for key in ("impl", "alg", "ranks", "size_bytes", "t_us_min", "t_us_median", "iters"):
+            assert key in r, key
+        assert r["ranks"] == 2 and 0 < r["t_us_min"] <= r["t_us_median"]
+        assert len(r["times_us"]) == 2
+        if r["impl"].startswith("library:") and r["impl"] != "library:default":
+            assert r["library_env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+
+
+def test_ratios_finite_positive_and_printed(two_ranks):
+    doc, out = two_ranks
+    ratios = doc["meta"]["summary"]["own_vs_library"]
+    assert set(ratios) == set(collectives.admissible("allgather", 2))
+    for r in ratios.values():
+        for v in [*r["by_size"].values(), r["geomean"], r["max"]]:
+            assert math.isfinite(v) and v > 0
+    k = doc["meta"]["summary"]["library_choice_best"]
+    assert k["sizes"] == 2 and 0 <= k["strict"] <= k["within_5pct"] <= 2
+    assert "library's choice was the best in" in out
+    assert "own C / library, same algorithm" in out
+    # the documented default at 2 ranks is two_proc (Open MPI 4.1's rule)
+    assert set(doc["meta"]["library_documented_default"].values()) == {"two_proc"}
+
+
+def test_inadmissible_algorithm_is_a_clear_error():
+    res = bench("--ranks", "3", "--algs", "recursive_doubling", "--sizes", "8")
+    assert res.returncode == 2
+    assert "power-of-two" in res.stderr
+
+
+def test_decision_table_and_rules_file(two_ranks, tmp_path):
+    doc, _ = two_ranks
+    table = collectives.decision_table(doc["records"])
+    assert [(r["ranks"], r["size_bytes"]) for r in table["rules"]] == [(2, 8), (2, 1024)]
+    for r in table["rules"]:
+        assert r["best"] in collectives.admissible("allgather", 2)
+        assert r["t_us_best"] == min(r["t_us"].values())
+        assert r["library_default_vs_best"] >= 1.0
+    path = collectives.write_ompi_rules(table, tmp_path / "rules.conf")
+    nums = [line.split("#")[0].split() for line in path.read_text().splitlines()]
+    assert nums[:4] == [["1"], ["0"], ["1"], ["2"]]  # 1 collective, allgather, 1 size, p=2
+    assert nums[4] == ["2"] and nums[5][0] == "0" and nums[6][0] == "2048"
