@@ -1,6 +1,8 @@
 """Allgather: every algorithm in C, the library with each algorithm forced, and its default.
 
     python -m mpilab.bench allgather --ranks 4 --sizes 32,128,512,2K,8K,32K,128K,512K --json OUT
+    (--passes N: repeat every MPI job N times and pool; --observe: also observe the
+    library's default choice from its messages, Open MPI only)
 
 Sizes are blocks per rank (the allgather paper's convention). The library's algorithm is
 forced at MPI_Init (Open MPI: coll_tuned dynamic rules; MPICH: MPIR_CVAR_* control
@@ -72,11 +74,19 @@ def _jobs(ranks: int, algs, lib: str) -> list[tuple[dict, list[list[str]]]]:
     return jobs
 
 
-def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2,
-        min_time: float = 0.005, timeout: float = 600.0,
-        transport: str = "shm") -> tuple[dict, list[dict]]:
-    """Measure; returns (meta, records)."""
-    from ..collectives import ALGORITHMS, admissible, library_default
+def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes: int = 1,
+        min_time: float = 0.005, timeout: float = 600.0, transport: str = "shm",
+        observe: bool = False) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records).
+
+    Each of `passes` passes runs every MPI job once (the library's default, then one
+    job per forced algorithm); inside a job, our algorithm and the library's alternate
+    `rounds` times per size. Timings of all passes are pooled, so a job that happened
+    to share the machine with a busy neighbour does not decide a row alone. With
+    `observe` (Open MPI), the algorithm the library runs by default is also observed
+    from its messages at the smallest and largest size (:func:`observe_library`).
+    """
+    from ..collectives import ALGORITHMS, admissible, library_default, observe_library
 
     launch = runtime.launch(ranks, transport)
     lib = runtime.selected_library()
@@ -91,27 +101,35 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2,
             raise ValueError(ALGORITHMS["allgather"][alg].admissible(ranks))
     sizes = [int(n) for n in sizes]
     base = {"sizes": sizes, "reps": reps, "rounds": rounds, "min_time": min_time}
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
     iters = None
     library = {}
+    pooled: dict[str, dict[int, list[float]]] = {}
+    envs: dict[str, dict] = {}
+    for _ in range(passes):
+        for env, impls in _jobs(ranks, algs, lib):
+            job = dataclasses.replace(launch, env={**launch.env, **env})
+            doc = python_worker(job, MODULE, {**base, "impls": impls, "iters": iters},
+                                timeout)
+            if iters is None:  # the first job calibrates; every later one reuses its counts
+                iters = {int(k): v for k, v in doc["iters"].items()}
+                library = doc["library"]
+            for label, by_size in doc["times"].items():
+                envs[label] = env if label.startswith("library:") else {}
+                for n, times in by_size.items():
+                    pooled.setdefault(label, {}).setdefault(int(n), []).extend(times)
     records = []
-    for env, impls in _jobs(ranks, algs, lib):
-        job = dataclasses.replace(launch, env={**launch.env, **env})
-        doc = python_worker(job, MODULE, {**base, "impls": impls, "iters": iters}, timeout)
-        if iters is None:  # the first job calibrates; every later one reuses its counts
-            iters = {int(k): v for k, v in doc["iters"].items()}
-            library = doc["library"]
-        for label, by_size in doc["times"].items():
-            for n, times in by_size.items():
-                n = int(n)
-                alg = label.split(":", 1)[1]
-                records.append(record(
-                    times, size_bytes=n, impl=label, alg=alg,
-                    source=label.split(":", 1)[0], op="allgather", ranks=ranks,
-                    iters=iters[n], oversubscribed=launch.oversubscribed,
-                    library_env=env if label.startswith("library:") else {}))
+    for label, by_size in pooled.items():
+        for n, times in by_size.items():
+            records.append(record(
+                times, size_bytes=n, impl=label, alg=label.split(":", 1)[1],
+                source=label.split(":", 1)[0], op="allgather", ranks=ranks, iters=iters[n],
+                oversubscribed=launch.oversubscribed, library_env=envs[label]))
     records.sort(key=lambda r: (r["size_bytes"], r["impl"]))
     settings = {"sizes": sizes, "algs": list(algs), "reps": reps, "rounds": rounds,
-                "min_time": min_time, "iters": iters, "size_meaning": "bytes per rank block"}
+                "passes": passes, "min_time": min_time, "iters": iters,
+                "size_meaning": "bytes per rank block"}
     m = meta(launch, settings, library)
     m["oversubscribed"] = launch.oversubscribed
     m["op"] = "allgather"
@@ -119,6 +137,10 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2,
         m["library_documented_default"] = {
             n: library_default("allgather", ranks, n)["runs"] for n in sizes}
         m["library_documented_default_source"] = library_default("allgather", ranks, 1)["source"]
+        if observe:
+            m["library_observed_default"] = {
+                n: observe_library(ranks, max(n, 1), transport=transport)["matches"]
+                for n in sorted({min(sizes), max(sizes)})}
     m["summary"] = summary(records)
     return m, records
 
@@ -130,6 +152,7 @@ def _by(records):
 def summary(records: list[dict]) -> dict:
     """Own/library ratios per algorithm and size, the best row per size, the k-of-n count."""
     by = _by(records)
+    by_min = {(r["impl"], r["size_bytes"]): r["t_us_min"] for r in records}
     sizes = sorted({r["size_bytes"] for r in records})
     algs = sorted({r["alg"] for r in records if r["source"] == "mpilab"})
     ratios = {}
@@ -137,9 +160,12 @@ def summary(records: list[dict]) -> dict:
         row = {n: by[(f"mpilab:{alg}", n)] / by[(f"library:{alg}", n)] for n in sizes
                if (f"library:{alg}", n) in by and by[(f"library:{alg}", n)] > 0}
         if row:
+            mins = {n: by_min[(f"mpilab:{alg}", n)] / by_min[(f"library:{alg}", n)]
+                    for n in row}
             ratios[alg] = {"by_size": row,
                            "geomean": math.exp(sum(map(math.log, row.values())) / len(row)),
-                           "max": max(row.values())}
+                           "max": max(row.values()),
+                           "by_size_min_times": mins}
     best, strict, close = {}, 0, 0
     lib_rows = sorted({r["impl"] for r in records if r["source"] == "library"})
     for n in sizes:
@@ -203,6 +229,11 @@ def report(m: dict, records: list[dict]) -> str:
     if doc:
         out.append("# library's documented default (derived from Open MPI 4.1 source, not "
                    "queried): " + ", ".join(f"{_human(int(n))}: {a}" for n, a in doc.items()))
+    seen = m.get("library_observed_default")
+    if seen:
+        out.append("# library's default as observed from its messages (pml monitoring): "
+                   + ", ".join(f"{_human(int(n))}: {'/'.join(a) or 'none of ours'}"
+                               for n, a in seen.items()))
     k = s["library_choice_best"]
     out.append(f"library's choice was the best in {k['strict']} of {k['sizes']} sizes "
                f"(within 5 % of the best in {k['within_5pct']} of {k['sizes']})")
@@ -215,6 +246,11 @@ def report(m: dict, records: list[dict]) -> str:
         out.append(f"{alg:<20}" + "".join(
             f"{r['by_size'][n]:>9.2f}" if n in r["by_size"] else f"{'-':>9}" for n in sizes)
             + f"{r['geomean']:>9.2f}{r['max']:>7.2f}")
+    out.append("# the same with minimum times (less sensitive to a busy neighbour)")
+    for alg, r in s["own_vs_library"].items():
+        mins = r.get("by_size_min_times", {})
+        out.append(f"{alg:<20}" + "".join(
+            f"{mins[n]:>9.2f}" if n in mins else f"{'-':>9}" for n in sizes))
     return "\n".join(out)
 
 
@@ -229,7 +265,12 @@ def main(argv=None) -> int:
                    help="algorithms, comma-separated (default: all admissible at --ranks)")
     p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
     p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2,
+                   help="alternations of ours and the library's inside each job")
+    p.add_argument("--passes", type=int, default=1,
+                   help="passes over all the MPI jobs, timings pooled")
+    p.add_argument("--observe", action="store_true",
+                   help="also observe the library's default from its messages (Open MPI)")
     p.add_argument("--min-time", type=float, default=0.005,
                    help="seconds one repetition should last (sets iterations)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per MPI job")
@@ -241,7 +282,8 @@ def main(argv=None) -> int:
         sizes = parse_sizes(a.sizes)
         algs = [x.strip() for x in a.algs.split(",") if x.strip()] or None
         m, recs = run(a.ranks, sizes, algs=algs, reps=a.reps, rounds=a.rounds,
-                      min_time=a.min_time, timeout=a.timeout, transport=a.transport)
+                      passes=a.passes, min_time=a.min_time, timeout=a.timeout,
+                      transport=a.transport, observe=a.observe)
     except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
         print(f"mpilab.bench allgather: {exc}", file=sys.stderr)
         return 2
