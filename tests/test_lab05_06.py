@@ -268,3 +268,138 @@ def test_lab05_hostile_gets_no_marks_for_wrong_answers(course):
     for gid in full(LAB5):
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     print(f"[wall] {LAB5} hostile submission autograded in {wall:.1f} s")
+
+
+# -- lab 06 ------------------------------------------------------------------------------
+
+RING_OFF_BY_ONE = '''
+def allgather_ring(comm, sendbuf, recvbuf):
+    """One step short: the last block never arrives."""
+    r, p = comm.Get_rank(), comm.Get_size()
+    n = len(sendbuf)
+    recvbuf[r * n:(r + 1) * n] = sendbuf
+    for k in range(p - 2):
+        out, into = (r - k) % p, (r - k - 1) % p
+        comm.Sendrecv(recvbuf[out * n:(out + 1) * n], dest=(r + 1) % p,
+                      recvbuf=recvbuf[into * n:(into + 1) * n], source=(r - 1) % p)
+'''
+
+RD_ANY_P = '''
+def allgather_recursive_doubling(comm, sendbuf, recvbuf):
+    """Right for powers of two, but does not refuse 3 ranks."""
+    r, p = comm.Get_rank(), comm.Get_size()
+    n = len(sendbuf)
+    recvbuf[r * n:(r + 1) * n] = sendbuf
+    d = 1
+    while d < p:
+        partner = r ^ d
+        if partner < p:
+            mine, theirs = (r // d) * d, (partner // d) * d
+            comm.Sendrecv(recvbuf[mine * n:(mine + d) * n], dest=partner,
+                          recvbuf=recvbuf[theirs * n:(theirs + d) * n], source=partner)
+        d *= 2
+'''
+
+RING_SEND_FIRST = '''
+def allgather_ring(comm, sendbuf, recvbuf):
+    """Every rank sends, then receives: deadlocks past the eager limit."""
+    r, p = comm.Get_rank(), comm.Get_size()
+    n = len(sendbuf)
+    recvbuf[r * n:(r + 1) * n] = sendbuf
+    for k in range(p - 1):
+        out, into = (r - k) % p, (r - k - 1) % p
+        comm.Send(recvbuf[out * n:(out + 1) * n], dest=(r + 1) % p)
+        comm.Recv(recvbuf[into * n:(into + 1) * n], source=(r - 1) % p)
+'''
+
+
+def pyx_loop(body: str) -> str:
+    """The solution's ALLGATHER_PYX cell with its ring loop replaced by `body`."""
+    src = solutions(LAB6)["allgather_pyx"]
+    head, rest = src.split("    for i in range(n):", 1)
+    return head + body + '"""\n'
+
+
+PYX_SEND_FIRST = pyx_loop('''    for i in range(n):
+        rb[r * n + i] = sendbuf[i]
+    with nogil:
+        for k in range(p - 1):
+            out = (r - k + p) % p
+            into = (r - k - 1 + p) % p
+            MPI_Send(&rb[out * n], <int>n, MPI_DOUBLE, right, 0, c)
+            MPI_Recv(&rb[into * n], <int>n, MPI_DOUBLE, left, 0, c, MPI_STATUS_IGNORE)
+''')
+
+PYX_NOTHING = pyx_loop('''    # MPI_Sendrecv( -- named in a comment only, which does not count
+    pass
+''')
+
+LIAR_RING = HOSTILE_PATCH + '''
+
+def allgather_ring(comm, sendbuf, recvbuf):
+    """Only the own block; returns a liar."""
+    r, n = comm.Get_rank(), len(sendbuf)
+    recvbuf[r * n:(r + 1) * n] = sendbuf
+    return _Liar()
+'''
+
+needs6 = pytest.mark.skipif(LAB6 not in LABS, reason="lab 06 not written yet")
+
+
+@needs6
+def test_lab06_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB6, "correct", solutions(LAB6), full(LAB6))
+    print(f"[wall] {LAB6} correct submission autograded in {wall:.1f} s")
+
+
+@needs6
+def test_lab06_wrong_gets_partial_marks(course):
+    answers = {**solutions(LAB6), "allgather_ring": RING_OFF_BY_ONE,
+               "allgather_recursive_doubling": RD_ANY_P}
+    want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
+            "test_rd_not_power_of_two": 0.0}
+    nb, wall = check_run(course, LAB6, "wrong", answers, want)
+    err = errors_of(nb, "test_allgather_ring")
+    assert "block 1 was never written, expected rank 1's" in err, err
+    assert "step 2: 0->1" in err, err
+    err = errors_of(nb, "test_rd_not_power_of_two")
+    assert "should raise ValueError on every rank" in err and "rank 2: no error" in err, err
+    print(f"[wall] {LAB6} wrong submission autograded in {wall:.1f} s")
+
+
+@needs6
+def test_lab06_deadlocks_lose_only_their_parts(course):
+    # a Python ring and a compiled one that send first: both hang past the eager limit
+    answers = {**solutions(LAB6), "allgather_ring": RING_SEND_FIRST,
+               "allgather_pyx": PYX_SEND_FIRST}
+    want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
+            "test_allgather_cython": 0.0}
+    nb, wall = check_run(course, LAB6, "deadlock", answers, want)
+    for gid in ("test_allgather_ring", "test_allgather_cython"):
+        err = errors_of(nb, gid)
+        assert "did not finish within 10 s" in err, (gid, err)
+    assert "Every stuck rank is in a send" in errors_of(nb, "test_allgather_ring")
+    assert "stuck inside it" in errors_of(nb, "test_allgather_cython")
+    assert "Skipped" in errors_of(nb, "test_ring_steps")
+    print(f"[wall] {LAB6} deadlocking submission autograded in {wall:.1f} s")
+
+
+@needs6
+def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
+    answers = {
+        "allgather_ring": LIAR_RING,
+        # hidden tests reload mpilab.grading, so the patch is renewed in every answer cell
+        "allgather_bruck": LIAR_RING.replace("def allgather_ring", "def allgather_bruck"),
+        "allgather_recursive_doubling": LIAR_RING.replace(
+            "def allgather_ring", "def allgather_recursive_doubling"),
+        "allgather_pyx": HOSTILE_PATCH + PYX_NOTHING,
+    }
+    nb, wall = check_run(course, LAB6, "hostile", answers, {k: 0.0 for k in full(LAB6)})
+    for gid, name in [("test_allgather_ring", "allgather_ring"),
+                      ("test_allgather_bruck", "allgather_bruck"),
+                      ("test_allgather_rd", "allgather_recursive_doubling"),
+                      ("test_allgather_cython", "allgather_cy.allgather_ring")]:
+        assert f"{name} is right" in printed_by(nb, gid), gid  # the patch fooled that ...
+    for gid in full(LAB6):
+        assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))  # ... not this
+    print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")
