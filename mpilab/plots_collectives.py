@@ -149,7 +149,7 @@ def step_panels(events_by_rank: Sequence | Mapping, *, root: int | None = None,
                         arrowprops={"arrowstyle": "-|>", "color": "C3", "lw": 1.2,
                                     "shrinkA": 9, "shrinkB": 9,
                                     "connectionstyle": "arc3,rad=0.15"})
-            if len(msgs) <= 8:
+            if len(msgs) <= 6:
                 mid = (a + b) / 2 + 0.12 * np.array([-(b - a)[1], (b - a)[0]])
                 ax.text(*mid, format_bytes(int(m["bytes"])), fontsize=6, color="C3",
                         ha="center", va="center")

@@ -1,0 +1,190 @@
+"""Lectures 05 (trees and butterflies) and 06 (allgather): their key outputs, as text.
+
+Each lecture is executed once per session by ``test_lectures.executed`` (``MPILAB_QUICK=1``,
+real MPI engines and real ``mpiexec`` jobs); ``test_lectures.test_lecture_runs_cleanly``
+already checks that every cell ran and nothing was left behind. Here: the step counts the
+lectures print from traces are the right ones (the expected values are written out
+below, not taken from the code under test), the tables carry the papers' columns beside
+this machine's, the figures were drawn, predictions are labelled, and lecture 06 says how
+often the library's choice was the best.
+"""
+
+import math
+import re
+
+import pytest
+from test_lectures import cell_with, executed, text_of
+
+pytestmark = pytest.mark.slow
+
+PS = range(2, 9)  # the lectures trace on p = 2..8
+QUICK_PS = [2, 3, 4]  # the lectures time on these under MPILAB_QUICK=1
+
+
+def clog2(p):
+    return math.ceil(math.log2(p))
+
+
+def flog2(p):
+    return int(math.log2(p))
+
+
+# steps (Lamport depth) of each algorithm on p = 2..8, worked out by hand
+STEPS_05 = {
+    "bcast/linear": [p - 1 for p in PS],
+    "bcast/binary_tree": [1, 2, 2, 3, 3, 4, 4],  # children sent in turn: 0->1, 0->2, 2->6, ...
+    "bcast/binomial": [clog2(p) for p in PS],
+    "reduce/gather_reduce": [1] * 7,
+    "reduce/binomial": [flog2(p) for p in PS],
+    "reduce/recursive_halving": [2, 3, 4, 5, 5, 5, 6],  # 2 log2 q, +1 to fold p != q
+    "allreduce/recursive_doubling": [1, 3, 2, 4, 4, 4, 3],  # log2 q, +2 to fold p != q
+    "allreduce/ring": [2 * (p - 1) for p in PS],
+    "barrier/linear": list(PS),
+    "barrier/tree": [2, 3, 4, 5, 5, 6, 7],
+    "barrier/dissemination": [clog2(p) for p in PS],
+    "scatter/linear": [p - 1 for p in PS],
+    "scatter/binomial": [clog2(p) for p in PS],
+    "gather/linear": [1] * 7,
+    "gather/binomial": [flog2(p) for p in PS],
+}
+STEPS_06 = {
+    "allgather/linear": list(PS),
+    "allgather/bruck": [clog2(p) for p in PS],
+    "allgather/recursive_doubling": [1, None, 2, None, None, None, 3],
+    "allgather/ring": [p - 1 for p in PS],
+    "allgather/neighbor_exchange": [1, None, 2, None, 3, None, 4],
+    "allgather/two_proc": [1] + [None] * 6,
+}
+
+
+def traced_steps(text):
+    """{'op/alg': [steps or None per p]} from the lecture's 'op/alg: traced 1 2 -' lines."""
+    out = {}
+    for name, values in re.findall(r"^(\w+/\w+): traced ([\d -]+);", text, re.M):
+        out[name] = [None if v == "-" else int(v) for v in values.split()]
+    return out
+
+
+def pngs(cell):
+    return sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+# --- lecture 05 ---------------------------------------------------------------------------
+
+
+def test_lecture_05_traced_step_counts_are_the_expected_ones():
+    nb = executed("05-collectives-trees")
+    text = text_of(cell_with(nb, "traced_steps = "))
+    assert traced_steps(text) == STEPS_05, text
+    assert "every traced step count equals its formula" in text
+
+
+def test_lecture_05_draws_schedules_from_traces():
+    nb = executed("05-collectives-trees")
+    assert pngs(cell_with(nb, "pc.step_panels(")) == 3  # linear, binary tree, binomial
+    assert pngs(cell_with(nb, "tracing.draw(")) == 1
+
+
+def test_lecture_05_measures_every_operation_at_every_p_with_progress():
+    nb = executed("05-collectives-trees")
+    text = text_of(cell_with(nb, "def time_op("))
+    for p in QUICK_PS:
+        for op in ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather"):
+            assert re.search(rf"^p={p} {op}: .*library \S+", text, re.M), (p, op, text)
+    assert "ran oversubscribed" in text
+
+
+def test_lecture_05_tables_put_the_paper_beside_this_machine():
+    nb = executed("05-collectives-trees")
+    text = text_of(cell_with(nb, "COMPARE = {"))
+    for name, finding in (("scatter–gather", "slightly better for DECK at 100 B"),
+                          ("reduce", "better for DECK"),
+                          ("barrier", "equal up to 6 processes")):
+        assert f"{name}  —  paper: {finding}" in text, name
+    for column in ("this machine, 100 B", "this machine, 10 KB", "this machine, no data",
+                   "DECK-style", "MPI-style", "library", "DECK/MPI-style", "oversubscribed"):
+        assert column in text, column
+    assert "Open MPI" in text or "MPICH" in text  # which library measured it
+    verdict = text_of(cell_with(nb, "def verdict("))
+    assert verdict.count("Here: DECK-style faster at p = ") == 7
+
+
+def test_lecture_05_prediction_is_labelled_and_drawn_beside_the_measurement():
+    nb = executed("05-collectives-trees")
+    assert "Hockney fit: α =" in text_of(cell_with(nb, "models.fit_hockney("))
+    cell = cell_with(nb, "pc.predicted_vs_measured(")
+    text = text_of(cell)
+    assert text.startswith("prediction: ") and "binomial bcast on 4 ranks" in text
+    assert "measured:" in text
+    assert pngs(cell) == 1
+
+
+# --- lecture 06 ---------------------------------------------------------------------------
+
+
+def test_lecture_06_traced_step_counts_are_the_expected_ones():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "traced_steps, mismatch = "))
+    assert traced_steps(text) == STEPS_06, text
+    assert "every traced step count equals its formula" in text
+
+
+def test_lecture_06_draws_schedules_and_counts_bytes_per_step():
+    nb = executed("06-allgather")
+    assert pngs(cell_with(nb, "pc.step_panels(")) == 4
+    assert pngs(cell_with(nb, "tracing.draw(")) == 1
+    table = text_of(cell_with(nb, "def per_step("))
+    rows = {line.split()[0]: line for line in table.splitlines()[2:]}
+    assert "8×1, 8×2, 8×4" in rows["bruck"] and "8×1, 8×2, 8×4" in rows["recursive_doubling"]
+    assert "8×1, " * 6 + "8×1" in rows["ring"]
+    assert "8×1, 8×2, 8×2, 8×2" in rows["neighbor_exchange"]
+
+
+def test_lecture_06_predictions_are_labelled():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "def predicted_table("))
+    for p in (4, 62, 128):
+        assert re.search(rf"^prediction \(Hockney, Hockney fit: α = [^)]+\), p = {p}: µs per "
+                         "call", text, re.M), p
+
+
+def test_lecture_06_table_has_the_paper_columns_and_this_machine():
+    nb = executed("06-allgather")
+    sizes = ["32 B", "128 B", "512 B", "2 KiB", "8 KiB", "32 KiB", "128 KiB", "512 KiB"]
+    here = text_of(cell_with(nb, "def machine_table("))
+    assert "this machine: allgather, 4 ranks on" in here
+    for s in sizes:
+        assert s in here, s
+    for row in ("library's choice", "linear", "bruck", "recursive_doubling", "ring",
+                "neighbor_exchange", "the library's rule runs"):
+        assert row in here, row
+    assert here.count(" *") >= 8  # a best in every column
+    paper = text_of(cell_with(nb, "PAPER = {"))
+    assert "paper, 62 processes, x 10 µs" in paper
+    assert "29 ± 149 *" in paper and "Open MPI's rule chose" in paper
+    for s in ["32 B", "128 B", "512 B", "2 KB", "8 KB", "32 KB", "128 KB", "512 KB"]:
+        assert s in paper, s
+
+
+def test_lecture_06_counts_how_often_the_library_chose_the_best():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "def k_of_n("))
+    assert "paper, 62 processes: the library's choice was the best in 3 of 8 sizes" in text
+    assert "paper, 128 processes: the library's choice was the best in 1 of 8 sizes" in text
+    assert re.search(r"this machine, 4 ranks: the library's choice was the best in [0-8] of 8 "
+                     r"sizes", text), text
+    summary = text_of(cell_with(nb, "paper: 3 of 8 at 62 processes"))
+    assert re.search(r"4 ranks here: the library's choice was the best in [0-8] of 8 sizes",
+                     summary)
+
+
+def test_lecture_06_tunes_and_applies_the_rules():
+    nb = executed("06-allgather")
+    progress = text_of(cell_with(nb, "collectives.tune("))
+    assert "p=4: tuning 8 sizes in 6 MPI jobs" in progress and "oversubscribed: True" in progress
+    rules = text_of(cell_with(nb, 'read_text())'))
+    assert "# allgather" in rules and "4  # communicator size" in rules
+    assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in rules
+    applied = text_of(cell_with(nb, "def one_job("))
+    assert re.search(r"p=4: tuned faster than the default by more than 10 % at \d of 8", applied)
+    assert pngs(cell_with(nb, "pc.predicted_vs_measured(")) == 1
