@@ -138,6 +138,61 @@ def binomial_broadcast_steps():
         assert len(out["schedule"]) == size - 1
 
 
+@check
+def every_wrapped_call_records_its_message():
+    right, left = (rank + 1) % size, (rank - 1) % size
+    tc = tracing.TracingComm(comm)
+    a, b = np.full(4, rank, np.int32), np.empty(4, np.int32)  # 16 B
+    tc.Ssend(a, right) if rank % 2 == 0 else tc.Recv(b, source=MPI.ANY_SOURCE)
+    tc.Recv(b, source=left) if rank % 2 == 0 else tc.Ssend(a, right)
+    assert b[0] == left
+    req = tc.Irecv(b, source=left)
+    tc.Issend(a, right).Wait()
+    while not req.Test():
+        pass
+    reqs = [tc.Irecv(b, source=left), tc.Isend(a, right)]
+    type(reqs[0]).Waitall(reqs)
+    buf = np.full(3, rank, np.float64)  # 24 B
+    tc.Sendrecv_replace(buf, right, source=left)
+    assert buf[0] == left
+    tc.Send(a, MPI.PROC_NULL)  # no message: not recorded
+    tc.Recv(b, source=MPI.PROC_NULL)
+    r = tc.irecv(source=left)
+    tc.isend("x", right).wait()
+    assert r.wait() == "x"
+    ev = tc.events
+    pickled = ev[-1][2]
+    assert pickled > 0 and ev[-2] == ("send", right, pickled), ev
+    first = [("send", right, 16), ("recv", left, 16)]
+    want = (first if rank % 2 == 0 else first[::-1]) + [
+        ("send", right, 16), ("recv", left, 16), ("send", right, 16), ("recv", left, 16),
+        ("send", right, 24), ("recv", left, 24), ("send", right, pickled),
+        ("recv", left, pickled)]
+    assert ev == want, (ev, want)
+    sched = tracing.schedule(comm.allgather(ev))
+    # 2 steps for the first exchange (odd ranks forward what they received), then 4 rounds
+    assert tracing.steps(sched) == 6, sched
+    assert [m["bytes"] for m in sched if m["step"] == 5] == [24] * size, sched
+    assert tc.untraced == []
+    tc.Barrier()
+    assert tc.untraced == ["Barrier"]
+
+
+@check
+def trace_reports_unpaired_messages():
+    def lonely(c):
+        if c.rank == 0:
+            c.send(1, dest=1)  # small: returns at once, nobody receives it
+        return c.rank
+
+    out = tracing.trace(comm, lonely)
+    assert out["schedule"] is None and out["steps"] is None
+    assert "rank 0 event 0" in out["error"] and "never received" in out["error"], out["error"]
+    assert out["result"] == rank
+    if rank == 1:  # take the stray message, so later checks start clean
+        comm.recv(source=0)
+
+
 if failures:
     print("\n".join(failures), flush=True)
     sys.exit(1)
