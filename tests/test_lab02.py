@@ -6,7 +6,8 @@ marks, a wrong one (east and west swapped; an "overlap" that waits before comput
 loses those parts with messages that name the wrong ghost edge, one whose fixed exchange
 deadlocks loses only that part and is graded within its timeout, and a hostile one
 (patched ``mpilab.grading``, the checks' own helpers redefined, an object that equals
-everything returned) gets no marks for its wrong answers. No process of the notebook's MPI cluster outlives an autograde.
+everything returned) gets no marks for its wrong answers. No process of the notebook's
+MPI cluster outlives an autograde.
 
 Wall times of autograding are printed (``pytest -s``), not asserted.
 """
