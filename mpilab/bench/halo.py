@@ -1,0 +1,205 @@
+"""Halo exchange: blocking vs nonblocking vs overlapped, by subdomain size (K1 table).
+
+    python -m mpilab.bench halo --app heat|wave --mode all --sub 16,64,256 --ranks 2 --json OUT
+
+For each subdomain edge N in `--sub`, every rank owns N x N points (global grid
+``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the compiled kernel
+(kernels/stencil or kernels/wave) times steps of exchange + update in every mode and
+packing, alternating them in `--rounds` rounds so their ratios are measured under the same
+load. Each (mode, pack) result is then checked: against the NumPy serial reference when
+the global grid is small enough (``--check-max`` points), else by heat conservation
+(heat) or against the kernel run on one rank (wave). Records carry app, mode, pack, sub,
+ranks, nx, ny, dims, t_us_min, t_us_median (per step), quartiles, iters and valid; meta
+says which machine, MPI, launcher and whether the run was oversubscribed. The table is
+the coarray paper's Table 1: T per step by subdomain, K1 = T_blocking / T_nonblocking and
+T_blocking / T_overlap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .. import runtime
+from . import meta, python_worker, write
+
+MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+PACKS = ("datatype", "manual")
+CHECK_STEPS = 20
+
+
+def _validate(comm, app, nx, ny, dims, mode, pack, check_max, refs):
+    """True on every rank when the parallel result of (mode, pack) is right (collective)."""
+    import numpy as np
+
+    from .. import halo
+
+    ok = True
+    if app == "heat":
+        before = halo.gather(comm, *halo.run_heat(comm, nx, ny, CHECK_STEPS - 1, mode=mode,
+                                                  pack=pack, dims=dims))
+        after = halo.gather(comm, *halo.run_heat(comm, nx, ny, CHECK_STEPS, mode=mode,
+                                                 pack=pack, dims=dims))
+        if comm.rank == 0:
+            want = before.sum() - halo.boundary_loss(before) + 3.0
+            ok = bool(np.isclose(after.sum(), want, rtol=1e-12))
+            if nx * ny <= check_max:
+                if "heat" not in refs:
+                    refs["heat"] = halo.serial_heat(nx, ny, CHECK_STEPS)
+                ok = ok and bool(np.allclose(after, refs["heat"], rtol=1e-12, atol=1e-12))
+    else:
+        from mpi4py import MPI
+
+        from ..kernels import wave
+
+        p = halo.gather(comm, *halo.run_wave(comm, nx, ny, CHECK_STEPS, mode=mode, pack=pack,
+                                             dims=dims))
+        if comm.rank == 0:
+            if "wave" not in refs:
+                refs["wave"] = (halo.serial_wave(nx, ny, CHECK_STEPS) if nx * ny <= check_max
+                                else wave.wave(MPI.COMM_SELF, nx, ny, CHECK_STEPS)[0])
+            ok = bool(np.allclose(p, refs["wave"], rtol=1e-12, atol=1e-12))
+    return comm.bcast(ok, root=0)
+
+
+def _worker(args_path: str, out_path: str) -> int:
+    from mpi4py import MPI
+
+    from .. import halo
+
+    a = json.loads(open(args_path).read())
+    comm = MPI.COMM_WORLD
+    records = []
+    for sub in a["subs"]:
+        recs = halo.time_halo(comm, a["app"], a["modes"], sub, pack=a["packs"],
+                              reps=a["reps"], rounds=a["rounds"], min_time=a["min_time"])
+        refs: dict = {}
+        for r in recs:
+            r["valid"] = _validate(comm, a["app"], r["nx"], r["ny"], tuple(r["dims"]),
+                                   r["mode"], r["pack"], a["check_max"], refs)
+        records.extend(recs)
+    if comm.rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"records": records, "library": runtime.library_info()}, f)
+    return 0
+
+
+def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transport="shm",
+        reps=5, rounds=2, min_time=0.02, check_max=1 << 22,
+        timeout=600.0) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records)."""
+    if app not in ("heat", "wave"):
+        raise ValueError(f"app must be 'heat' or 'wave', got {app!r}")
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"mode must be among {MODES}, got {m!r}")
+    for p in packs:
+        if p not in PACKS:
+            raise ValueError(f"pack must be among {PACKS}, got {p!r}")
+    for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not subs or any(not isinstance(s, int) or s < 1 for s in subs):
+        raise ValueError(f"sub sizes must be integers >= 1, got {subs!r}")
+    launch = runtime.launch(ranks, transport)
+    args = {"app": app, "modes": list(modes), "packs": list(packs), "subs": list(subs),
+            "reps": reps, "rounds": rounds, "min_time": min_time, "check_max": check_max}
+    doc = python_worker(launch, "mpilab.bench.halo", args, timeout)
+    records = doc["records"]
+    for r in records:
+        r["transport"] = transport
+        r["oversubscribed"] = launch.oversubscribed
+    settings = {**args, "check_steps": CHECK_STEPS}
+    return meta(launch, settings, doc["library"]), records
+
+
+def table(records: list[dict]) -> str:
+    """The coarray paper's Table 1: median time per step by subdomain, and K1 ratios."""
+    lines = []
+    for pack in PACKS:
+        rows = [r for r in records if r["pack"] == pack]
+        if not rows:
+            continue
+        modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+        by = {(r["mode"], r["sub"]): r for r in rows}
+        head = f"{'sub':>10} " + " ".join(f"{'T_' + m + ' (us)':>18}" for m in modes)
+        ks = [m for m in ("nonblocking", "overlap", "sendrecv") if m in modes]
+        if "blocking" in modes:
+            head += " " + " ".join(f"{'K1 b/' + m[:7]:>12}" for m in ks)
+        lines += [f"# {rows[0]['app']}, pack={pack}, {rows[0]['ranks']} ranks, "
+                  "time per step (median)", head]
+        for sub in sorted({r["sub"] for r in rows}):
+            line = f"{str(sub) + '^2':>10} " + " ".join(
+                f"{by[(m, sub)]['t_us_median']:>18.2f}" if (m, sub) in by else f"{'-':>18}"
+                for m in modes)
+            if "blocking" in modes and ("blocking", sub) in by:
+                tb = by[("blocking", sub)]["t_us_median"]
+                line += " " + " ".join(
+                    f"{tb / by[(m, sub)]['t_us_median']:>12.3f}" if (m, sub) in by
+                    else f"{'-':>12}" for m in ks)
+            bad = [m for m in modes if (m, sub) in by and not by[(m, sub)]["valid"]]
+            if bad:
+                line += "  INVALID: " + ",".join(bad)
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    if text.strip() == "all":
+        return list(allowed)
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    for t in out:
+        if t not in allowed:
+            raise ValueError(f"{what} must be among {allowed} or 'all', got {t!r}")
+    if not out:
+        raise ValueError(f"no {what} given")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.bench halo",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--app", choices=("heat", "wave"), default="heat")
+    p.add_argument("--mode", default="all", help="comma-separated modes, or all")
+    p.add_argument("--pack", default="datatype", help="datatype, manual, or all")
+    p.add_argument("--sub", default="16,64,256,1024",
+                   help="subdomain edges N (N x N points per rank), comma-separated")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--min-time", type=float, default=0.02,
+                   help="seconds one repetition should last (sets iterations)")
+    p.add_argument("--check-max", type=int, default=1 << 22,
+                   help="largest global grid (points) checked against the NumPy reference")
+    p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    a = p.parse_args(argv)
+    if a.worker:
+        return _worker(*a.worker)
+    try:
+        modes = _list(a.mode, MODES, "mode")
+        packs = _list(a.pack, PACKS, "pack")
+        try:
+            subs = [int(s) for s in a.sub.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
+        m, recs = run(subs, app=a.app, modes=modes, packs=packs, ranks=a.ranks,
+                      transport=a.transport, reps=a.reps, rounds=a.rounds,
+                      min_time=a.min_time, check_max=a.check_max, timeout=a.timeout)
+    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
+        print(f"mpilab.bench halo: {exc}", file=sys.stderr)
+        return 2
+    write(a.json, m, recs)
+    print(f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} ranks on {m['cores']} "
+          "cores" + (" (oversubscribed)" if m.get("oversubscribed") else ""))
+    print(table(recs))
+    if a.json and a.json != "-":
+        print(f"# wrote {a.json}")
+    return 0 if all(r["valid"] for r in recs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

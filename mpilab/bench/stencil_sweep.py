@@ -1,0 +1,144 @@
+"""Stencil sweep vs memory copy: is the heat update as fast as moving its bytes?
+
+    python -m mpilab.bench stencil-sweep --nx 4096 --ny 4096 --json OUT
+
+One rank (under mpiexec, like every benchmark) times the compiled heat update of an
+``nx`` x ``ny`` grid (kernels/stencil, no exchange) and the compiled copy loop of the same
+number of doubles (kernels/memcopy), alternating in `--rounds` rounds. Both are counted
+the same way: the bytes the operation must move, read the old array + write the new one,
+``2 * 8 * nx * ny`` bytes, so ``GBps`` compares like with like (write-allocate traffic
+is not counted for either). Records carry impl (``stencil``, ``memcopy``), nx, ny,
+size_bytes, t_us_min, t_us_median and GBps (from the median); meta as for every benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .. import runtime
+from ..timing import record
+from . import meta, python_worker, write
+
+IMPLS = ("stencil", "memcopy")
+
+
+def _iters(fn, min_time):
+    """Iterations for one repetition of `fn(iters)` (seconds per call) to last min_time."""
+    it = 1
+    while True:
+        t = fn(it).min()
+        if t * it >= min_time / 4 or it >= 1 << 20:
+            return int(max(1, min(1 << 20, round(it * min_time / max(t * it, 1e-9)))))
+        it *= 4
+
+
+def _worker(args_path: str, out_path: str) -> int:
+    import numpy as np
+    from mpi4py import MPI
+
+    from ..kernels import memcopy, stencil
+
+    a = json.loads(open(args_path).read())
+    nx, ny, reps, method = a["nx"], a["ny"], a["reps"], a["copy"]
+    self_ = MPI.COMM_SELF
+    src = np.random.default_rng(0).random(nx * ny)
+    dst = np.zeros_like(src)
+
+    def sweep(it, r=3):
+        return stencil.sweep(self_, nx, ny, warmup=1, iters=it, reps=r)
+
+    def copy(it, r=3):
+        return memcopy.memcopy(self_, dst, src, method=method, warmup=1, iters=it, reps=r)
+
+    iters = {"stencil": _iters(sweep, a["min_time"]), "memcopy": _iters(copy, a["min_time"])}
+    pooled = {i: [] for i in a["impls"]}
+    for _ in range(a["rounds"]):
+        for impl in a["impls"]:
+            fn = sweep if impl == "stencil" else copy
+            pooled[impl].extend(fn(iters[impl], reps).tolist())
+    if not np.array_equal(dst, src):
+        raise RuntimeError("the memcopy kernel did not copy")
+    with open(out_path, "w") as f:
+        json.dump({"pooled": pooled, "iters": iters, "library": runtime.library_info()}, f)
+    return 0
+
+
+def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=7, rounds=2, min_time=0.05,
+        timeout=600.0) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records)."""
+    for impl in impls:
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if copy not in ("loop", "memcpy"):
+        raise ValueError(f"copy must be 'loop' or 'memcpy', got {copy!r}")
+    for name, v in (("nx", nx), ("ny", ny), ("reps", reps), ("rounds", rounds)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    launch = runtime.launch(1, "shm")
+    args = {"nx": nx, "ny": ny, "impls": list(impls), "copy": copy, "reps": reps,
+            "rounds": rounds, "min_time": min_time}
+    doc = python_worker(launch, "mpilab.bench.stencil_sweep", args, timeout)
+    nbytes = 2 * 8 * nx * ny
+    records = []
+    for impl in impls:
+        rec = record(doc["pooled"][impl], size_bytes=nbytes, impl=impl, nx=nx, ny=ny,
+                     iters=doc["iters"][impl], ranks=1,
+                     method=copy if impl == "memcopy" else "5-point")
+        rec["GBps"] = nbytes / (rec["t_us_median"] * 1e3)
+        rec["GBps_best"] = nbytes / (rec["t_us_min"] * 1e3)
+        records.append(rec)
+    settings = {**args, "bytes_counted": "read old + write new = 16 B per point"}
+    return meta(launch, settings, doc["library"]), records
+
+
+def table(records: list[dict]) -> str:
+    lines = [f"{'impl':>8} {'grid':>11} {'t median (ms)':>14} {'GB/s (median)':>14} "
+             f"{'GB/s (best)':>12}"]
+    for r in records:
+        lines.append(f"{r['impl']:>8} {str(r['nx']) + 'x' + str(r['ny']):>11} "
+                     f"{r['t_us_median'] / 1e3:>14.3f} {r['GBps']:>14.2f} {r['GBps_best']:>12.2f}")
+    by = {r["impl"]: r for r in records}
+    if "stencil" in by and "memcopy" in by:
+        lines.append(f"stencil / memcopy bandwidth: {by['stencil']['GBps'] / by['memcopy']['GBps']:.2f}"
+                     f" (median), {by['stencil']['GBps_best'] / by['memcopy']['GBps_best']:.2f}"
+                     " (best)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.bench stencil-sweep",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--nx", type=int, default=4096)
+    p.add_argument("--ny", type=int, default=4096)
+    p.add_argument("--impls", default=",".join(IMPLS))
+    p.add_argument("--copy", choices=("loop", "memcpy"), default="loop",
+                   help="the copy compared with: the compiled loop or libc memcpy")
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--min-time", type=float, default=0.05,
+                   help="seconds one repetition should last (sets iterations)")
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    a = p.parse_args(argv)
+    if a.worker:
+        return _worker(*a.worker)
+    try:
+        impls = [i.strip() for i in a.impls.split(",") if i.strip()]
+        m, recs = run(a.nx, a.ny, impls=impls, copy=a.copy, reps=a.reps, rounds=a.rounds,
+                      min_time=a.min_time)
+    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
+        print(f"mpilab.bench stencil-sweep: {exc}", file=sys.stderr)
+        return 2
+    write(a.json, m, recs)
+    print(f"# {m['mpi_library_version']} | 1 rank on {m['cores']} cores | "
+          f"{m.get('cpu_model', '')}")
+    print(table(recs))
+    if a.json and a.json != "-":
+        print(f"# wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
