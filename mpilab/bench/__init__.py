@@ -23,6 +23,7 @@ BENCHMARKS = {
     "halo": "mpilab.bench.halo",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
+    "cluster": "mpilab.bench.cluster",
 }
 
 

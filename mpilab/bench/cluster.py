@@ -1,0 +1,108 @@
+"""The cluster's lifecycle: cold start, reconnect from a new process, restart, stop.
+
+    python -m mpilab.bench cluster -n 4 --reps 3 --json OUT
+
+What a student waits for: starting the notebook's MPI engines (``cold-start``), a notebook
+kernel restarted while the engines run on (``reconnect``: a new process connects to the
+running cluster and gets an answer from every rank), the one-call recovery after a
+deadlock (``restart``) and ``stop``. Each repetition is timed in full, from the call to
+the first answer of every rank. Records carry ``impl`` (the phase), ``ranks``,
+``t_us_min``, ``t_us_median`` (and ``t_s_median`` for reading), and meta says whether the
+engines were oversubscribed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from .. import runtime
+from ..timing import record
+from . import meta, write
+
+PHASES = ("cold-start", "reconnect", "restart", "stop")
+
+_PROBE = (
+    "import sys, time\n"
+    "t = time.perf_counter()\n"
+    "from mpilab import cluster\n"
+    "c = cluster.connect(sys.argv[1])\n"
+    "assert c.run(lambda: 1, timeout=30) == [1] * c.n\n"
+    "print(time.perf_counter() - t)\n"
+)
+
+
+def _answer(c) -> None:
+    got = c.run(lambda: 1, timeout=30)
+    if got != [1] * c.n:
+        raise RuntimeError(f"the cluster answered {got}")
+
+
+def run(n: int = 4, reps: int = 3, transport: str = "shm") -> tuple[dict, list[dict]]:
+    """Time each phase `reps` times; returns (meta, records)."""
+    from .. import cluster
+
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    cid = f"mpilab-bench-{os.getpid()}"
+    times: dict[str, list[float]] = {p: [] for p in PHASES}
+    c = cluster.MPICluster(n, transport, cid)
+    try:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            c.start()
+            _answer(c)
+            times["cold-start"].append(time.perf_counter() - t0)
+            c._cluster.shutdown_atexit = False  # the engines outlive the probe below
+            res = subprocess.run([sys.executable, "-c", _PROBE, cid], capture_output=True,
+                                 text=True, timeout=120)
+            if res.returncode != 0:
+                raise RuntimeError(f"reconnect failed:\n{res.stderr[-2000:]}")
+            times["reconnect"].append(float(res.stdout.split()[-1]))
+            t0 = time.perf_counter()
+            c.restart()
+            _answer(c)
+            times["restart"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            c.stop()
+            times["stop"].append(time.perf_counter() - t0)
+    finally:
+        c.stop()
+    launch = runtime.launch(n, transport)
+    records = [record(times[p], size_bytes=0, impl=p, ranks=n, transport=transport,
+                      oversubscribed=launch.oversubscribed) for p in PHASES]
+    for r in records:
+        r["t_s_median"] = r["t_us_median"] / 1e6
+    library = c.library or {}
+    return meta(launch, {"n": n, "reps": reps, "cluster_id": cid}, library), records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.bench cluster",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("-n", type=int, default=4, help="engines (MPI ranks)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    a = p.parse_args(argv)
+    try:
+        m, recs = run(a.n, a.reps, a.transport)
+    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
+        print(f"mpilab.bench cluster: {exc}", file=sys.stderr)
+        return 2
+    write(a.json, m, recs)
+    print(f"# {a.n} engines over {a.transport} on {m['cores']} cores"
+          + (" (oversubscribed)" if m.get("oversubscribed") else ""))
+    print(f"{'phase':>12} {'min (s)':>9} {'median (s)':>11}")
+    for r in recs:
+        print(f"{r['impl']:>12} {r['t_us_min'] / 1e6:>9.2f} {r['t_s_median']:>11.2f}")
+    if a.json and a.json != "-":
+        print(f"# wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
