@@ -58,6 +58,117 @@ def course(tmp_path_factory) -> Path:
     return root
 
 
+# Correct answers in other styles than the notebook's solutions: columns as a vector
+# datatype straight from and into the frame; other parameter names; halo.heat_step on a
+# view for the interior; a checkerboard order for the blocking exchange.
+ALTERNATIVES = {
+    "exchange_sendrecv": '''
+def exchange_sendrecv(cart, u):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows, cols = u.shape[0] - 2, u.shape[1] - 2
+    column = MPI.DOUBLE.Create_vector(rows, 1, cols + 2).Commit()
+    flat = u.reshape(-1)
+
+    def at(r, c, count=cols, kind=MPI.DOUBLE):
+        return [flat[r * (cols + 2) + c:], count, kind]
+
+    cart.Sendrecv(at(rows, 1), dest=south, recvbuf=at(0, 1), source=north)
+    cart.Sendrecv(at(1, 1), dest=north, recvbuf=at(rows + 1, 1), source=south)
+    cart.Sendrecv(at(1, cols, 1, column), dest=east, recvbuf=at(1, 0, 1, column), source=west)
+    cart.Sendrecv(at(1, 1, 1, column), dest=west, recvbuf=at(1, cols + 1, 1, column),
+                  source=east)
+    column.Free()
+''',
+    "exchange_nonblocking": '''
+def exchange_nonblocking(comm2d, field):
+    from mpi4py import MPI
+
+    rows, cols = field.shape[0] - 2, field.shape[1] - 2
+    column = MPI.DOUBLE.Create_vector(rows, 1, cols + 2).Commit()
+    flat = field.reshape(-1)
+
+    def at(r, c, count=cols, kind=MPI.DOUBLE):
+        return [flat[r * (cols + 2) + c:], count, kind]
+
+    requests = []
+    for dim, low, high in [(0, (0, 1), (rows + 1, 1)), (1, (1, 0), (1, cols + 1))]:
+        before, after = comm2d.Shift(dim, 1)
+        count, kind = (cols, MPI.DOUBLE) if dim == 0 else (1, column)
+        inner_low = (1, 1)
+        inner_high = (rows, 1) if dim == 0 else (1, cols)
+        requests += [comm2d.Irecv(at(*low, count, kind), source=before, tag=10 * dim),
+                     comm2d.Irecv(at(*high, count, kind), source=after, tag=10 * dim + 1),
+                     comm2d.Isend(at(*inner_high, count, kind), dest=after, tag=10 * dim),
+                     comm2d.Isend(at(*inner_low, count, kind), dest=before, tag=10 * dim + 1)]
+    MPI.Request.Waitall(requests)
+    column.Free()
+''',
+    "step_overlap": '''
+def step_overlap(cart, a, b):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    rows, cols = a.shape[0] - 2, a.shape[1] - 2
+    column = MPI.DOUBLE.Create_vector(rows, 1, cols + 2).Commit()
+    flat = a.reshape(-1)
+
+    def at(r, c, count=cols, kind=MPI.DOUBLE):
+        return [flat[r * (cols + 2) + c:], count, kind]
+
+    reqs = [cart.Irecv(at(0, 1), source=north, tag=0),
+            cart.Irecv(at(rows + 1, 1), source=south, tag=1),
+            cart.Irecv(at(1, 0, 1, column), source=west, tag=2),
+            cart.Irecv(at(1, cols + 1, 1, column), source=east, tag=3),
+            cart.Isend(at(rows, 1), dest=south, tag=0),
+            cart.Isend(at(1, 1), dest=north, tag=1),
+            cart.Isend(at(1, cols, 1, column), dest=east, tag=2),
+            cart.Isend(at(1, 1, 1, column), dest=west, tag=3)]
+    halo.heat_step(a[1:-1, 1:-1], b[1:-1, 1:-1])  # a view's own frame: the owned edges
+    MPI.Request.Waitall(reqs)
+    column.Free()
+    for r0, r1, c0, c1 in [(1, 2, 1, cols + 1), (rows, rows + 1, 1, cols + 1),
+                           (1, rows + 1, 1, 2), (1, rows + 1, cols, cols + 1)]:
+        update(a, b, r0, r1, c0, c1)
+''',
+    "exchange_fixed": '''
+def exchange_fixed(cart, u):
+    from mpi4py import MPI
+
+    north, south = cart.Shift(0, 1)
+    west, east = cart.Shift(1, 1)
+    cy, cx = cart.Get_coords(cart.Get_rank())
+    rows = u.shape[0] - 2
+    west_in, east_in = np.zeros(rows), np.zeros(rows)
+
+    def sends():
+        cart.Send(u[-2, 1:-1], dest=south, tag=0)
+        cart.Send(u[1, 1:-1], dest=north, tag=1)
+        cart.Send(np.ascontiguousarray(u[1:-1, -2]), dest=east, tag=2)
+        cart.Send(np.ascontiguousarray(u[1:-1, 1]), dest=west, tag=3)
+
+    def receives():
+        cart.Recv(u[0, 1:-1], source=north, tag=0)
+        cart.Recv(u[-1, 1:-1], source=south, tag=1)
+        cart.Recv(west_in, source=west, tag=2)
+        cart.Recv(east_in, source=east, tag=3)
+
+    if (cy + cx) % 2 == 0:  # a checkerboard: every neighbour has the other colour
+        sends()
+        receives()
+    else:
+        receives()
+        sends()
+    if west != MPI.PROC_NULL:
+        u[1:-1, 0] = west_in
+    if east != MPI.PROC_NULL:
+        u[1:-1, -1] = east_in
+''',
+}
+
 # east and west swapped: each column goes to the wrong side
 SENDRECV_EAST_WEST_SWAPPED = '''
 def exchange_sendrecv(cart, u):
@@ -259,6 +370,11 @@ def test_correct_gets_full_marks(course):
     shown = printed_by(nb, "test_exchange_fixed")
     assert "exchange_naive deadlocks" in shown and "cart.Send(" in shown, shown
     print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
+
+
+def test_other_correct_styles_get_full_marks(course):
+    _, wall = check_run(course, LAB, "alternative", ALTERNATIVES, POINTS)
+    print(f"[wall] {LAB} correct submission in other styles autograded in {wall:.1f} s")
 
 
 def test_wrong_gets_partial_marks(course):
