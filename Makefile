@@ -45,8 +45,8 @@ test-fast: setup-test
 
 lint: setup-test
 	$(PY) -m ruff check mpilab tests setup.py lectures
-	PATH=$(dir $(PY)):$$PATH $(PY) -m cython_lint --max-line-length 100 kernels
-	$(PY) -m codespell mpilab kernels lectures tests README.md autograder
+	PATH=$(dir $(PY)):$$PATH cython-lint --max-line-length 100 kernels
+	PATH=$(dir $(PY)):$$PATH codespell mpilab kernels lectures tests README.md autograder
 	$(PY) -m nbstripout --verify labs/*/*.ipynb autograder/*.ipynb
 
 # nbgrader, run from the course directory autograder/; sources stay in ../labs (see

@@ -333,7 +333,7 @@ def _parse_stack(text: str) -> list[tuple[str, int, str]]:
 
 
 _MPI_CALL = re.compile(r"\b(I?[sS]end|Ssend|Rsend|Bsend|I?[rR]ecv|[sS]endrecv\w*|Waitall|Wait"
-                       r"|wait|Barrier|barrier|[bB]cast|[rR]educe|[aA]llreduce|[gG]ather"
+                       r"|wait|Barrier|barrier|[bB]cast|[rR]educe|[aA]llreduce|[gG]ather"  # codespell:ignore ather
                        r"|[aA]llgather|[sS]catter|[aA]lltoall|[pP]robe|Fence|MPI_\w+)\s*\(")
 _SEND_FIRST = re.compile(r"\b(Send|send|Ssend|MPI_Send|MPI_Ssend)\s*\(")
 _RECV = re.compile(r"\b(Recv|recv|MPI_Recv)\s*\(")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import shlex
 
 
-
 def _parse(line: str) -> tuple[float, bool]:
     timeout, restart = 30.0, False
     words = shlex.split(line)
