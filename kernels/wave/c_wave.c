@@ -43,51 +43,57 @@ typedef struct {
 
 #define ROW(a, r) ((a) + (size_t)(r) * ld)
 
+/* Loops run `i < n` from 0: Python builds with -fwrapv, under which `i <= c1` loops have
+ * no computable trip count and stay scalar. */
+MPILAB_VECTOR_CLONES
 static void vx_update(wave_ctx *c, int c0, int c1)
 {
-    int ld = c->h.ld, r, i;
+    int ld = c->h.ld, r, i, n = c1 - c0 + 1;
     double dt = c->dt;
     for (r = 1; r <= c->h.rows; r++) {
-        const double *restrict a = ROW(c->px, r), *restrict b = ROW(c->py, r);
-        double *restrict v = ROW(c->vx, r);
-        for (i = c0; i <= c1; i++)
+        const double *restrict a = ROW(c->px, r) + c0, *restrict b = ROW(c->py, r) + c0;
+        double *restrict v = ROW(c->vx, r) + c0;
+        for (i = 0; i < n; i++)
             v[i] -= dt * ((a[i + 1] + b[i + 1]) - (a[i] + b[i]));
     }
 }
 
+MPILAB_VECTOR_CLONES
 static void vy_update(wave_ctx *c, int r0, int r1)
 {
-    int ld = c->h.ld, r, i, cols = c->h.cols;
+    int ld = c->h.ld, r, i, n = c->h.cols;
     double dt = c->dt;
     for (r = r0; r <= r1; r++) {
-        const double *restrict a0 = ROW(c->px, r), *restrict b0 = ROW(c->py, r);
-        const double *restrict a1 = ROW(c->px, r + 1), *restrict b1 = ROW(c->py, r + 1);
-        double *restrict v = ROW(c->vy, r);
-        for (i = 1; i <= cols; i++)
+        const double *restrict a0 = ROW(c->px, r) + 1, *restrict b0 = ROW(c->py, r) + 1;
+        const double *restrict a1 = ROW(c->px, r + 1) + 1, *restrict b1 = ROW(c->py, r + 1) + 1;
+        double *restrict v = ROW(c->vy, r) + 1;
+        for (i = 0; i < n; i++)
             v[i] -= dt * ((a1[i] + b1[i]) - (a0[i] + b0[i]));
     }
 }
 
+MPILAB_VECTOR_CLONES
 static void px_update(wave_ctx *c, int c0, int c1)
 {
-    int ld = c->h.ld, r, i;
+    int ld = c->h.ld, r, i, n = c1 - c0 + 1;
     double dt = c->dt;
     for (r = 1; r <= c->h.rows; r++) {
-        const double *restrict v = ROW(c->vx, r);
-        double *restrict p = ROW(c->px, r);
-        for (i = c0; i <= c1; i++)
+        const double *restrict v = ROW(c->vx, r) + c0;
+        double *restrict p = ROW(c->px, r) + c0;
+        for (i = 0; i < n; i++)
             p[i] -= dt * (v[i] - v[i - 1]);
     }
 }
 
+MPILAB_VECTOR_CLONES
 static void py_update(wave_ctx *c, int r0, int r1)
 {
-    int ld = c->h.ld, r, i, cols = c->h.cols;
+    int ld = c->h.ld, r, i, n = c->h.cols;
     double dt = c->dt;
     for (r = r0; r <= r1; r++) {
-        const double *restrict v0 = ROW(c->vy, r - 1), *restrict v1 = ROW(c->vy, r);
-        double *restrict p = ROW(c->py, r);
-        for (i = 1; i <= cols; i++)
+        const double *restrict v0 = ROW(c->vy, r - 1) + 1, *restrict v1 = ROW(c->vy, r) + 1;
+        double *restrict p = ROW(c->py, r) + 1;
+        for (i = 0; i < n; i++)
             p[i] -= dt * (v1[i] - v0[i]);
     }
 }
