@@ -73,7 +73,8 @@ def test_lecture_02_k1_table_has_paper_and_machine_columns():
         assert column in table, f"{column!r} missing from the K1 table"
     # the paper's own figures: K1 0.85 at 16², 1.02 at 1024², 7,290 s blocking at 4096²
     assert "0.851" in table and "1.02" in table and "7,290" in table, table
-    assert "Measured with" in table and "oversubscribed: False" in table
+    assert "Measured with" in table
+    assert f"oversubscribed: {runtime.usable_cores() < 2}" in table
     packs = text_of(cell_with(nb, "time_packs, PACK_SUB"))
     assert "datatype" in packs and "manual" in packs and "manual / datatype =" in packs
 
