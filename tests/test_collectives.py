@@ -69,3 +69,14 @@ def test_models_are_labelled_predictions_and_steps_match_the_registry():
         "MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM"] == "brucks"
     with pytest.raises(ValueError, match="MPICH has no"):
         C.library_env("allgather", "neighbor_exchange", "mpich")
+
+
+def test_collectives_on_the_cluster_engines(lab):
+    """The lecture's way: module functions shipped to the engines, comm=None = world."""
+    from mpilab import collectives as C
+    from mpilab import tracing
+
+    scheds = lab.run(C.trace, None, "allgather", "bruck", 64, timeout=120)
+    assert all(s == scheds[0] for s in scheds)
+    assert tracing.steps(scheds[0]) == 2  # 4 engines: ceil(log2 4)
+    assert sum(m["bytes"] for m in scheds[0]) == 4 * 3 * 64

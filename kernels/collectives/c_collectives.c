@@ -3,8 +3,9 @@
  *
  * Purpose: the algorithms of lectures 05-06 (the DECK and allgather papers), next to the
  * library's own collective, timed with the one protocol (mpilab_timing.h) and traced.
- * Algorithm: every operation is a fixed schedule of MPI_Send / MPI_Recv / MPI_Sendrecv
- * between ranks (trees, rings, butterflies); reductions are applied here in C on typed data.
+ * Algorithm: every operation is a fixed schedule of MPI_Send / MPI_Recv / MPI_Sendrecv /
+ * MPI_Isend between ranks (trees, rings, butterflies); reductions are applied here in C on
+ * typed data. Traces record a send when posted and a receive when complete.
  *
  *   comm          - communicator; every rank calls (collective)
  *   op, alg       - MPILAB_COLL_* and the algorithm (0 = the library's collective)
@@ -18,6 +19,7 @@
  *   warmup, iters, reps, times - the timing protocol (mpilab_timing.h), seconds per call
  * Returns an MPI error code. Arguments are checked by the Cython wrapper, not here.
  */
+#include <stdlib.h>
 #include <string.h>
 #include "c_collectives.h"
 #include "mpilab_timing.h"
@@ -47,6 +49,13 @@ static int x_send(cx *c, const void *buf, int nbytes, int peer)
 {
     if (c->trace) record(c, MPILAB_EV_SEND, peer, nbytes);
     return MPI_Send(buf, nbytes, MPI_BYTE, peer, c->tag, c->comm);
+}
+
+/* Nonblocking send: traced when posted. */
+static int x_isend(cx *c, const void *buf, int nbytes, int peer, MPI_Request *req)
+{
+    if (c->trace) record(c, MPILAB_EV_SEND, peer, nbytes);
+    return MPI_Isend(buf, nbytes, MPI_BYTE, peer, c->tag, c->comm, req);
 }
 
 static int x_recv(cx *c, void *buf, int nbytes, int peer)
@@ -171,15 +180,22 @@ static int chunk_count(int i, int count, int parts)
 
 /* ------------------------------------------------------------------ broadcast */
 
-/* Root sends the whole buffer to every other rank, one after the other. */
+/* Root posts a send of the whole buffer to every other rank (nonblocking, in rank
+ * order, as MPI libraries' linear broadcast), then waits for all of them. */
 static int bcast_linear(cx *c, char *buf, int nb, int root)
 {
-    int err, i;
-    if (c->me == root) {
-        for (i = 1; i < c->p; i++) TRY(x_send(c, buf, nb, REAL(i)));
-        return MPI_SUCCESS;
+    int err = MPI_SUCCESS, i, n = 0;
+    MPI_Request local[64], *req = local;
+    if (c->me != root) return x_recv(c, buf, nb, root);
+    if (c->p - 1 > 64 && !(req = malloc((size_t)(c->p - 1) * sizeof *req))) return MPI_ERR_NO_MEM;
+    for (i = 1; i < c->p && err == MPI_SUCCESS; i++)
+        if ((err = x_isend(c, buf, nb, REAL(i), &req[n])) == MPI_SUCCESS) n++;
+    if (n) {
+        int werr = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+        if (err == MPI_SUCCESS) err = werr;
     }
-    return x_recv(c, buf, nb, root);
+    if (req != local) free(req);
+    return err;
 }
 
 /* DECK's binary tree: vr receives from (vr-1)/2 and forwards to 2vr+1 and 2vr+2. */

@@ -233,6 +233,23 @@ def traces_count_bytes_and_pair_up():
                 assert got >= 12 * (size - 1), f"{alg} received {got} B < the other blocks"
 
 
+@check
+def python_api_runs_times_and_traces():
+    from mpilab import collectives as C
+
+    r = C.run(comm, "allgather", "bruck", np.full(3, rank, np.int64), np.zeros(3 * size, np.int64))
+    assert np.array_equal(r, np.repeat(np.arange(size), 3))
+    recs = C.time_alg(None, "allgather", "ring", [8, 64], reps=2, iters=2)
+    assert [x["impl"] for x in recs] == ["mpilab:ring"] * 2
+    assert [x["size_bytes"] for x in recs] == [8, 64] and recs[0]["ranks"] == size
+    lib = C.time_alg(comm, "bcast", "library", [16], reps=2, min_time=0.0005)
+    assert lib[0]["impl"] == "library:default" and lib[0]["iters"] >= 1
+    every = comm.allgather([x["t_us_median"] for x in recs + lib])
+    assert all(x == every[0] for x in every)
+    ev = C.events(comm, "bcast", "linear", 5, root=size - 1)
+    assert len(ev) == size and sum(len(e) for e in ev) == 2 * (size - 1)
+
+
 def trace_steps():
     from mpilab import tracing
 
