@@ -193,8 +193,10 @@ def serial_wave(nx: int, ny: int, steps: int, *, f0: float = 0.05, courant: floa
     in units where the grid step, sound speed and density are 1 (so kappa = 1), on
     Virieux's staggered grid: ``px``, ``py`` at cell centres ``(y, x)``, ``vx`` on the faces
     ``(y, x + 1/2)``, ``vy`` on ``(y + 1/2, x)``; second order in space and time (leapfrog:
-    velocities at half steps). The source ``F = f(t)`` is a Ricker wavelet (:func:`ricker`)
-    at one cell. The time step is ``dt = courant`` (Courant number ``c dt / h``, stable for
+    velocities at half steps). The signs are those of the physical system (2) of the paper
+    (its split form (3) drops them). The source ``F = f(t)`` is a Ricker wavelet
+    (:func:`ricker`) at one cell, split equally between ``px`` and ``py`` (the paper's
+    ``Fx``, ``Fy``). The time step is ``dt = courant`` (Courant number ``c dt / h``, stable for
     ``courant <= 1/sqrt(2)``).
 
     Boundary: **rigid walls** (zero normal velocity). The faces on the border of the
@@ -501,8 +503,8 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     app = _check_app(app)
     modes = _names(mode, MODES, "mode")
     packs = _names(pack, PACKS, "pack")
-    for name in ("reps", "rounds"):
-        _check_size(locals()[name], name)
+    _check_size(reps, "reps")
+    _check_size(rounds, "rounds")
     if iters is not None:
         _check_size(iters, "iters")
     if warmup is not None:
