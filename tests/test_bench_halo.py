@@ -80,7 +80,7 @@ def test_stencil_sweep_json(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["meta"]["ranks"] == 1 and "settings" in doc["meta"]
     recs = {r["impl"]: r for r in doc["records"]}
-    assert set(recs) == {"stencil", "memcopy"}
+    assert set(recs) == {"stencil", "memcopy", "store-copy"}
     for r in recs.values():
         assert (r["nx"], r["ny"]) == (300, 200)
         assert r["size_bytes"] == 2 * 8 * 300 * 200       # read old + write new

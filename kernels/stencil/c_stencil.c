@@ -22,7 +22,10 @@
  *               protocol of mpilab_timing.h; times are seconds per step
  * Denormals are flushed to zero while it runs (see mpilab_halo.h).
  * mpilab_heat_sweep times the update alone on one nx x ny grid per rank (no exchange):
- * the memory-bandwidth side of the lesson. Both return an MPI error code.
+ * the memory-bandwidth side of the lesson; mpilab_store_copy times dst[i] = src[i] as a
+ * loop with ordinary stores (kept from becoming a memcpy call, which writes large arrays
+ * with non-temporal stores that skip the cache) - the copy that pays for its writes the
+ * way the sweep does. All return an MPI error code.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -181,4 +184,37 @@ int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int 
     free(c.a);
     free(c.b);
     return err;
+}
+
+typedef struct {
+    double *dst;
+    const double *src;
+    size_t n;
+} copy_ctx;
+
+/* GCC would turn this loop into a call to memcpy; keep it a loop with ordinary stores */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+MPILAB_VECTOR_CLONES
+static void store_copy(double *restrict d, const double *restrict s, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        d[i] = s[i];
+}
+
+static int copy_step(void *p)
+{
+    copy_ctx *c = (copy_ctx *)p;
+    store_copy(c->dst, c->src, c->n);
+    __asm__ __volatile__("" ::: "memory");
+    return MPI_SUCCESS;
+}
+
+int mpilab_store_copy(MPI_Comm comm, double *dst, const double *src, size_t n, int warmup,
+                      int iters, int reps, double *times)
+{
+    copy_ctx c = {dst, src, n};
+    return mpilab_time_steps(comm, copy_step, &c, warmup, iters, reps, 1.0, times);
 }

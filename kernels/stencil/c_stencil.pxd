@@ -18,3 +18,6 @@ cdef extern from "c_stencil.h" nogil:
 
     int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
                           double *times)
+
+    int mpilab_store_copy(MPI_Comm comm, double *dst, const double *src, size_t n,
+                          int warmup, int iters, int reps, double *times)
