@@ -18,7 +18,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from .halo import PHASES, blocks
 
-__all__ = ["decomposition", "timeline", "wavefield", "speedup", "PHASE_COLORS"]
+__all__ = ["decomposition", "timeline", "wavefield", "k1", "speedup", "PHASE_COLORS"]
 
 #: One colour per phase of :func:`mpilab.halo.timeline` (computing is green, waiting red).
 PHASE_COLORS = {"exchange": "#4c72b0", "interior": "#55a868", "wait": "#c44e52",
@@ -154,6 +154,7 @@ def timeline(frames: Mapping[str, pd.DataFrame], *, title: str | None = None,
     -------
     matplotlib.figure.Figure
         Phases coloured by :data:`PHASE_COLORS`; red is time spent waiting for messages.
+        Each panel's title gives its span and the share of the ranks' time in each phase.
     """
     if not frames:
         raise ValueError("no timeline to draw")
@@ -175,11 +176,12 @@ def timeline(frames: Mapping[str, pd.DataFrame], *, title: str | None = None,
         first = df[(df["rank"] == 0) & (df["phase"] == "exchange")]["start"]
         for s in first:
             ax.axvline((s - t0) * scale, color="0.6", lw=0.6, ls=":")
-        waited = df[df["phase"] == "wait"]["duration"].sum()
+        span = df["end"].max() - t0
+        share = df.groupby("phase")["duration"].sum() / (ranks * span) if span > 0 else {}
+        parts = ", ".join(f"{p} {share.get(p, 0.0):.0%}" for p in PHASES)
         ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
         ax.set_ylim(ranks - 0.5, -0.5)
-        ax.set_title(f"{name}: waiting {waited * scale:.3g} {label} of "
-                     f"{(df['end'].max() - t0) * scale:.3g} {label} (all ranks, these steps)",
+        ax.set_title(f"{name}: {span * scale:.3g} {label}; share of the ranks' time: {parts}",
                      fontsize=10, loc="left")
         ax.set_xlabel(f"time ({label}) after the first recorded step began")
         ax.grid(axis="x", alpha=0.3)
@@ -251,6 +253,61 @@ def wavefield(p: np.ndarray, *, source: tuple[int, int] | None = None,
     return fig
 
 
+def k1(here: pd.DataFrame, *, paper: pd.Series | None = None,
+       title: str | None = None) -> Figure:
+    """Time ratios of two exchange modes against the subdomain size, with their noise.
+
+    Parameters
+    ----------
+    here : DataFrame
+        Indexed by the subdomain edge ``sub`` (points per rank and axis); one column per
+        measured ratio to draw (e.g. ``"K1"``, ``"blocking / overlap"``). An optional
+        ``spread`` column (the relative spread of the times) is drawn as a band from
+        ``1 / (1 + spread)`` to ``1 + spread`` around 1: a ratio inside it is no evidence
+        that either mode won.
+    paper : Series, optional
+        A paper's ratios indexed by ``sub``, drawn for comparison.
+    title : str, optional
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    ratios = [c for c in here.columns if c != "spread"]
+    if not ratios:
+        raise ValueError("here has no ratio column to draw")
+    fig = Figure(figsize=(8, 4.2), layout="constrained")
+    ax = fig.subplots()
+    subs = here.index.to_numpy(dtype=float)
+    if "spread" in here.columns:
+        sp = here["spread"].to_numpy(dtype=float)
+        ax.fill_between(subs, 1 / (1 + sp), 1 + sp, color="0.85", lw=0,
+                        label="noise band, this machine: 1 / (1 + spread) to 1 + spread")
+    ax.axhline(1, color="0.4", lw=1)
+    for i, c in enumerate(ratios):
+        ax.plot(subs, here[c], "o-" if i == 0 else "o:", color=f"C{i}",
+                mfc=None if i == 0 else "white", label=f"{c} (this machine)")
+    if paper is not None:
+        ax.plot(paper.index.to_numpy(dtype=float), paper.to_numpy(dtype=float), "s--",
+                color="k", label=f"{paper.name or 'ratio'} (paper, its figures)")
+    ticks = sorted(set(here.index.astype(int)) | (set(paper.index.astype(int))
+                                                  if paper is not None else set()))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}²"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.set_xlabel("subdomain per rank (points)")
+    ax.set_ylabel("time ratio (log scale); above 1: the second mode is faster")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
 def speedup(df: pd.DataFrame, *, cores: int, paper: pd.DataFrame | None = None,
             title: str | None = None) -> Figure:
     """Speedup and parallel efficiency against ranks, oversubscription shaded.
@@ -288,8 +345,9 @@ def speedup(df: pd.DataFrame, *, cores: int, paper: pd.DataFrame | None = None,
     for a in (ax, ax2):
         if top > cores:
             a.axvspan(cores + 0.5, top * 1.25, color="0.92", zorder=0)
-            a.text(cores + 0.6, 0.02, f"oversubscribed here\n(> {cores} cores)",
-                   transform=a.get_xaxis_transform(), fontsize=8, color="0.35", va="bottom")
+            a.text(top * 1.2, 0.02, f"oversubscribed here\n(> {cores} cores)",
+                   transform=a.get_xaxis_transform(), fontsize=8, color="0.35", va="bottom",
+                   ha="right")
         a.set_xlabel("ranks (processes, log scale)")
         a.set_xscale("log", base=2)
         a.set_xlim(0.8, top * 1.25)

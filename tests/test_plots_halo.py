@@ -60,7 +60,9 @@ def test_timeline_draws_one_bar_per_phase_and_reports_waiting():
     ax = fig.axes[0]
     # rank 0 never waits (empty phases are not drawn): 3 phases for rank 0, 4 for rank 1
     assert len(ax.collections) == 3 + 4
-    assert "overlap: waiting 0.4 ms" in ax.get_title(loc="left")
+    # span 1.9 ms x 2 ranks = 3.8 ms; rank 1 waits 2 x 0.2 ms = 0.4 ms, about 11 %
+    assert "overlap: 1.9 ms; share of the ranks' time:" in ax.get_title(loc="left")
+    assert "wait 11%" in ax.get_title(loc="left")
     assert "wait" in texts(fig) and "interior" in texts(fig)
     with pytest.raises(ValueError):
         plots_halo.timeline({})
@@ -90,3 +92,21 @@ def test_speedup_shades_oversubscription_and_labels_the_paper():
     assert np.allclose(eff, [1.0, 0.9, 0.425])
     with pytest.raises(ValueError):
         plots_halo.speedup(pd.DataFrame({"ranks": [1]}), cores=2)
+
+
+def test_k1_draws_every_ratio_the_noise_band_and_the_paper():
+    here = pd.DataFrame({"K1": [0.9, 1.1, 1.02], "blocking / overlap": [1.0, 1.2, 1.05],
+                         "spread": [0.3, 0.2, 0.05]}, index=pd.Index([16, 256, 1024],
+                                                                    name="sub"))
+    paper = pd.Series([0.85, 1.01, 1.02], index=[16, 256, 1024], name="K1")
+    fig = plots_halo.k1(here, paper=paper)
+    ax = fig.axes[0]
+    t = texts(fig)
+    assert "K1 (this machine)" in t and "blocking / overlap (this machine)" in t
+    assert "K1 (paper, its figures)" in t and "noise band" in t
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert np.isclose(band.min(), 1 / 1.3) and np.isclose(band.max(), 1.3)
+    assert len(ax.collections) == 1  # the band
+    assert np.allclose(ax.lines[1].get_ydata(), [0.9, 1.1, 1.02])
+    with pytest.raises(ValueError):
+        plots_halo.k1(here[["spread"]])
