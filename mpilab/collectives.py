@@ -44,6 +44,10 @@ __all__ = [
     "OPS",
     "Algorithm",
     "admissible",
+    "calibrate",
+    "decision_table",
+    "events",
+    "library_has",
     "library_default",
     "library_env",
     "observe_library",
@@ -683,11 +687,34 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
          transport: str = "shm") -> dict:
     """Measure every admissible allgather algorithm per (ranks, size); the decision table.
 
-    Runs ``python -m mpilab.bench allgather`` for each rank count (one MPI job per
-    forced library algorithm, plus one for the library's default), picks the fastest
-    library algorithm per size (:func:`decision_table`) and compares it with the
-    library's default choice. With `out`, the table (and the measurements) are written
-    as JSON; with `rules` (Open MPI), also a rules file applying it (see :func:`rules_env`).
+    Runs the allgather benchmark (:mod:`mpilab.bench.allgather`) for each rank count:
+    one MPI job per forced library algorithm, with our C version beside it, plus one
+    for the library's default. Picks the fastest library algorithm per size
+    (:func:`decision_table`) and compares it with the library's default choice, both
+    measured (``library_default_vs_best``) and documented
+    (``library_documented_choice``, see :func:`library_default`).
+
+    Parameters
+    ----------
+    ranks : sequence of int
+        Process counts to tune for (each run oversubscribes when above the cores).
+    sizes : sequence of int
+        Block sizes per rank, in bytes.
+    out : path, optional
+        Write the table, with the measurements behind it, as JSON here.
+    rules : path, optional
+        Open MPI only: also write a ``coll_tuned`` rules file that applies the table;
+        ``table["rules_env"]`` is then the environment that makes a job use it.
+    reps, rounds, min_time, timeout, transport
+        Passed to :func:`mpilab.bench.allgather.run`.
+
+    Returns
+    -------
+    dict
+        ``{"op", "library", "rules": [{"ranks", "size_bytes", "best", "t_us_best",
+        "t_us", "t_us_library_default", "library_default_vs_best",
+        "library_documented_choice"}, ...], "measured", ...}``. Times are measured
+        medians (µs), not predictions.
     """
     from .bench import allgather as bench
 
