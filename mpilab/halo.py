@@ -414,10 +414,17 @@ def gather(comm, block, offset, *, root: int = 0):
         raise TypeError(f"root must be an integer, not {type(root).__name__}")
     if not 0 <= root < comm.Get_size():
         raise ValueError(f"root={root} is not a rank of a {comm.Get_size()}-rank communicator")
-    b = np.asarray(block, dtype=float)
-    if b.ndim != 2:
-        raise ValueError(f"block must be 2D, got shape {b.shape}")
-    y0, x0 = (int(v) for v in offset)
+    try:
+        b = np.asarray(block, dtype=float)
+        y0, x0 = (int(v) for v in offset)
+        why = None if b.ndim == 2 else f"block must be 2D, got shape {b.shape}"
+    except (TypeError, ValueError) as exc:
+        why = f"block must be a 2D array and offset a pair (y0, x0): {exc}"
+    # one rank's bad block must not leave the others waiting in the gather
+    bad = comm.allgather(why)
+    if any(bad):
+        r = next(i for i, w in enumerate(bad) if w)
+        raise ValueError(f"rank {r}: {bad[r]}")
     parts = comm.gather((y0, x0, b), root=root)
     if comm.Get_rank() != root:
         return None

@@ -239,6 +239,9 @@ def bad_arguments_raise_on_every_rank():
     raises(ValueError, stencil.time_heat, comm, 20, 20, iters=0)
     raises(ValueError, wave.time_wave, comm, 20, 20, reps=0)
     raises(ValueError, halo.gather, comm, np.zeros(3), (0, 0))
+    # one rank alone passes a bad block: every rank raises, none waits in the gather
+    raises(ValueError, halo.gather, comm, np.zeros((2, 2) if rank else (3,)), (0, 0))
+    raises(ValueError, halo.gather, comm, np.zeros((2, 2)), (0, 0) if rank else None)
     # and nothing is left half-done: a collective run still works afterwards
     ref = halo.serial_heat(12, 9, 5)
     same_everywhere(*halo.run_heat(comm, 12, 9, 5), ref, "after errors")
