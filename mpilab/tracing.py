@@ -32,6 +32,7 @@ Steps
 from __future__ import annotations
 
 import math
+import operator
 import pickle
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,16 @@ KINDS = ("send", "recv")
 
 # ---------------------------------------------------------------------------------------
 # schedule from events
+
+
+def _integer(x: Any) -> int | None:
+    """`x` as an int when it is an integer (Python or NumPy, not bool), else None."""
+    if isinstance(x, bool):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def _as_table(events_by_rank: Sequence | Mapping) -> list[list[tuple[str, int, int]]]:
@@ -68,12 +79,13 @@ def _as_table(events_by_rank: Sequence | Mapping) -> list[list[tuple[str, int, i
                                  "(kind, peer, nbytes)") from None
             if kind not in KINDS:
                 raise ValueError(f"rank {r} event {i} {ev!r}: kind must be 'send' or 'recv'")
-            if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < p:
+            peer, nbytes = _integer(peer), _integer(nbytes)  # NumPy integers too
+            if peer is None or not 0 <= peer < p:
                 raise ValueError(f"rank {r} event {i} {ev!r}: peer must be a rank in "
                                  f"0..{p - 1}")
-            if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            if nbytes is None or nbytes < 0:
                 raise ValueError(f"rank {r} event {i} {ev!r}: nbytes must be an int >= 0")
-            evs.append((kind, int(peer), int(nbytes)))
+            evs.append((str(kind), peer, nbytes))
         table.append(evs)
     return table
 

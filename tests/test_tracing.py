@@ -121,6 +121,20 @@ def test_dict_input_self_messages_and_empty():
     assert "no messages" in tracing.format_schedule([])
 
 
+def test_numpy_integers_are_accepted_and_bools_are_not():
+    import numpy as np
+
+    ev = [[("send", np.int64(1), np.int32(8))], [("recv", np.int16(0), 8)]]
+    assert tracing.schedule(ev) == [{"step": 1, "src": 0, "dst": 1, "bytes": 8}]
+    with pytest.raises(ValueError, match="peer must be a rank"):
+        tracing.schedule([[("send", True, 8)], [("recv", 0, 8)]])
+
+
+def test_format_schedule_is_cut_after_limit():
+    text = tracing.format_schedule(tracing.schedule(linear_bcast(20)), limit=5)
+    assert text.count("step ") == 5 and "... and 14 more steps" in text
+
+
 def test_unmatched_receive_names_rank_and_event():
     ev = linear_bcast(4)
     ev[0].pop()  # rank 3 never gets its message
@@ -161,6 +175,9 @@ def test_draw():
     assert len(labels) == len(sched) and len(ax.patches) + len(ax.texts) >= 2 * len(sched)
     assert ax.get_title().startswith("3 steps, 18 messages")
     assert labels[0] == "1 KiB"
+    plt.close(ax.figure)
+    ax = tracing.draw([], 3, labels=False, title="nothing sent")
+    assert ax.get_title() == "nothing sent" and not ax.texts
     plt.close(ax.figure)
 
 
