@@ -1,0 +1,609 @@
+"""Lab 02's graded checks (the halo exchange), on top of :mod:`mpilab.grading`.
+
+The lab's test cells call these functions; the checks, their harness and their messages
+live here, so grading policy changes in one place and students read short test cells::
+
+    from mpilab import grading_halo
+    grading_halo.check_exchange(exchange_sendrecv, 16, 12, (2, 2), 10)
+
+Every check runs the student's function through :func:`halo_harness` on the notebook's
+cluster (:func:`mpilab.grading.run_on_ranks`, with a timeout) in two ways:
+
+1. **once on a numbered grid**: grid point ``(y, x)`` holds ``y * nx + x + 1``, so after
+   one exchange each ghost edge must hold the numbers of one neighbour's edge, and
+   :func:`ghost_problems` names what a wrong edge holds instead ("rank 1: the west ghost
+   column holds 0.0s (nothing arrived?), expected rank 0's east edge (its west
+   neighbour)"); a step is compared point by point with :func:`mpilab.halo.heat_step`
+   (:func:`step_problems`);
+2. **a heat run**: `steps` steps of the heat equation with the student's code, gathered
+   into one field and compared with :func:`mpilab.halo.serial_heat`.
+
+The pure-Python parts (:func:`layout`, :func:`ghost_problems`, :func:`step_problems`,
+:func:`gathered`, ...) take plain arrays, so they can be tested without MPI.
+
+Tampering
+---------
+The harness is a module-level function: ``run_on_ranks`` sends it to the engines by
+reference, and the engines import it from disk, never a copy a notebook patched. This
+module calls :mod:`mpilab.grading` and :mod:`mpilab.halo` through their module attributes
+at call time (``grading.expect(...)``), so hidden tests that run::
+
+    G = importlib.reload(mpilab.grading)
+    H = importlib.reload(mpilab.halo)
+    C = importlib.reload(mpilab.grading_halo)
+
+check with the code on disk again, whatever a student's cell replaced in those three
+modules or redefined in the notebook. The limits of :mod:`mpilab.grading` hold here too:
+this is a guard against the casual patch, not a sandbox (code that patches ``importlib``
+or NumPy, or the modules inside the engine processes, can still fool in-process grading).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import textwrap
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mpilab import grading, halo
+
+__all__ = [
+    "SIDES",
+    "halo_harness",
+    "process_grid",
+    "layout",
+    "numbered",
+    "same",
+    "short",
+    "ghost",
+    "what_it_holds",
+    "ghost_problems",
+    "step_problems",
+    "gathered",
+    "code_of",
+    "check_exchange",
+    "check_step",
+    "check_posts_and_waits",
+    "check_nonblocking",
+    "check_overlap_order",
+    "check_overlap",
+    "check_blocking_calls",
+    "show_deadlock",
+    "check_fixed",
+    "show_exchange",
+    "compare_heat",
+]
+
+#: The four ghost edges: (side, "row"/"column", dy, dx of the neighbour, its edge we hold).
+SIDES = [("north", "row", -1, 0, "south"), ("south", "row", 1, 0, "north"),
+         ("west", "column", 0, -1, "east"), ("east", "column", 0, 1, "west")]
+
+_KINDS = ("exchange", "step")
+_POST = r"\bI(s?send|recv)\s*\("
+_WAIT = r"\b[Ww]ait(all|any|some)?\s*\("
+
+
+# ---------------------------------------------------------------------------------------
+# engine side
+
+
+def halo_harness(comm, func: Callable, kind: str, nx: int, ny: int, dims: Sequence[int],
+                 steps: int) -> dict:
+    """The checks' own run, on every rank: one call on the numbered grid, then a heat run.
+
+    Runs on the engines (through :func:`mpilab.grading.run_on_ranks`), which import it
+    from this module on disk.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        ``dims[0] * dims[1]`` ranks.
+    func : callable
+        The student's function. With `kind` ``"exchange"``: ``func(cart, u)`` fills the
+        ghost frame of ``u`` (the harness does the stencil, :func:`mpilab.halo.heat_step`).
+        With `kind` ``"step"``: ``func(cart, old, new)`` does a whole step into ``new``.
+        What it returns is ignored.
+    kind : {"exchange", "step"}
+    nx, ny : int
+        Grid points along x (columns) and y (rows).
+    dims : (int, int)
+        The process grid ``(py, px)``; rank ``r`` sits at ``(r // px, r % px)``.
+    steps : int
+        Heat steps of the second run (0: only the numbered-grid call).
+
+    Returns
+    -------
+    dict
+        ``{"probe": ..., "field": ...}``: after one call on this rank's block of the
+        numbered grid, ``u`` (kind "exchange") or ``new`` (kind "step") with its frame;
+        and this rank's block (no frame) after `steps` heat steps. Plain arrays only.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+    py, px = (int(d) for d in dims)
+    cart = comm.Create_cart([py, px], periods=[False, False], reorder=False)
+    try:
+        cy, cx = cart.Get_coords(cart.Get_rank())
+        y0, rows = halo.split(ny, py)[cy]
+        x0, cols = halo.split(nx, px)[cx]
+        old, new = np.zeros((rows + 2, cols + 2)), np.zeros((rows + 2, cols + 2))
+        old[1:-1, 1:-1] = numbered(nx, ny)[y0:y0 + rows, x0:x0 + cols]
+        if kind == "exchange":
+            func(cart, old)
+            probe = old.copy()
+        else:
+            func(cart, old, new)
+            probe = new.copy()
+        old, new = np.zeros((rows + 2, cols + 2)), np.zeros((rows + 2, cols + 2))
+        mine = [(y - y0 + 1, x - x0 + 1) for x, y in halo.heat_sources(nx, ny)
+                if y0 <= y < y0 + rows and x0 <= x < x0 + cols]
+        for _ in range(steps):
+            if kind == "exchange":
+                func(cart, old)
+                halo.heat_step(old, new)
+            else:
+                func(cart, old, new)
+            for y, x in mine:
+                new[y, x] += 1.0
+            old, new = new, old
+        return {"probe": probe, "field": old[1:-1, 1:-1].copy()}
+    finally:
+        cart.Free()
+
+
+# ---------------------------------------------------------------------------------------
+# pure Python: what the ranks should hold, and what is wrong in words
+
+
+def process_grid(ranks: int) -> tuple[int, int]:
+    """``(py, px)`` as ``MPI.Compute_dims(ranks, 2)`` gives it, without starting MPI.
+
+    The most square factorisation, larger factor first: 4 -> (2, 2), 3 -> (3, 1),
+    6 -> (3, 2).
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    px = math.isqrt(int(ranks))
+    while ranks % px:
+        px -= 1
+    return int(ranks) // px, px
+
+
+def layout(nx: int, ny: int, dims: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """``(y0, rows, x0, cols)`` of every rank's block; rank r sits at ``(r // px, r % px)``."""
+    py, px = dims
+    ys, xs = halo.split(ny, py), halo.split(nx, px)
+    return [ys[r // px] + xs[r % px] for r in range(py * px)]
+
+
+def numbered(nx: int, ny: int) -> np.ndarray:
+    """The numbered grid, shape ``(ny, nx)``: point ``(y, x)`` holds ``y * nx + x + 1``."""
+    return np.arange(1.0, nx * ny + 1).reshape(ny, nx)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when the arrays have the same shape and equal elements."""
+    return bool(a.shape == b.shape and not (a != b).any())
+
+
+def short(a: np.ndarray) -> str:
+    """The first four values of `a`, for a message: ``[1, 2, 3, 4, ...]``."""
+    vals = ", ".join(f"{v:g}" for v in a[:4].tolist()) + (", ..." if a.size > 4 else "")
+    return f"[{vals}]"
+
+
+def ghost(u: np.ndarray, side: str) -> np.ndarray:
+    """The ghost edge `side` ("north", "south", "west", "east") of the framed array `u`."""
+    return {"north": u[0, 1:-1], "south": u[-1, 1:-1], "west": u[1:-1, 0],
+            "east": u[1:-1, -1]}[side]
+
+
+def what_it_holds(got: np.ndarray, owned: dict, r: int) -> str:
+    """An edge's content in words: whose edge it is, 0.0s, or other values.
+
+    Parameters
+    ----------
+    got : numpy.ndarray
+        A ghost edge of rank `r`.
+    owned : dict
+        ``{rank: {"north": edge, "south": ..., "west": ..., "east": ...}}``: every
+        rank's own edges on the numbered grid.
+    r : int
+        The rank whose ghost edge `got` is.
+    """
+    if not got.any():
+        return "0.0s (nothing arrived?)"
+    for q, edges in owned.items():
+        for e, vals in edges.items():
+            who = "its own" if q == r else f"rank {q}'s"
+            if same(got, vals):
+                return f"{who} {e} edge {short(got)}"
+            if same(got, vals[::-1]):
+                return f"{who} {e} edge reversed"
+    return f"{short(got)}, which is no rank's edge"
+
+
+def ghost_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
+                   dims: Sequence[int]) -> list[str]:
+    """What is wrong with each rank's frame after one exchange on the numbered grid.
+
+    Parameters
+    ----------
+    probes : sequence of numpy.ndarray
+        Rank by rank, the framed block ``u`` after one exchange of the numbered grid.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    list of str
+        One line per wrong edge (or changed block), naming the rank, the edge, what it
+        holds and whose edge it should hold; empty when the exchange was right.
+
+    Examples
+    --------
+    >>> u = [np.zeros((3, 3)), np.zeros((3, 3))]   # 2 x 1 grid over 1 x 2 ranks
+    >>> u[0][1, 1], u[1][1, 1] = 1.0, 2.0
+    >>> problems = ghost_problems(u, 2, 1, (1, 2))
+    >>> head, want = problems[0].split(", expected ")
+    >>> head
+    'rank 0: the east ghost column holds 0.0s (nothing arrived?)'
+    >>> want
+    "rank 1's west edge (its east neighbour)"
+    """
+    lay = layout(nx, ny, dims)
+    grid = numbered(nx, ny)
+    blocks = [grid[y0:y0 + rows, x0:x0 + cols] for y0, rows, x0, cols in lay]
+    owned = {q: {"north": b[0], "south": b[-1], "west": b[:, 0], "east": b[:, -1]}
+             for q, b in enumerate(blocks)}
+    py, px = dims
+    problems = []
+    for r, u in enumerate(probes):
+        cy, cx = divmod(r, px)
+        if u.shape != (blocks[r].shape[0] + 2, blocks[r].shape[1] + 2):
+            problems.append(f"rank {r}: u has shape {u.shape}, expected "
+                            f"{(blocks[r].shape[0] + 2, blocks[r].shape[1] + 2)}")
+            continue
+        if not same(u[1:-1, 1:-1], blocks[r]):
+            problems.append(f"rank {r}: the points it owns (u[1:-1, 1:-1]) changed; an "
+                            "exchange writes only the ghost frame")
+        for side, kind, dy, dx, opposite in SIDES:
+            got = ghost(u, side)
+            if 0 <= cy + dy < py and 0 <= cx + dx < px:
+                q = (cy + dy) * px + cx + dx
+                want = owned[q][opposite]
+                said = f"rank {q}'s {opposite} edge (its {side} neighbour)"
+            else:
+                want = np.zeros(got.shape)
+                said = (f"0.0s: rank {r} is on the {side} border (cart.Shift gives "
+                        "MPI.PROC_NULL, nothing arrives and the frame stays 0.0)")
+            if not same(got, want):
+                problems.append(f"rank {r}: the {side} ghost {kind} holds "
+                                f"{what_it_holds(got, owned, r)}, expected {said}")
+    return problems
+
+
+def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
+                  dims: Sequence[int]) -> list[str]:
+    """Where one step from the numbered grid went wrong, rank by rank, in words.
+
+    Parameters
+    ----------
+    probes : sequence of numpy.ndarray
+        Rank by rank, the framed ``new`` after one step from the numbered grid.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    list of str
+        One line per wrong rank: the interior and/or which parts of the boundary ring
+        are wrong, and the first wrong point; empty when the step was right. The
+        reference is exact: the numbers, halves and eighths are exact in binary.
+    """
+    grid = np.zeros((ny + 2, nx + 2))
+    grid[1:-1, 1:-1] = numbered(nx, ny)
+    stepped = np.zeros_like(grid)
+    halo.heat_step(grid, stepped)
+    problems = []
+    for r, ((y0, rows, x0, cols), new) in enumerate(zip(layout(nx, ny, dims), probes,
+                                                        strict=True)):
+        if new.shape != (rows + 2, cols + 2):
+            problems.append(f"rank {r}: new has shape {new.shape}, expected "
+                            f"{(rows + 2, cols + 2)}")
+            continue
+        got = new[1:-1, 1:-1]
+        want = stepped[1 + y0:1 + y0 + rows, 1 + x0:1 + x0 + cols]
+        bad = got != want
+        if not bad.any():
+            continue
+        parts = [name for name, part in [
+            ("north row", bad[0, :]), ("south row", bad[-1, :]), ("west column", bad[:, 0]),
+            ("east column", bad[:, -1])] if part.any()]
+        ring = f"the boundary ring ({', '.join(parts)})" if parts else ""
+        inner = "the interior" if bad[1:-1, 1:-1].any() else ""
+        i, j = (int(k) for k in np.argwhere(bad)[0])
+        problems.append(f"rank {r}: new is wrong in {' and '.join(p for p in (inner, ring) if p)}"
+                        f"; first at new[{i + 1}, {j + 1}]: {got[i, j]:g}, expected "
+                        f"{want[i, j]:g}")
+    return problems
+
+
+def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
+             dims: Sequence[int]) -> np.ndarray:
+    """The ranks' blocks (no frame, rank by rank) put together into one ``(ny, nx)`` field."""
+    field = np.zeros((ny, nx))
+    for (y0, rows, x0, cols), block in zip(layout(nx, ny, dims), fields, strict=True):
+        field[y0:y0 + rows, x0:x0 + cols] = block
+    return field
+
+
+def code_of(func: Callable, name: str) -> str:
+    """The source of `func` without comments (what the structure checks read).
+
+    Fails the check, saying why, when the source cannot be found.
+    """
+    try:
+        src = inspect.getsource(func)
+    except (OSError, TypeError):
+        src = ""
+    grading.expect(bool(src), f"the check reads the code of {name}, but cannot find it: "
+                   f"define {name} with def in its cell and run that cell")
+    return re.sub(r"#[^\n]*", "", src)
+
+
+def _name(func: Callable, name: str | None) -> str:
+    return name or getattr(func, "__name__", None) or "the function"
+
+
+def _run(func: Callable, kind: str, nx: int, ny: int, dims: Sequence[int], steps: int,
+         timeout: float) -> list[dict]:
+    py, px = dims
+    return grading.run_on_ranks(halo_harness, func, kind, nx, ny, (py, px), steps,
+                                ranks=py * px, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------
+# the graded checks
+
+
+def check_exchange(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int,
+                   *, name: str | None = None, timeout: float = 10) -> None:
+    """One exchange on the numbered grid, then `steps` heat steps; fail naming what is wrong.
+
+    Parameters
+    ----------
+    exchange : callable
+        ``exchange(cart, u)``, run on every rank: fills the ghost frame of ``u``.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    name : str, optional
+        What messages call `exchange`; its ``__name__`` by default.
+    timeout : float
+        Seconds before the check fails as stuck (deadlock or endless loop).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        With a message naming the rank, the ghost edge and the neighbour.
+    """
+    __tracebackhide__ = True
+    name = _name(exchange, name)
+    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
+    outs = _run(exchange, "exchange", nx, ny, dims, steps, timeout)
+    problems = ghost_problems([o["probe"] for o in outs], nx, ny, dims)
+    grading.expect(not problems, f"{where}: after one exchange {len(problems)} edge(s) are "
+                   "wrong:\n  " + "\n  ".join(problems[:6])
+                   + ("\n  ..." if len(problems) > 6 else "")
+                   + "\nEvery point holds its own number (1, 2, ... row by row over the grid), "
+                   "so a ghost edge must hold the numbers of the neighbour's edge.")
+    grading.expect_close(gathered([o["field"] for o in outs], nx, ny, dims),
+                         halo.serial_heat(nx, ny, steps),
+                         what=f"{where}: the heat field after {steps} steps", rtol=1e-10,
+                         atol=1e-14,
+                         hint="One exchange was right, so look at the next ones: every step "
+                         "calls the exchange again on an array that held another step, and "
+                         "the frame on the border must stay 0.0.")
+
+
+def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
+               name: str | None = None, timeout: float = 10) -> None:
+    """One step from the numbered grid, then `steps` heat steps; fail naming what is wrong.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(cart, old, new)``, run on every rank: one heat step from ``old`` (whose
+        frame it fills) into ``new[1:-1, 1:-1]``.
+    nx, ny, dims, steps, name, timeout
+        As for :func:`check_exchange`.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        With a message naming the rank, the part of the block (interior, which side of
+        the boundary ring) and the first wrong point.
+    """
+    __tracebackhide__ = True
+    name = _name(step, name)
+    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
+    outs = _run(step, "step", nx, ny, dims, steps, timeout)
+    problems = step_problems([o["probe"] for o in outs], nx, ny, dims)
+    grading.expect(not problems, f"{where}: one step from the numbered grid is wrong on "
+                   f"{len(problems)} rank(s):\n  " + "\n  ".join(problems[:6])
+                   + "\nThe interior (rows 2..rows-1, columns 2..cols-1 of new) needs no ghost "
+                   "cell; the boundary ring reads old's frame, so it is updated after "
+                   "Waitall, once the neighbours' edges are there (columns copied in).")
+    grading.expect_close(gathered([o["field"] for o in outs], nx, ny, dims),
+                         halo.serial_heat(nx, ny, steps),
+                         what=f"{where}: the heat field after {steps} steps", rtol=1e-10,
+                         atol=1e-14,
+                         hint="One step was right, so look at what changes between steps: "
+                         "old and new swap, and the frame on the border must stay 0.0.")
+
+
+def check_posts_and_waits(exchange: Callable, *, name: str | None = None) -> None:
+    """Part B's structure: the code posts Irecv and Isend and completes them with a Wait."""
+    __tracebackhide__ = True
+    name = _name(exchange, name)
+    code = code_of(exchange, name)
+    grading.expect(bool(re.search(r"\bIrecv\s*\(", code) and re.search(r"\bIs?send\s*\(", code)
+                        and re.search(_WAIT, code)),
+                   f"{name} should post cart.Irecv and cart.Isend and complete them "
+                   "with MPI.Request.Waitall (Part A was the blocking Sendrecv)")
+
+
+def check_nonblocking(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int,
+                      *, name: str | None = None, timeout: float = 10) -> None:
+    """Part B: :func:`check_posts_and_waits`, then :func:`check_exchange`."""
+    __tracebackhide__ = True
+    check_posts_and_waits(exchange, name=name)
+    check_exchange(exchange, nx, ny, dims, steps, name=name, timeout=timeout)
+
+
+def check_overlap_order(step: Callable, *, name: str | None = None) -> None:
+    """Part C's structure: posts, then computing on ``new``, then Waitall.
+
+    ``new`` is the step's third parameter, whatever the student calls it.
+    """
+    __tracebackhide__ = True
+    name = _name(step, name)
+    lines = [ln for ln in code_of(step, name).splitlines() if ln.strip()]
+    posts = [i for i, ln in enumerate(lines) if re.search(_POST, ln)]
+    waits = [i for i, ln in enumerate(lines) if re.search(_WAIT, ln)]
+    grading.expect(bool(posts and waits), f"{name} should post cart.Irecv/cart.Isend itself "
+                   "and complete them with MPI.Request.Waitall")
+    try:
+        params = list(inspect.signature(step).parameters)
+    except (TypeError, ValueError):
+        params = []
+    new = re.escape(params[2]) if len(params) > 2 else "new"
+    between = lines[posts[0] + 1:waits[0]]
+    grading.expect(any(re.search(rf"\b{new}\b", ln) and not re.search(_POST, ln)
+                       for ln in between),
+                   f"{name} should update the interior of new between posting the "
+                   "Irecv/Isend and Waitall: that is the overlap (and the ring after Waitall)")
+
+
+def check_overlap(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
+                  name: str | None = None, timeout: float = 10) -> None:
+    """Part C: :func:`check_overlap_order`, then :func:`check_step`."""
+    __tracebackhide__ = True
+    check_overlap_order(step, name=name)
+    check_step(step, nx, ny, dims, steps, name=name, timeout=timeout)
+
+
+def check_blocking_calls(exchange: Callable, *, name: str | None = None) -> None:
+    """Part D's structure: blocking Send and Recv, no Sendrecv, Isend or Irecv."""
+    __tracebackhide__ = True
+    name = _name(exchange, name)
+    code = code_of(exchange, name)
+    grading.expect(bool(re.search(r"\.S?[sS]end\s*\(", code) and re.search(r"\.Recv\s*\(", code)
+                        and not re.search(r"\b(Sendrecv\w*|Isend|Issend|Irecv)\b", code)),
+                   f"{name} should keep the blocking cart.Send and cart.Recv of "
+                   "exchange_naive and fix their order (Sendrecv and Isend/Irecv were Parts A "
+                   "and B)")
+
+
+def show_deadlock(exchange: Callable, nx: int, ny: int, dims: Sequence[int], *,
+                  steps: int = 2, timeout: float = 3) -> bool:
+    """Not a check: run `exchange` where it should deadlock and print where the ranks stuck.
+
+    The timeout is remembered (:mod:`mpilab.grading`), so an unchanged copy of `exchange`
+    handed in later is not run again. Returns True when it timed out.
+    """
+    name = _name(exchange, None)
+    try:
+        _run(exchange, "exchange", nx, ny, dims, steps, timeout)
+    except grading.TimedOut as exc:
+        print(f"As expected, {name} deadlocks on the {nx} × {ny} grid:\n"
+              + textwrap.indent(str(exc), "  | ") + "\n")
+        return True
+    edge = 8 * max(max(rows, cols) for _, rows, _, cols in layout(nx, ny, dims))
+    print(f"({name} did not deadlock here: this MPI sends {edge / 1000:.3g} KB edges "
+          "eagerly.)")
+    return False
+
+
+def check_fixed(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
+                naive: Callable | None = None, name: str | None = None,
+                timeout: float = 10) -> None:
+    """Part D: blocking calls only (:func:`check_blocking_calls`), right at any edge size.
+
+    With `naive`, first shows it deadlocking on the same grid (:func:`show_deadlock`),
+    then runs :func:`check_exchange` on `exchange`.
+    """
+    __tracebackhide__ = True
+    if naive is not None:
+        show_deadlock(naive, nx, ny, dims)
+    check_blocking_calls(exchange, name=name)
+    check_exchange(exchange, nx, ny, dims, steps, name=name, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------
+# trying code out (not graded): the same harness, printed
+
+
+def _dims(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
+    if dims is None:
+        return process_grid(4 if ranks is None else ranks)
+    py, px = (int(d) for d in dims)
+    if ranks is not None and ranks != py * px:
+        raise ValueError(f"dims {(py, px)} need {py * px} ranks, not {ranks}")
+    return py, px
+
+
+def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | None = None,
+                  dims: Sequence[int] | None = None, *, timeout: float = 5) -> None:
+    """Not graded: run `exchange` once on the numbered grid and print every rank's block.
+
+    The blocks are printed with their frame. On `ranks` ranks (4 unless `dims` says),
+    `dims` defaults to what ``MPI.Compute_dims(ranks, 2)`` gives (:func:`process_grid`).
+    A failure (a deadlock, an exception) is printed, not raised.
+    """
+    dims = _dims(ranks, dims)
+    try:
+        outs = _run(exchange, "exchange", nx, ny, dims, 0, timeout)
+    except grading.CheckFailed as exc:
+        print(f"{type(exc).__name__}: {exc}")
+        return
+    for r, out in enumerate(outs):
+        print(f"rank {r} (frame included):")
+        print(np.array2string(out["probe"], formatter={"float_kind": lambda v: f"{v:4.0f}"}))
+
+
+def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
+                 step: Callable | None = None, ranks: int | None = None,
+                 dims: Sequence[int] | None = None, *, timeout: float = 5) -> float | None:
+    """Not graded: run the heat on the ranks, gather it and compare it with serial_heat.
+
+    Give either ``exchange(cart, u)`` (the stencil is :func:`mpilab.halo.heat_step`) or
+    ``step(cart, old, new)``; `ranks` and `dims` as for :func:`show_exchange`. Prints the
+    largest difference and returns it (None, after printing why, when the run failed).
+    """
+    if (exchange is None) == (step is None):
+        raise ValueError("give either exchange= or step=")
+    dims = _dims(ranks, dims)
+    kind, func = ("exchange", exchange) if step is None else ("step", step)
+    try:
+        outs = _run(func, kind, nx, ny, dims, steps, timeout)
+    except grading.CheckFailed as exc:
+        print(f"{type(exc).__name__}: {exc}")
+        return None
+    field = gathered([o["field"] for o in outs], nx, ny, dims)
+    ref = halo.serial_heat(nx, ny, steps)
+    diff = float(np.abs(field - ref).max())
+    print(f"{nx} × {ny} grid, {steps} steps on {dims[0] * dims[1]} ranks: largest difference "
+          f"from halo.serial_heat {diff:.3g} (the hottest point: {ref.max():.4g})")
+    return diff
