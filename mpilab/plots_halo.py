@@ -243,9 +243,13 @@ def wavefield(p: np.ndarray, *, source: tuple[int, int] | None = None,
         if d.shape != p.shape:
             raise ValueError(f"difference has shape {d.shape}, p has {p.shape}")
         dmax = float(np.abs(d).max())
-        im2 = axes[1].imshow(d, cmap="PuOr", vmin=-(dmax or 1e-300), vmax=dmax or 1e-300,
+        im2 = axes[1].imshow(d, cmap="PuOr", vmin=-(dmax or 1.0), vmax=dmax or 1.0,
                              origin="upper", interpolation="nearest")
-        fig.colorbar(im2, ax=axes[1], shrink=0.8, label="parallel − serial")
+        if dmax > 0:
+            fig.colorbar(im2, ax=axes[1], shrink=0.8, label="parallel − serial")
+        else:  # a colour scale of nothing would only suggest a difference
+            axes[1].text(0.5, 0.5, "every cell equal\n(difference exactly 0)", ha="center",
+                         va="center", transform=axes[1].transAxes, fontsize=11, color="0.3")
         same = " (identical)" if dmax == 0 else ""
         axes[1].set_title(f"parallel − serial reference: max |difference| {dmax:.2g}{same}",
                           fontsize=10)

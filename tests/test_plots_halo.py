@@ -73,7 +73,8 @@ def test_wavefield_marks_the_source_and_the_difference():
     fig = plots_halo.wavefield(p, source=(10, 12), dims=(2, 2), difference=p * 0.0)
     assert len([a for a in fig.axes if a.images]) == 2
     t = texts(fig)
-    assert "source (Ricker wavelet)" in t and "max |difference| 0" in t
+    assert "source (Ricker wavelet)" in t and "max |difference| 0 (identical)" in t
+    assert "every cell equal" in t
     assert "rank 3" in t
     star = fig.axes[0].lines[0]
     assert list(star.get_xdata()) == [10] and list(star.get_ydata()) == [12]
