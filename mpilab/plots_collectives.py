@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from .plots import format_bytes
 from .tracing import _as_table, schedule
 
-__all__ = ["knowledge", "step_panels", "predicted_vs_measured", "mark_best_worst"]
+__all__ = ["knowledge", "step_panels", "animate", "predicted_vs_measured", "mark_best_worst"]
 
 
 def knowledge(events_by_rank: Sequence | Mapping) -> tuple[list[dict], list[list[frozenset]]]:
@@ -133,46 +133,90 @@ def step_panels(events_by_rank: Sequence | Mapping, *, root: int | None = None,
     matplotlib.figure.Figure
     """
     sched, known = knowledge(events_by_rank)
-    p = len(known[0])
     n = len(known) - 1
     shown = min(n, max_panels)
     fig = Figure(figsize=(panel_size * (shown + 1), panel_size + 0.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, shown + 1))
-    xy = _ring(p)
-    cmap = matplotlib.colormaps["Blues"]
-    r_node = 0.16 if p <= 8 else 0.1
     for k, ax in enumerate(axes):
-        msgs = [m for m in sched if int(m["step"]) == k]
-        for m in msgs:
-            a, b = xy[int(m["src"])], xy[int(m["dst"])]
-            ax.annotate("", xy=b, xytext=a,
-                        arrowprops={"arrowstyle": "-|>", "color": "C3", "lw": 1.2,
-                                    "shrinkA": 9, "shrinkB": 9,
-                                    "connectionstyle": "arc3,rad=0.15"})
-            if len(msgs) <= 6:
-                mid = (a + b) / 2 + 0.12 * np.array([-(b - a)[1], (b - a)[0]])
-                ax.text(*mid, format_bytes(int(m["bytes"])), fontsize=6, color="C3",
-                        ha="center", va="center")
-        for r in range(p):
-            have = known[k][r]
-            frac = (1.0 if root in have else 0.0) if root is not None else len(have) / p
-            ax.add_patch(_circle(xy[r], r_node, cmap(0.15 + 0.75 * frac)))
-            ax.text(*xy[r], str(r), ha="center", va="center", fontsize=8,
-                    color="white" if frac > 0.6 else "black")
-        done = sum(1 for r in range(p) if (root in known[k][r] if root is not None
-                                           else len(known[k][r]) == p))
-        what = "have the root's data" if root is not None else "heard from all"
-        ax.set_title("start" if k == 0 else f"step {k}: {len(msgs)} msg", fontsize=8)
-        ax.text(0, -1.42, f"{done}/{p} {what}", ha="center", fontsize=7)
-        ax.set_xlim(-1.35, 1.35)
-        ax.set_ylim(-1.55, 1.3)
-        ax.set_aspect("equal")
-        ax.axis("off")
+        _draw_step(ax, sched, known, k, root)
     head = title or "schedule"
     more = f" (first {shown} shown)" if shown < n else ""
     fig.suptitle(f"{head}: {n} step{'s' * (n != 1)}, {len(sched)} messages{more}",
                  fontsize=10)
     return fig
+
+
+def _draw_step(ax, sched, known, k, root):
+    """Panel k of a schedule: the messages of step k, ranks shaded by what they have heard."""
+    p = len(known[0])
+    xy = _ring(p)
+    cmap = matplotlib.colormaps["Blues"]
+    r_node = 0.16 if p <= 8 else 0.1
+    msgs = [m for m in sched if int(m["step"]) == k]
+    for m in msgs:
+        a, b = xy[int(m["src"])], xy[int(m["dst"])]
+        ax.annotate("", xy=b, xytext=a,
+                    arrowprops={"arrowstyle": "-|>", "color": "C3", "lw": 1.2,
+                                "shrinkA": 9, "shrinkB": 9, "connectionstyle": "arc3,rad=0.15"})
+        if len(msgs) <= 6:
+            mid = (a + b) / 2 + 0.12 * np.array([-(b - a)[1], (b - a)[0]])
+            ax.text(*mid, format_bytes(int(m["bytes"])), fontsize=6, color="C3", zorder=4,
+                    ha="center", va="center")
+    for r in range(p):
+        have = known[k][r]
+        frac = (1.0 if root in have else 0.0) if root is not None else len(have) / p
+        ax.add_patch(_circle(xy[r], r_node, cmap(0.15 + 0.75 * frac)))
+        ax.text(*xy[r], str(r), ha="center", va="center", fontsize=8,
+                color="white" if frac > 0.6 else "black")
+    done = sum(1 for r in range(p) if (root in known[k][r] if root is not None
+                                       else len(known[k][r]) == p))
+    what = "have the root's data" if root is not None else "heard from all"
+    ax.set_title("start" if k == 0 else f"step {k}: {len(msgs)} msg", fontsize=8)
+    ax.text(0, -1.42, f"{done}/{p} {what}", ha="center", fontsize=7)
+    ax.set_xlim(-1.35, 1.35)
+    ax.set_ylim(-1.55, 1.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+def animate(events_by_rank: Sequence | Mapping, *, root: int | None = None,
+            title: str | None = None, interval_ms: int = 1000, size: float = 3.2):
+    """The panels of :func:`step_panels` as an animation, one frame per step.
+
+    Parameters
+    ----------
+    events_by_rank : sequence or mapping
+        Traced events per rank (:func:`mpilab.collectives.events`).
+    root : int, optional
+        As in :func:`step_panels`.
+    title : str, optional
+        Title above every frame.
+    interval_ms : int
+        Milliseconds per frame.
+    size : float
+        Figure size in inches (square).
+
+    Returns
+    -------
+    matplotlib.animation.FuncAnimation
+        Show it in a notebook with ``IPython.display.HTML(anim.to_jshtml())``, which
+        needs no video encoder.
+    """
+    from matplotlib.animation import FuncAnimation
+
+    sched, known = knowledge(events_by_rank)
+    fig = Figure(figsize=(size, size + 0.3))
+    ax = fig.subplots()
+    fig.subplots_adjust(0.02, 0.02, 0.98, 0.86)
+
+    def frame(k):
+        ax.clear()
+        _draw_step(ax, sched, known, k, root)
+        if title:
+            fig.suptitle(title, fontsize=9)
+        return []
+
+    return FuncAnimation(fig, frame, frames=len(known), interval=interval_ms, repeat=True)
 
 
 def _circle(center, radius, color):

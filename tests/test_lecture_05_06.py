@@ -188,3 +188,14 @@ def test_lecture_06_tunes_and_applies_the_rules():
     applied = text_of(cell_with(nb, "def one_job("))
     assert re.search(r"p=4: tuned faster than the default by more than 10 % at \d of 8", applied)
     assert pngs(cell_with(nb, "pc.predicted_vs_measured(")) == 1
+
+
+def test_lecture_05_animates_a_schedule_and_lists_every_algorithm():
+    nb = executed("05-collectives-trees")
+    html = text_of(cell_with(nb, "pc.animate("))
+    assert "<script" in html and "data:image/png;base64" in html
+    table = text_of(cell_with(nb, "allalg = "))
+    assert "* = oversubscribed" in table
+    for name in ("binary_tree", "recursive_halving", "dissemination", "library", "p=2 100 B",
+                 "p=4* 10 KB"):
+        assert name in table, name

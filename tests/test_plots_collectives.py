@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from mpilab.plots_collectives import (  # noqa: E402
+    animate,
     knowledge,
     mark_best_worst,
     predicted_vs_measured,
@@ -105,3 +106,10 @@ def test_mark_best_worst_skips_rows_and_dashes_missing_values():
     out = mark_best_worst(t, skip=["choice"])
     assert out["8 B"].tolist() == ["1", "5 !", "3 *", "—"]
     assert out["1 KiB"].tolist() == ["0.5", "200 !", "—", "100 *"]
+
+
+def test_animate_has_one_frame_per_step_plus_the_start_and_renders_without_an_encoder():
+    anim = animate(ring_allgather(4), title="ring")
+    html = anim.to_jshtml()
+    assert "<script" in html
+    assert html.count("data:image/png;base64") == 4  # start + 3 steps
