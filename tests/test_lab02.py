@@ -5,9 +5,10 @@ from the released notebook are autograded with real MPI engines: a correct one g
 marks, a wrong one (east and west swapped; an "overlap" that waits before computing)
 loses those parts with messages that name the wrong ghost edge, one whose fixed exchange
 deadlocks loses only that part and is graded within its timeout, and a hostile one
-(patched ``mpilab.grading``, the checks' own helpers redefined, an object that equals
-everything returned) gets no marks for its wrong answers. No process of the notebook's
-MPI cluster outlives an autograde.
+(patched ``mpilab.grading``, patched ``mpilab.grading_halo`` checks, helpers redefined in
+the notebook, an object that equals everything returned) gets no marks for its wrong
+answers. The test cells only call ``mpilab.grading_halo``: no harness is defined in the
+notebook. No process of the notebook's MPI cluster outlives an autograde.
 
 Wall times of autograding are printed (``pytest -s``), not asserted.
 """
@@ -298,7 +299,7 @@ def given_naive() -> str:
     raise KeyError("exchange_given")
 
 
-# the checks' own helpers redefined in an answer cell: the test cells define them again
+# the old test cells' helpers redefined in an answer cell: the test cells call the module
 HARNESS_OVERRIDE = '''
 
 def check_exchange(*args, **kwargs):
@@ -307,6 +308,26 @@ def check_exchange(*args, **kwargs):
 
 def same(a, b):
     return True
+'''
+
+# the lab's checks replaced in mpilab.grading_halo: the hidden tests reload the module
+GRADING_HALO_PATCH = '''
+import mpilab.grading_halo as _gh
+
+
+def _passes(*args, **kwargs):
+    return None
+
+
+def _nothing_wrong(*args, **kwargs):
+    return []
+
+
+for _check in ("check_exchange", "check_nonblocking", "check_step", "check_overlap",
+               "check_fixed", "check_posts_and_waits", "check_overlap_order",
+               "check_blocking_calls"):
+    setattr(_gh, _check, _passes)  # the checks the test cells call ...
+_gh.ghost_problems = _gh.step_problems = _nothing_wrong  # ... and what they compare with
 '''
 
 # an object that equals everything, returned where nothing is expected: the checks never
@@ -355,6 +376,11 @@ def test_released_stubs_fail_every_test(course):
              and "raise NotImplementedError()" in c.source]
     assert "BEGIN SOLUTION" not in text and len(stubs) == 4
     assert "def exchange_naive(" in text  # the given code stays
+    # the checks live in mpilab.grading_halo: no harness in the notebook, short test cells
+    assert "def halo_harness" not in text and "def ghost_problems" not in text
+    tests = [c.source for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(tests) == 4 and all("grading_halo.check_" in t for t in tests)
+    assert max(len(t.splitlines()) for t in tests) <= 10
     assert not leftover_processes(course)
 
 
@@ -414,17 +440,19 @@ def test_deadlock_loses_only_that_part(course):
     # the graded check then skips it at once instead of waiting for the same timeout again
     assert ("TimedOut" in err or "Skipped" in err) and "exchange_fixed" in err, err
     shown = all_output(graded_notebook(course, LAB, "deadlock"))
-    assert "TimedOut: exchange_once with exchange_fixed" in shown, shown
+    assert "TimedOut: halo_harness with exchange_fixed" in shown, shown
     assert "was at line 8 of exchange_fixed: cart.Recv(" in shown, shown  # where it was stuck
     print(f"[wall] {LAB} deadlocking submission autograded in {wall:.1f} s")
 
 
 def test_hostile_gets_no_marks_for_wrong_answers(course):
     answers = {
-        "exchange_sendrecv": HOSTILE_PATCH + HARNESS_OVERRIDE + SENDRECV_EAST_WEST_SWAPPED,
+        "exchange_sendrecv": HOSTILE_PATCH + HARNESS_OVERRIDE + GRADING_HALO_PATCH
+        + SENDRECV_EAST_WEST_SWAPPED,
         "exchange_nonblocking": HOSTILE_PATCH + LIAR + NONBLOCKING_NO_COLUMNS.rstrip()
         + "\n    return Liar()\n",
-        "step_overlap": HOSTILE_PATCH + OVERLAP_RING_TOO_EARLY,
+        # only the lab's module patched: its reload in the hidden tests undoes it
+        "step_overlap": GRADING_HALO_PATCH + OVERLAP_RING_TOO_EARLY,
         # the given exchange, unchanged: it timed out in the demo, so it is not run again
         "exchange_fixed": HOSTILE_PATCH + given_naive(),
     }
