@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 
 from .. import runtime
@@ -103,6 +104,7 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
     base = {"sizes": sizes, "reps": reps, "rounds": rounds, "min_time": min_time}
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
+    load_before = os.getloadavg()
     iters = None
     library = {}
     pooled: dict[str, dict[int, list[float]]] = {}
@@ -132,6 +134,8 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
                 "size_meaning": "bytes per rank block"}
     m = meta(launch, settings, library)
     m["oversubscribed"] = launch.oversubscribed
+    # other jobs on the machine show here: a load above the cores means shared cores
+    m["loadavg_1min"] = {"before": load_before[0], "after": os.getloadavg()[0]}
     m["op"] = "allgather"
     if lib == "openmpi":
         m["library_documented_default"] = {
@@ -221,7 +225,9 @@ def report(m: dict, records: list[dict]) -> str:
     own_rows = sorted({r["impl"] for r in records if r["source"] == "mpilab"})
     out = [f"# {m.get('mpi_library_version', '?')} | allgather | {m.get('ranks')} ranks on "
            f"{m.get('cores')} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
-           + " | sizes are blocks per rank",
+           + " | sizes are blocks per rank"
+           + (" | load average {before:.1f} -> {after:.1f}".format(**m["loadavg_1min"])
+              if "loadavg_1min" in m else ""),
            "# The library, its algorithm forced (one MPI job each) and its default "
            "(* best, ! worst per column)",
            table(records, lib_rows)]
