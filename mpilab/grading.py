@@ -355,7 +355,9 @@ def _stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
                 + (" — or the ranks that finished returned without sending" if finished
                    else "") + ".")
     if any(not _MPI_CALL.search(t) for t in texts):
-        return "A rank was running Python code, not waiting in MPI: an endless loop?"
+        return ("A rank was not in an MPI call made from Python: either an endless loop, or "
+                "it is waiting inside compiled code it called (a Cython or C function that "
+                "sends and receives: check its sends and receives pair up, as for a deadlock).")
     return "The ranks are waiting on each other in MPI calls: a deadlock?"
 
 
