@@ -87,8 +87,9 @@ def test_lecture_02_timeline_drawn_for_blocking_and_overlap():
         assert word in table, f"{word!r} missing from the per-step phase table"
     fig = cell_with(nb, "plots_halo.timeline(")
     assert has_png(fig), "no timeline figure"
-    waits = text_of(cell_with(nb, "Waitall after computing"))
-    assert waits.count("Waitall after computing (overlap)") == 2, waits
+    waits = text_of(cell_with(nb, "shortest_mpi_time(shape, \"overlap\")"))
+    assert waits.count("shortest time in MPI calls per step: overlap") == 2, waits
+    assert waits.count(" -> ") == 2, waits
 
 
 def test_lecture_02_speedup_says_oversubscribed_where_it_was():
