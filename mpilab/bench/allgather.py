@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 
 from .. import runtime
@@ -36,6 +37,7 @@ TOLERANCE = 0.05  # "within 5 % of the best" in the k-of-n count
 
 
 def _worker(args_path: str, out_path: str) -> int:
+    import numpy as np
     from mpi4py import MPI
 
     from ..collectives import calibrate
@@ -48,15 +50,18 @@ def _worker(args_path: str, out_path: str) -> int:
         if n not in iters:
             iters[n] = calibrate(comm, "allgather", "library", n, min_time=a["min_time"])
     times: dict[str, dict[int, list[float]]] = {}
+    medians: dict[str, dict[int, list[float]]] = {}  # one per round: paired comparisons
     for _ in range(a["rounds"]):
         for n in a["sizes"]:
             for label, alg in a["impls"]:
                 w = max(1, min(iters[n], 20))
                 t = K.time(comm, "allgather", alg, n, warmup=w, iters=iters[n], reps=a["reps"])
                 times.setdefault(label, {}).setdefault(n, []).extend(t.tolist())
+                medians.setdefault(label, {}).setdefault(n, []).append(float(np.median(t)))
     if comm.rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"iters": iters, "times": times, "library": runtime.library_info()}, f)
+            json.dump({"iters": iters, "times": times, "round_medians": medians,
+                       "library": runtime.library_info()}, f)
     return 0
 
 
@@ -108,6 +113,7 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
     iters = None
     library = {}
     pooled: dict[str, dict[int, list[float]]] = {}
+    rounds_: dict[str, dict[int, list[float]]] = {}
     envs: dict[str, dict] = {}
     for _ in range(passes):
         for env, impls in _jobs(ranks, algs, lib):
@@ -121,13 +127,16 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
                 envs[label] = env if label.startswith("library:") else {}
                 for n, times in by_size.items():
                     pooled.setdefault(label, {}).setdefault(int(n), []).extend(times)
+                    rounds_.setdefault(label, {}).setdefault(int(n), []).extend(
+                        doc["round_medians"][label][n])
     records = []
     for label, by_size in pooled.items():
         for n, times in by_size.items():
             records.append(record(
                 times, size_bytes=n, impl=label, alg=label.split(":", 1)[1],
                 source=label.split(":", 1)[0], op="allgather", ranks=ranks, iters=iters[n],
-                oversubscribed=launch.oversubscribed, library_env=envs[label]))
+                oversubscribed=launch.oversubscribed, library_env=envs[label],
+                round_medians_us=[x * 1e6 for x in rounds_[label][n]]))
     records.sort(key=lambda r: (r["size_bytes"], r["impl"]))
     settings = {"sizes": sizes, "algs": list(algs), "reps": reps, "rounds": rounds,
                 "passes": passes, "min_time": min_time, "iters": iters,
@@ -157,6 +166,7 @@ def summary(records: list[dict]) -> dict:
     """Own/library ratios per algorithm and size, the best row per size, the k-of-n count."""
     by = _by(records)
     by_min = {(r["impl"], r["size_bytes"]): r["t_us_min"] for r in records}
+    rounds = {(r["impl"], r["size_bytes"]): r.get("round_medians_us", []) for r in records}
     sizes = sorted({r["size_bytes"] for r in records})
     algs = sorted({r["alg"] for r in records if r["source"] == "mpilab"})
     ratios = {}
@@ -166,10 +176,22 @@ def summary(records: list[dict]) -> dict:
         if row:
             mins = {n: by_min[(f"mpilab:{alg}", n)] / by_min[(f"library:{alg}", n)]
                     for n in row}
+            paired = {}
+            for n in row:
+                own = rounds.get((f"mpilab:{alg}", n), [])
+                lib = rounds.get((f"library:{alg}", n), [])
+                pairs = [a / b for a, b in zip(own, lib, strict=False) if b > 0]
+                if pairs:
+                    paired[n] = statistics.median(pairs)
             ratios[alg] = {"by_size": row,
                            "geomean": math.exp(sum(map(math.log, row.values())) / len(row)),
                            "max": max(row.values()),
-                           "by_size_min_times": mins}
+                           "by_size_min_times": mins,
+                           "by_size_paired": paired}
+            if paired:
+                ratios[alg]["paired_geomean"] = math.exp(
+                    sum(map(math.log, paired.values())) / len(paired))
+                ratios[alg]["paired_max"] = max(paired.values())
     best, strict, close = {}, 0, 0
     lib_rows = sorted({r["impl"] for r in records if r["source"] == "library"})
     for n in sizes:
@@ -252,7 +274,14 @@ def report(m: dict, records: list[dict]) -> str:
         out.append(f"{alg:<20}" + "".join(
             f"{r['by_size'][n]:>9.2f}" if n in r["by_size"] else f"{'-':>9}" for n in sizes)
             + f"{r['geomean']:>9.2f}{r['max']:>7.2f}")
-    out.append("# the same with minimum times (less sensitive to a busy neighbour)")
+    out.append("# the same paired: median over rounds of (ours / library's) in the same round"
+               " (the load changes slower than a round)")
+    for alg, r in s["own_vs_library"].items():
+        pr = r.get("by_size_paired", {})
+        out.append(f"{alg:<20}" + "".join(
+            f"{pr[n]:>9.2f}" if n in pr else f"{'-':>9}" for n in sizes)
+            + (f"{r['paired_geomean']:>9.2f}{r['paired_max']:>7.2f}" if pr else ""))
+    out.append("# the same with minimum times")
     for alg, r in s["own_vs_library"].items():
         mins = r.get("by_size_min_times", {})
         out.append(f"{alg:<20}" + "".join(
