@@ -109,6 +109,8 @@ def test_lecture_05_tables_put_the_paper_beside_this_machine():
     assert "Open MPI" in text or "MPICH" in text  # which library measured it
     verdict = text_of(cell_with(nb, "def verdict("))
     assert verdict.count("Here: DECK-style faster at p = ") == 7
+    assert verdict.count("fastest repetitions: DECK-style faster at p = ") == 7
+    assert re.search(r"medians and fastest repetitions agree on \d of 7 comparisons", verdict)
 
 
 def test_lecture_05_prediction_is_labelled_and_drawn_beside_the_measurement():
