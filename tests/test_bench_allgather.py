@@ -81,7 +81,8 @@ def test_decision_table_and_rules_file(two_ranks, tmp_path):
     for r in table["rules"]:
         assert r["best"] in collectives.admissible("allgather", 2)
         assert r["t_us_best"] == min(r["t_us"].values())
-        assert r["library_default_vs_best"] >= 1.0
+        # measured in another job: the default may even beat the best forced one
+        assert math.isfinite(r["library_default_vs_best"]) and r["library_default_vs_best"] > 0
     path = collectives.write_ompi_rules(table, tmp_path / "rules.conf")
     nums = [line.split("#")[0].split() for line in path.read_text().splitlines()]
     assert nums[:4] == [["1"], ["0"], ["1"], ["2"]]  # 1 collective, allgather, 1 size, p=2
