@@ -86,7 +86,7 @@ def _worker(args_path: str, out_path: str) -> int:
 
 
 def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transport="shm",
-        reps=5, rounds=2, min_time=0.05, check_max=1 << 22,
+        reps=10, rounds=3, min_time=0.005, check_max=1 << 22,
         timeout=600.0) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
     if app not in ("heat", "wave"):
@@ -173,10 +173,12 @@ def main(argv=None) -> int:
                    help="subdomain edges N (N x N points per rank), comma-separated")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--min-time", type=float, default=0.05,
-                   help="seconds one repetition should last (sets iterations)")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-time", type=float, default=0.005,
+                   help="seconds one repetition should last (sets iterations); short "
+                        "repetitions, many of them, give a busy machine's scheduler fewer "
+                        "chances to spoil the best ones")
     p.add_argument("--check-max", type=int, default=1 << 22,
                    help="largest global grid (points) checked against the NumPy reference")
     p.add_argument("--timeout", type=float, default=1800.0)
