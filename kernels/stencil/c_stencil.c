@@ -23,9 +23,9 @@
  * Denormals are flushed to zero while it runs (see mpilab_halo.h).
  * mpilab_heat_sweep times the update alone on one nx x ny grid per rank (no exchange):
  * the memory-bandwidth side of the lesson; mpilab_store_copy times dst[i] = src[i] as a
- * loop with ordinary stores (kept from becoming a memcpy call, which writes large arrays
- * with non-temporal stores that skip the cache) - the copy that pays for its writes the
- * way the sweep does. All return an MPI error code.
+ * loop with ordinary stores (kept from becoming a memcpy call, which may write large
+ * arrays with non-temporal stores that skip the cache) - the copy that pays for its
+ * writes the way the sweep does. All return an MPI error code.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -153,8 +153,8 @@ def store_copy(MPI.Comm comm not None, double[::1] dst not None, const double[::
     """Seconds per copy ``dst[:] = src`` as a loop with ordinary stores (collective).
 
     The copy the stencil sweep is fairly compared with: like the sweep, it reads each
-    written cache line in first (a memcpy of a large array skips that with non-temporal
-    stores, moving a third less).
+    written cache line in first (a memcpy of a large array may skip that with
+    non-temporal stores).
     """
     if dst.shape[0] != src.shape[0]:
         raise ValueError(f"dst and src must have the same length, got {dst.shape[0]} "
