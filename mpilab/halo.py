@@ -26,7 +26,9 @@ the engines through ``cluster.run`` (or ``%%px``), or in a script under ``mpiexe
 call the compiled kernels ``mpilab.kernels.stencil`` and ``mpilab.kernels.wave``, which
 exchange the ghost cells in one of four :data:`MODES`, sending column ghosts either as an
 MPI vector datatype or packed by hand (:data:`PACKS`). Bad arguments raise the same
-ValueError / TypeError on every rank before any communication.
+ValueError / TypeError on every rank before any communication (:func:`gather`, whose
+blocks differ by rank, first shares one small verdict per rank, so that a bad block on
+one rank also raises everywhere instead of leaving the others waiting).
 
 From a notebook, with an :class:`mpilab.cluster.MPICluster` ``cluster``::
 

@@ -196,6 +196,12 @@ def time_records_have_the_shape_and_agree():
             assert len(r["times_us"]) == 4 and 0 < r["t_us_min"] <= r["t_us_median"]
         every = comm.allgather([r["times_us"] for r in recs])
         expect(all(e == every[0] for e in every), "ranks disagree on the times")
+    recs = halo.time_halo(comm, "wave", "sendrecv", nx=30, ny=3 * size, dims=(size, 1),
+                          pack="manual", iters=2, reps=3, f0=0.2)
+    expect(len(recs) == 1 and recs[0]["sub"] is None and recs[0]["dims"] == [size, 1]
+           and (recs[0]["nx"], recs[0]["ny"]) == (30, 3 * size)
+           and recs[0]["size_bytes"] == halo.halo_bytes("wave", 30, 3 * size, (size, 1)),
+           f"time_halo with nx, ny: {recs}")
     t = stencil.time_heat(comm, 30, 20, mode="sendrecv", warmup=0, iters=2, reps=3)
     assert t.shape == (3,) and np.all(t > 0)
     t = stencil.sweep(MPI.COMM_SELF, 50, 40, iters=2, reps=2)
