@@ -59,6 +59,9 @@ def extensions():
                 [str(folder / f"{name}.pyx"), *(str(folder / c) for c in csrc)],
                 include_dirs=[str(folder), "kernels/common", mpi4py.get_include()],
                 extra_compile_args=CFLAGS,
+                # a change to a header alone must rebuild the kernel too
+                depends=sorted(str(h) for h in [*folder.glob("*.h"),
+                                                *Path("kernels/common").glob("*.h")]),
             )
         )
     return cythonize(
