@@ -902,7 +902,21 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
                      name: str | None = None, timeout: float = 10) -> list[int]:
     """A right allgather of `n` float64 per rank, then a ring's steps (right neighbour only).
 
-    Returns the steps on each rank count of `ranks` (:func:`check_ring_schedule`).
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int
+        Float64 per block (each message must carry one block).
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count (:func:`check_ring_schedule`).
     """
     __tracebackhide__ = True
     name = _name(allgather, name)
@@ -917,8 +931,23 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
                     name: str | None = None, timeout: float = 10) -> list[int]:
     """A right allgather, then ``ceil(log2 p)`` steps moving ``p (p - 1)`` blocks in all.
 
-    For Bruck's algorithm and recursive doubling. Returns the steps on each rank count of
-    `ranks` (:func:`check_log_schedule`).
+    For Bruck's algorithm and recursive doubling.
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int
+        Float64 per block.
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count (:func:`check_log_schedule`).
     """
     __tracebackhide__ = True
     name = _name(allgather, name)
@@ -1000,7 +1029,19 @@ def check_compiled_ring(kernel: Callable, cases: Iterable, *, name: str,
 
 def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
                            timeout: float = 10) -> None:
-    """A recvbuf one number too long makes the compiled kernel raise ValueError everywhere."""
+    """A recvbuf one number too long makes the compiled kernel raise ValueError everywhere.
+
+    Parameters
+    ----------
+    kernel : mpilab.build.CompiledFunction
+        The compiled ring.
+    p, n : int
+        Ranks, and float64 per block.
+    name : str
+        What the message calls the kernel.
+    timeout : float
+        Seconds before the run fails as stuck.
+    """
     __tracebackhide__ = True
     with _explained(name):
         out = grading.run_on_ranks(cython_harness, kernel, n, 1, ranks=p, timeout=timeout,
