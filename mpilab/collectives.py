@@ -688,8 +688,9 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
     """Measure every admissible allgather algorithm per (ranks, size); the decision table.
 
     Runs the allgather benchmark (:mod:`mpilab.bench.allgather`) for each rank count:
-    one MPI job per forced library algorithm, with our C version beside it, plus one
-    for the library's default. Picks the fastest library algorithm per size
+    every library algorithm forced in turn (with Open MPI in one job, each on its own
+    communicator; otherwise one job each), our C version beside it, and the library's
+    default. Picks the fastest library algorithm per size
     (:func:`decision_table`) and compares it with the library's default choice, both
     measured (``library_default_vs_best``) and documented
     (``library_documented_choice``, see :func:`library_default`).
@@ -755,8 +756,12 @@ def _observe_worker(args_path: str, out_path: str) -> int:
     a = json.loads(Path(args_path).read_text())
     comm = MPI.COMM_WORLD
     n = int(a["nbytes"])
+    on = comm
+    if a.get("force") is not None:  # as the benchmark forces: MPI_T, then a new communicator
+        k.set_cvar("coll_tuned_allgather_algorithm", a["force"])
+        on = comm.Dup()
     # the calls in one C loop: no per-call argument checks adding their own messages
-    k.time(comm, "allgather", LIBRARY, n, warmup=0, iters=a["calls"], reps=1)
+    k.time(on, "allgather", LIBRARY, n, warmup=0, iters=a["calls"], reps=1)
     expected = {}
     for alg in admissible("allgather", comm.Get_size()):
         # one-byte blocks: bytes sent = blocks sent (our messages are user-level, so the
@@ -771,7 +776,8 @@ def _observe_worker(args_path: str, out_path: str) -> int:
 
 
 def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
-                    calls: int = 2, transport: str = "shm", timeout: float = 120) -> dict:
+                    force: str | None = None, calls: int = 2, transport: str = "shm",
+                    timeout: float = 120) -> dict:
     """Which allgather algorithm the library really ran, seen from its messages.
 
     Runs ``calls`` MPI_Allgather of `nbytes` per rank (more for small blocks, so that
@@ -779,7 +785,9 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
     (which counts the bytes each rank sends each peer inside collectives), converts the
     counts to blocks, and compares that pattern with the blocks each of our algorithms
     sends (from their traces). `env` forces an algorithm or a rules file
-    (:func:`library_env`, :func:`rules_env`); without it, this observes the default.
+    (:func:`library_env`, :func:`rules_env`); `force` forces one inside the job, as
+    the allgather benchmark does (coll_tuned's MPI_T control variable, then a new
+    communicator); without either, this observes the default.
 
     Returns
     -------
@@ -800,9 +808,13 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
     launch = runtime.launch(ranks, transport)
     extra = {**(env or {}), "OMPI_MCA_pml_monitoring_enable": "2",
              "OMPI_MCA_pml_monitoring_enable_output": "1"}
+    number = None
+    if force is not None:
+        number = _algorithm("allgather", force).ompi
+        extra["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
     with tempfile.TemporaryDirectory(prefix="mpilab-observe-") as d:
         a, o, logs = Path(d) / "args.json", Path(d) / "out.json", Path(d) / "logs"
-        a.write_text(json.dumps({"nbytes": int(nbytes), "calls": int(calls)}))
+        a.write_text(json.dumps({"nbytes": int(nbytes), "calls": int(calls), "force": number}))
         # one output file per rank: the ranks' reports would interleave on one stream
         job = dataclasses.replace(launch, env={**launch.env, **extra},
                                   args=(*launch.args, "--output-filename", str(logs)))
@@ -820,7 +832,7 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
                 observed[f"{f[1]}->{f[2]}"] = round(b / unit)
     matches = [alg for alg, pattern in expected.items() if pattern == observed]
     return {"ranks": ranks, "nbytes": int(nbytes), "observed": observed, "matches": matches,
-            "env": env or {}}
+            "env": env or {}, "force": force}
 
 
 if __name__ == "__main__":

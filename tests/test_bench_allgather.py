@@ -50,7 +50,10 @@ def test_json_shape(two_ranks):
         assert r["ranks"] == 2 and 0 < r["t_us_min"] <= r["t_us_median"]
         assert len(r["times_us"]) == 2
         if r["impl"].startswith("library:") and r["impl"] != "library:default":
+            # forced on its own communicator through coll_tuned's MPI_T variable
             assert r["library_env"]["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+            number = collectives.ALGORITHMS["allgather"][r["alg"]].ompi
+            assert r["library_env"]["MPI_T:coll_tuned_allgather_algorithm"] == str(number)
 
 
 def test_ratios_finite_positive_and_printed(two_ranks):
@@ -66,6 +69,21 @@ def test_ratios_finite_positive_and_printed(two_ranks):
     assert "own C / library, same algorithm" in out
     # the documented default at 2 ranks is two_proc (Open MPI 4.1's rule)
     assert set(doc["meta"]["library_documented_default"].values()) == {"two_proc"}
+
+
+def test_one_job_per_forced_algorithm_mode(tmp_path):
+    path = tmp_path / "jobs.json"
+    res = bench("--ranks", "2", "--sizes", "64", "--algs", "ring", "--mode", "jobs",
+                "--reps", "3", "--rounds", "1", "--min-time", "0.0005", "--json", str(path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["settings"]["mode"] == "jobs"
+    impls = {r["impl"]: r for r in doc["records"]}
+    assert set(impls) == {"library:default", "mpilab:ring", "library:ring"}
+    assert impls["library:ring"]["library_env"] == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allgather_algorithm": "4"}
+    ratio = doc["meta"]["summary"]["own_vs_library"]["ring"]["by_size_paired"]["64"]
+    assert math.isfinite(ratio) and ratio > 0
 
 
 def test_inadmissible_algorithm_is_a_clear_error():

@@ -29,6 +29,9 @@ def test_library_runs_its_documented_default_and_the_forced_algorithm():
         assert seen["matches"] == [C.library_default("allgather", p, n)["runs"]], seen
     seen = C.observe_library(4, 4096, env=C.library_env("allgather", "ring"))
     assert seen["matches"] == ["ring"], seen
+    # forced inside the job, as the allgather benchmark does it
+    seen = C.observe_library(4, 4096, force="neighbor_exchange")
+    assert seen["matches"] == ["neighbor_exchange"], seen
 
 
 @pytest.mark.skipif(runtime.selected_library() != "openmpi", reason="Open MPI rules files")

@@ -724,3 +724,24 @@ int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbu
     x.w = (char *)work;
     return mpilab_time_steps(comm, one_call, &x, warmup, iters, reps, 1.0, times);
 }
+
+/* ------------------------------------------------------------------ MPI_T control */
+
+/* Write an integer control variable by name through the MPI tool interface (Open MPI
+ * exposes its MCA parameters there, e.g. coll_tuned_allgather_algorithm, read again by
+ * each new communicator). Returns MPI_SUCCESS, or an MPI_T error code (e.g.
+ * MPI_T_ERR_INVALID_NAME when the library has no such variable). */
+int mpilab_coll_set_cvar_int(const char *name, int value)
+{
+    int provided, err, index, count;
+    MPI_T_cvar_handle handle;
+    if ((err = MPI_T_init_thread(MPI_THREAD_SINGLE, &provided)) != MPI_SUCCESS) return err;
+    err = MPI_T_cvar_get_index(name, &index);
+    if (err == MPI_SUCCESS) err = MPI_T_cvar_handle_alloc(index, NULL, &handle, &count);
+    if (err == MPI_SUCCESS) {
+        err = count == 1 ? MPI_T_cvar_write(handle, &value) : MPI_T_ERR_INVALID;
+        MPI_T_cvar_handle_free(&handle);
+    }
+    MPI_T_finalize();
+    return err;
+}

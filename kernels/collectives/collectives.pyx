@@ -274,3 +274,23 @@ def time(MPI.Comm comm not None, str op, str alg, count, *, dtype="uint8", root=
         err = c.mpilab_coll_time(cc, o, a, sp, rbp, cnt, dt, ro, r_, wp, w, it, rp_, &t[0])
     _check_mpi(err)
     return times
+
+
+def set_cvar(str name, value):
+    """Write the integer MPI_T control variable `name` (local to this process).
+
+    Open MPI exposes its MCA parameters as control variables; the coll_tuned forced
+    algorithms (``coll_tuned_allgather_algorithm``, ...) are writable and read again
+    by each new communicator. Raises ValueError when the library has no such
+    variable or refuses the write.
+    """
+    cdef bytes b = name.encode()
+    cdef const char *cn = b
+    cdef int v, err
+    _check_count(value, "value", 0)
+    v = value
+    with nogil:
+        err = c.mpilab_coll_set_cvar_int(cn, v)
+    if err != 0:
+        raise ValueError(f"cannot set the MPI_T control variable {name!r} to {value} "
+                         f"(MPI_T error {err})")

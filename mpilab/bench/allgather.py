@@ -4,12 +4,15 @@
     (--passes N: repeat every MPI job N times and pool; --observe: also observe the
     library's default choice from its messages, Open MPI only)
 
-Sizes are blocks per rank (the allgather paper's convention). The library's algorithm is
-forced at MPI_Init (Open MPI: coll_tuned dynamic rules; MPICH: MPIR_CVAR_* control
-variables), so each forced algorithm is its own MPI job; in that job our C version of
-the same algorithm is measured side by side with it, alternating in `--rounds` rounds
-with the same iteration counts (calibrated once, on the library's default), so their
-ratio compares like with like. Every call is timed inside C (mpilab_timing.h).
+Sizes are blocks per rank (the allgather paper's convention). With Open MPI every row
+is measured in one MPI job (``--mode cvar``): the library runs with coll_tuned's
+dynamic rules switched on, and each forced algorithm gets its own communicator, created
+after writing the ``coll_tuned_allgather_algorithm`` control variable through MPI_T
+(0: the library's default decision); our C version of each algorithm is measured
+beside it. All rows alternate in `--rounds` rounds with the same iteration counts
+(calibrated once, on the library's default), so every ratio compares like with like.
+``--mode jobs`` (MPICH's way: MPIR_CVAR_* environment) runs one MPI job per forced
+algorithm instead. Every call is timed inside C (mpilab_timing.h).
 
 Records: impl (mpilab:<alg>, library:<alg>, library:default), alg, ranks, size_bytes,
 t_us_min, t_us_median, quartiles, iters, library_env; meta says which machine, MPI and
@@ -44,7 +47,18 @@ def _worker(args_path: str, out_path: str) -> int:
     from ..kernels import collectives as K
 
     a = json.loads(open(args_path).read())
-    comm = MPI.COMM_WORLD
+    world = MPI.COMM_WORLD
+    # A forced algorithm (Open MPI): write coll_tuned's control variable, then create a
+    # communicator, which reads it; 0 gives the library's default decision.
+    comms = {}
+    for label, _alg, force in a["impls"]:
+        comms[label] = world
+        if force is not None:
+            K.set_cvar("coll_tuned_allgather_algorithm", force)
+            comms[label] = world.Dup()
+    if any(force is not None for *_, force in a["impls"]):
+        K.set_cvar("coll_tuned_allgather_algorithm", 0)
+    comm = comms.get("library:default", world)
     iters = {int(k): v for k, v in (a.get("iters") or {}).items()}
     for n in a["sizes"]:
         if n not in iters:
@@ -53,9 +67,10 @@ def _worker(args_path: str, out_path: str) -> int:
     medians: dict[str, dict[int, list[float]]] = {}  # one per round: paired comparisons
     for _ in range(a["rounds"]):
         for n in a["sizes"]:
-            for label, alg in a["impls"]:
+            for label, alg, _force in a["impls"]:
                 w = max(1, min(iters[n], 20))
-                t = K.time(comm, "allgather", alg, n, warmup=w, iters=iters[n], reps=a["reps"])
+                t = K.time(comms[label], "allgather", alg, n, warmup=w, iters=iters[n],
+                           reps=a["reps"])
                 times.setdefault(label, {}).setdefault(n, []).extend(t.tolist())
                 medians.setdefault(label, {}).setdefault(n, []).append(float(np.median(t)))
     if comm.rank == 0:
@@ -65,29 +80,46 @@ def _worker(args_path: str, out_path: str) -> int:
     return 0
 
 
-def _jobs(ranks: int, algs, lib: str) -> list[tuple[dict, list[list[str]]]]:
-    """(extra environment, [[impl label, kernel alg], ...]) for each MPI job."""
-    from ..collectives import library_env, library_has
+CVAR = "coll_tuned_allgather_algorithm"
 
-    jobs = [({}, [["library:default", "library"]])]
+
+def _jobs(ranks: int, algs, lib: str, mode: str) -> list[tuple[dict, list[list]]]:
+    """(extra environment, [[impl label, kernel alg, forced number or None], ...]) per job.
+
+    ``mode="cvar"`` (Open MPI): one job; each library algorithm gets its own
+    communicator, created after writing coll_tuned's MPI_T control variable, so every
+    row is measured interleaved with every other. ``mode="jobs"``: one job per forced
+    algorithm (environment variables, read at MPI_Init), our algorithm beside it.
+    """
+    from ..collectives import ALGORITHMS, library_env, library_has
+
+    if mode == "cvar":
+        impls = [["library:default", "library", 0]]
+        for alg in algs:
+            impls.append([f"mpilab:{alg}", alg, None])
+            impls.append([f"library:{alg}", "library", ALGORITHMS["allgather"][alg].ompi])
+        return [({"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}, impls)]
+    jobs = [({}, [["library:default", "library", None]])]
     for alg in algs:
-        impls = [[f"mpilab:{alg}", alg]]
+        impls = [[f"mpilab:{alg}", alg, None]]
         env = {}
         if library_has("allgather", alg, lib):
             env = library_env("allgather", alg, lib)
-            impls.append([f"library:{alg}", "library"])
+            impls.append([f"library:{alg}", "library", None])
         jobs.append((env, impls))
     return jobs
 
 
 def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes: int = 1,
         min_time: float = 0.005, timeout: float = 600.0, transport: str = "shm",
-        observe: bool = False) -> tuple[dict, list[dict]]:
+        observe: bool = False, mode: str | None = None) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records).
 
-    Each of `passes` passes runs every MPI job once (the library's default, then one
-    job per forced algorithm); inside a job, our algorithm and the library's alternate
-    `rounds` times per size. Timings of all passes are pooled, so a job that happened
+    `mode` (see :func:`_jobs`): ``"cvar"``, the default with Open MPI, measures every
+    row in one job, each library algorithm forced on its own communicator; ``"jobs"``
+    (MPICH, or on request) runs one MPI job per forced algorithm. Each of `passes`
+    passes runs every MPI job once; inside a job the rows alternate `rounds` times
+    per size. Timings of all passes are pooled, so a job that happened
     to share the machine with a busy neighbour does not decide a row alone. With
     `observe` (Open MPI), the algorithm the library runs by default is also observed
     from its messages at the smallest and largest size (:func:`observe_library`).
@@ -96,6 +128,9 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
 
     launch = runtime.launch(ranks, transport)
     lib = runtime.selected_library()
+    mode = mode or ("cvar" if lib == "openmpi" else "jobs")
+    if mode not in ("cvar", "jobs") or (mode == "cvar" and lib != "openmpi"):
+        raise ValueError(f"mode must be 'jobs', or 'cvar' with Open MPI; got {mode!r}")
     ok = admissible("allgather", ranks)
     if algs is None:
         algs = ok
@@ -116,15 +151,18 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
     rounds_: dict[str, dict[int, list[float]]] = {}
     envs: dict[str, dict] = {}
     for _ in range(passes):
-        for env, impls in _jobs(ranks, algs, lib):
+        for env, impls in _jobs(ranks, algs, lib, mode):
             job = dataclasses.replace(launch, env={**launch.env, **env})
             doc = python_worker(job, MODULE, {**base, "impls": impls, "iters": iters},
                                 timeout)
             if iters is None:  # the first job calibrates; every later one reuses its counts
                 iters = {int(k): v for k, v in doc["iters"].items()}
                 library = doc["library"]
+            forced = {label: force for label, _alg, force in impls}
             for label, by_size in doc["times"].items():
                 envs[label] = env if label.startswith("library:") else {}
+                if label.startswith("library:") and forced[label] is not None:
+                    envs[label] = {**env, f"MPI_T:{CVAR}": str(forced[label])}
                 for n, times in by_size.items():
                     pooled.setdefault(label, {}).setdefault(int(n), []).extend(times)
                     rounds_.setdefault(label, {}).setdefault(int(n), []).extend(
@@ -139,7 +177,7 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
                 round_medians_us=[x * 1e6 for x in rounds_[label][n]]))
     records.sort(key=lambda r: (r["size_bytes"], r["impl"]))
     settings = {"sizes": sizes, "algs": list(algs), "reps": reps, "rounds": rounds,
-                "passes": passes, "min_time": min_time, "iters": iters,
+                "passes": passes, "mode": mode, "min_time": min_time, "iters": iters,
                 "size_meaning": "bytes per rank block"}
     m = meta(launch, settings, library)
     m["oversubscribed"] = launch.oversubscribed
@@ -304,6 +342,10 @@ def main(argv=None) -> int:
                    help="alternations of ours and the library's inside each job")
     p.add_argument("--passes", type=int, default=1,
                    help="passes over all the MPI jobs, timings pooled")
+    p.add_argument("--mode", choices=("cvar", "jobs"), default=None,
+                   help="cvar: every row in one job, each forced algorithm on its own "
+                        "communicator (Open MPI, the default there); jobs: one MPI job "
+                        "per forced algorithm")
     p.add_argument("--observe", action="store_true",
                    help="also observe the library's default from its messages (Open MPI)")
     p.add_argument("--min-time", type=float, default=0.005,
@@ -318,7 +360,7 @@ def main(argv=None) -> int:
         algs = [x.strip() for x in a.algs.split(",") if x.strip()] or None
         m, recs = run(a.ranks, sizes, algs=algs, reps=a.reps, rounds=a.rounds,
                       passes=a.passes, min_time=a.min_time, timeout=a.timeout,
-                      transport=a.transport, observe=a.observe)
+                      transport=a.transport, observe=a.observe, mode=a.mode)
     except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
         print(f"mpilab.bench allgather: {exc}", file=sys.stderr)
         return 2
