@@ -288,8 +288,10 @@ def report(m: dict, records: list[dict]) -> str:
            + " | sizes are blocks per rank"
            + (" | load average {before:.1f} -> {after:.1f}".format(**m["loadavg_1min"])
               if "loadavg_1min" in m else ""),
-           "# The library, its algorithm forced (one MPI job each) and its default "
-           "(* best, ! worst per column)",
+           "# The library, each algorithm forced ("
+           + ("on its own communicator, all in one job"
+              if m.get("settings", {}).get("mode") == "cvar" else "one MPI job each")
+           + ") and its default (* best, ! worst per column)",
            table(records, lib_rows)]
     doc = m.get("library_documented_default")
     if doc:
