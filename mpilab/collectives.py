@@ -684,7 +684,7 @@ def rules_env(path: str | os.PathLike) -> dict:
 def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *,
          out: str | os.PathLike | None = None, rules: str | os.PathLike | None = None,
          reps: int = 5, rounds: int = 1, min_time: float = 0.003, timeout: float = 600,
-         transport: str = "shm") -> dict:
+         transport: str = "shm", mode: str | None = None) -> dict:
     """Measure every admissible allgather algorithm per (ranks, size); the decision table.
 
     Runs the allgather benchmark (:mod:`mpilab.bench.allgather`) for each rank count:
@@ -706,8 +706,10 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
     rules : path, optional
         Open MPI only: also write a ``coll_tuned`` rules file that applies the table;
         ``table["rules_env"]`` is then the environment that makes a job use it.
-    reps, rounds, min_time, timeout, transport
-        Passed to :func:`mpilab.bench.allgather.run`.
+    reps, rounds, min_time, timeout, transport, mode
+        Passed to :func:`mpilab.bench.allgather.run` (``mode="jobs"``: one MPI job per
+        forced algorithm, forced through the environment at ``MPI_Init``; the default
+        with Open MPI, ``"cvar"``, forces each on its own communicator in one job).
 
     Returns
     -------
@@ -722,7 +724,7 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
     records, metas = [], []
     for p in ranks:
         m, recs = bench.run(p, list(sizes), reps=reps, rounds=rounds, min_time=min_time,
-                            timeout=timeout, transport=transport)
+                            timeout=timeout, transport=transport, mode=mode)
         records += recs
         metas.append(m)
     table = decision_table(records)
