@@ -6,50 +6,9 @@ cimport c_stencil as c
 import math
 
 import numpy as np
-from mpi4py import MPI as _MPI
 
 include "mpilab_buffers.pxi"
-
-MODES = {"blocking": c.MPILAB_HALO_BLOCKING, "sendrecv": c.MPILAB_HALO_SENDRECV,
-         "nonblocking": c.MPILAB_HALO_NONBLOCKING, "overlap": c.MPILAB_HALO_OVERLAP}
-PACKS = {"datatype": c.MPILAB_PACK_DATATYPE, "manual": c.MPILAB_PACK_MANUAL}
-PHASES = ("exchange", "interior", "wait", "boundary")
-
-
-def layout(MPI.Comm comm not None, nx, ny, dims=None, mode="nonblocking", pack="datatype"):
-    """Check a decomposition; ``(py, px, rows, cols, y0, x0)`` of this rank.
-
-    Raises the same ValueError / TypeError on every rank (no communication).
-    """
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    if not isinstance(pack, str) or pack not in PACKS:
-        raise ValueError(f"pack must be one of {list(PACKS)}, got {pack!r}")
-    _check_count(nx, "nx", 1)
-    _check_count(ny, "ny", 1)
-    size = comm.Get_size()
-    if dims is None:
-        py, px = _MPI.Compute_dims(size, 2)
-    else:
-        try:
-            py, px = dims
-        except (TypeError, ValueError):
-            raise TypeError(f"dims must be a pair (py, px), got {dims!r}") from None
-        _check_count(py, "dims[0]", 1)
-        _check_count(px, "dims[1]", 1)
-        if py * px != size:
-            raise ValueError(f"dims {tuple(dims)} need {py * px} ranks, the communicator "
-                             f"has {size}")
-    if px > nx or py > ny:
-        raise ValueError(f"a {nx} x {ny} grid cannot be split over a {py} x {px} process "
-                         f"grid: every rank needs at least one point per axis")
-    rank = comm.Get_rank()
-    cy, cx = rank // px, rank % px
-    y0 = cy * (ny // py) + min(cy, ny % py)
-    x0 = cx * (nx // px) + min(cx, nx % px)
-    rows = ny // py + (cy < ny % py)
-    cols = nx // px + (cx < nx % px)
-    return int(py), int(px), rows, cols, y0, x0
+include "mpilab_halo.pxi"
 
 
 cdef double _energy(object energy) except? -1:
@@ -84,22 +43,20 @@ def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="nonblocking", pack="dat
     Returns ``(block, (y0, x0))``: this rank's ``(rows, cols)`` float64 block and its
     offset in the global ``(ny, nx)`` field, equal to ``mpilab.halo.serial_heat`` there.
     """
-    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    lay = _layout(comm, nx, ny, dims, mode, pack)
     _check_count(steps, "steps", 0)
     e = _energy(energy)
-    block = np.zeros(lay[2] * lay[3], dtype=np.float64)
+    block = _block(lay)
     _run(comm, lay, mode, pack, e, steps, 0, None, block, 0, 1, 0, None)
-    return block.reshape(lay[2], lay[3]), (lay[4], lay[5])
+    return _placed(block, lay)
 
 
 def time_heat(MPI.Comm comm not None, nx, ny, *, mode="nonblocking", pack="datatype",
               energy=1.0, dims=None, warmup=2, iters=10, reps=5):
     """Seconds per step (exchange + update), `reps` values, slowest rank (collective)."""
-    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    lay = _layout(comm, nx, ny, dims, mode, pack)
     e = _energy(energy)
-    _check_count(warmup, "warmup", 0)
-    _check_count(iters, "iters", 1)
-    _check_count(reps, "reps", 1)
+    _check_timing(warmup, iters, reps)
     times = np.empty(reps, dtype=np.float64)
     _run(comm, lay, mode, pack, e, 0, 0, None, None, warmup, iters, reps, times)
     return times
@@ -113,13 +70,8 @@ def timeline_heat(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="ove
     after a common barrier of each phase in :data:`PHASES` order. A phase the mode does
     not have is empty (start == end).
     """
-    lay = layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
-    _check_count(steps, "steps", 1)
-    if last is None:
-        last = steps
-    _check_count(last, "last", 1)
-    if last > steps:
-        raise ValueError(f"last={last} is more than steps={steps}")
+    lay = _layout(comm, nx, ny, dims, mode, pack)
+    last = _check_last(steps, last)
     e = _energy(energy)
     tl = np.zeros(last * 8, dtype=np.float64)
     _run(comm, lay, mode, pack, e, steps, last, tl, None, 0, 1, 0, None)
@@ -133,9 +85,7 @@ def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):
     """
     _check_count(nx, "nx", 1)
     _check_count(ny, "ny", 1)
-    _check_count(warmup, "warmup", 0)
-    _check_count(iters, "iters", 1)
-    _check_count(reps, "reps", 1)
+    _check_timing(warmup, iters, reps)
     if (nx + 2) * (ny + 2) > (1 << 31):
         raise ValueError(f"a {nx} x {ny} grid is too large")
     times = np.empty(reps, dtype=np.float64)
@@ -159,9 +109,7 @@ def store_copy(MPI.Comm comm not None, double[::1] dst not None, const double[::
     if dst.shape[0] != src.shape[0]:
         raise ValueError(f"dst and src must have the same length, got {dst.shape[0]} "
                          f"and {src.shape[0]}")
-    _check_count(warmup, "warmup", 0)
-    _check_count(iters, "iters", 1)
-    _check_count(reps, "reps", 1)
+    _check_timing(warmup, iters, reps)
     cdef size_t n = dst.shape[0]
     cdef double *dp = NULL
     cdef const double *sp = NULL

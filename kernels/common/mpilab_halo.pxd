@@ -1,0 +1,12 @@
+# Mirrors the enums of mpilab_halo.h that the halo kernels' wrappers (stencil, wave) use.
+
+
+cdef extern from "mpilab_halo.h" nogil:
+    enum:
+        MPILAB_HALO_BLOCKING
+        MPILAB_HALO_SENDRECV
+        MPILAB_HALO_NONBLOCKING
+        MPILAB_HALO_OVERLAP
+        MPILAB_PACK_DATATYPE
+        MPILAB_PACK_MANUAL
+        MPILAB_NPHASES
