@@ -8,28 +8,16 @@ Optional argument "trace": also check the traced schedules (needs mpilab.tracing
 """
 
 import sys
-import traceback
 
 import numpy as np
 from mpi4py import MPI
+from mpicheck import check, comm, finish, rank, size
 
 from mpilab.kernels import collectives as K
 
-comm = MPI.COMM_WORLD
-rank, size = comm.rank, comm.size
-failures = []
 MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
 COUNTS = [0, 1, 7, 1001]
 DTYPES = list(K.DTYPES)
-
-
-def check(fn):
-    try:
-        fn()
-    except Exception:
-        failures.append(f"FAIL {fn.__name__} on rank {rank}: {traceback.format_exc()}")
-    comm.Barrier()
-    return fn
 
 
 def algs(op):
@@ -278,7 +266,4 @@ def trace_steps():
 if "trace" in sys.argv[1:]:
     check(trace_steps)
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"OK rank {rank}", flush=True)
+finish()

@@ -7,45 +7,15 @@ on square, non-square and unevenly split grids. Argument errors must be raised o
 rank alike, before any communication, so none can leave a rank waiting.
 """
 
-import sys
-import traceback
-
 import numpy as np
 from mpi4py import MPI
+from mpicheck import check, comm, expect, finish, raises, rank, size
 
 from mpilab import halo
 from mpilab.kernels import stencil, wave
 
-comm = MPI.COMM_WORLD
-rank, size = comm.rank, comm.size
-failures = []
 GRIDS = [(17, 11), (32, 32), (5, 40)]
 TOL = {"rtol": 1e-12, "atol": 1e-12}
-
-
-def check(fn):
-    try:
-        fn()
-    except Exception:
-        failures.append(f"FAIL {fn.__name__} on rank {rank}: {traceback.format_exc()}")
-    comm.Barrier()
-    return fn
-
-
-def expect(cond, what):
-    """Record a failure and go on: raising mid-loop would leave the other ranks waiting in
-    the next collective call."""
-    if not cond:
-        failures.append(f"FAIL on rank {rank}: {what}")
-
-
-def raises(exc, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except exc:
-        return
-    raise AssertionError(f"{fn.__name__}{args!r:.60}{kwargs!r:.60} did not raise "
-                         f"{exc.__name__}")
 
 
 def same_everywhere(block, off, ref, what):
@@ -253,9 +223,4 @@ def bad_arguments_raise_on_every_rank():
     same_everywhere(*halo.run_heat(comm, 12, 9, 5), ref, "after errors")
 
 
-ok = comm.allreduce(len(failures) == 0, op=MPI.LAND)
-for f in failures:
-    print(f, flush=True)
-if ok:
-    print(f"OK rank {rank} of {size}", flush=True)
-sys.exit(0 if ok else 1)
+finish(together=True)

@@ -5,38 +5,15 @@ exits 1. Argument errors are raised before any MPI call on every rank alike, so 
 cannot leave a rank waiting.
 """
 
-import sys
-import traceback
-
 import numpy as np
 from mpi4py import MPI
+from mpicheck import check, comm, finish, raises, rank, size
 
 from mpilab.kernels import memcopy, pingpong
-
-comm = MPI.COMM_WORLD
-rank, size = comm.rank, comm.size
-failures = []
-
-
-def check(fn):
-    try:
-        fn()
-    except Exception:
-        failures.append(f"FAIL {fn.__name__} on rank {rank}: {traceback.format_exc()}")
-    comm.Barrier()
-    return fn
 
 
 def pattern(n, seed):
     return ((np.arange(n) * 7 + seed) % 251).astype(np.uint8)
-
-
-def raises(exc, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except exc:
-        return
-    raise AssertionError(f"{fn.__name__}{args!r:.60} did not raise {exc.__name__}")
 
 
 SIZES = [0, 1, 7, 8, 4096, 4097, 65537, (1 << 20) + 3]
@@ -130,9 +107,4 @@ def argument_errors():
     raises(ValueError, mc, comm, np.zeros(3), np.zeros(3), iters=0)
 
 
-ok = comm.allreduce(len(failures) == 0, op=MPI.LAND)
-for f in failures:
-    print(f, flush=True)
-if ok:
-    print(f"OK rank {rank} of {size}", flush=True)
-sys.exit(0 if ok else 1)
+finish(together=True)

@@ -5,17 +5,12 @@ Isend/Irecv with MPI.Request.Waitall, lowercase sendrecv); each must equal comm.
 and trace to p - 1 steps of one block per rank and step. Prints "OK rank r" on success.
 """
 
-import sys
-import traceback
-
 import numpy as np
 from mpi4py import MPI
+from mpicheck import check, comm, finish, rank, size
 
 from mpilab import tracing
 
-comm = MPI.COMM_WORLD
-rank, size = comm.rank, comm.size
-failures = []
 BLOCK = 7  # float64 -> 56 bytes per message
 
 
@@ -63,15 +58,6 @@ def run(fn):
     assert out["error"] is None, out["error"]
     assert np.array_equal(out["result"], want), f"{fn.__name__}: wrong allgather result"
     return out
-
-
-def check(fn):
-    try:
-        fn()
-    except Exception:
-        failures.append(f"FAIL {fn.__name__} on rank {rank}: {traceback.format_exc()}")
-    comm.Barrier()
-    return fn
 
 
 @check
@@ -193,7 +179,4 @@ def trace_reports_unpaired_messages():
         comm.recv(source=0)
 
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"OK rank {rank}", flush=True)
+finish()
