@@ -15,7 +15,6 @@ Wall times of autograding are printed (``pytest -s``), not asserted.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -28,6 +27,7 @@ from test_labs import (
     full,
     graded_notebook,
     leftover_processes,
+    make_course,
     nbgrader,
     printed_by,
     solutions,
@@ -40,23 +40,13 @@ POINTS = {"test_exchange_sendrecv": 3.0, "test_exchange_nonblocking": 2.0,
           "test_step_overlap": 3.0, "test_exchange_fixed": 2.0}
 
 
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
     """A copy of the course with this lab alone generated (release/ and gradebook).
 
     Only this lab is copied, so a lab another author is still writing cannot break it.
     """
-    root = tmp_path_factory.mktemp("course")
-    shutil.copytree(REPO / "labs" / LAB, root / "labs" / LAB,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    shutil.copytree(REPO / "autograder", root / "autograder",
-                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
-                                                  "feedback", "gradebook.db", "__pycache__"))
-    res = nbgrader(root, "generate_assignment", LAB, "--force")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert (root / "autograder" / "release" / LAB / f"{LAB}.ipynb").exists()
-    return root
+    return make_course(tmp_path_factory.mktemp("course"), [LAB])
 
 
 # Correct answers in other styles than the notebook's solutions: columns as a vector

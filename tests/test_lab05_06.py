@@ -12,17 +12,27 @@ printed (``pytest -s``), not asserted.
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_labs import leftover_processes, nbgrader, solutions, submit
+from test_labs import (
+    REPO,
+    autograde,
+    errors_of,
+    full,
+    graded_notebook,
+    leftover_processes,
+    make_course,
+    nbgrader,
+    printed_by,
+    solutions,
+    submit,
+)
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LAB5 = "lab05-collectives"
 LAB6 = "lab06-allgather"
 LABS = [lab for lab in (LAB5, LAB6) if (REPO / "labs" / lab / f"{lab}.ipynb").exists()]
@@ -30,62 +40,8 @@ LABS = [lab for lab in (LAB5, LAB6) if (REPO / "labs" / lab / f"{lab}.ipynb").ex
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of labs/ and autograder/ with labs 05 and 06 generated."""
-    root = tmp_path_factory.mktemp("course56")
-    shutil.copytree(REPO / "labs", root / "labs",
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    shutil.copytree(REPO / "autograder", root / "autograder",
-                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
-                                                  "feedback", "gradebook.db", "__pycache__"))
-    for lab in LABS:
-        res = nbgrader(root, "generate_assignment", lab, "--force")
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert (root / "autograder" / "release" / lab / f"{lab}.ipynb").exists()
-    return root
-
-
-def autograde(course: Path, lab: str, student: str) -> tuple[dict[str, float], float, str]:
-    """Autograde one submission; (score by test cell, wall seconds, nbgrader's output)."""
-    from nbgrader.api import Gradebook
-
-    t0 = time.perf_counter()
-    res = nbgrader(course, "autograde", lab, "--student", student, "--force")
-    wall = time.perf_counter() - t0
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, log
-    assert "Removing failed assignment" not in log, log
-    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
-        sub = gb.find_submission_notebook(lab, lab, student)
-        scores = {g.name: g.score for g in sub.grades if g.max_score}
-    print(f"\n[autograde] {lab} / {student}: {wall:.1f} s, scores {scores}")
-    return scores, wall, log
-
-
-def graded(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
-    return nbformat.read(course / "autograder" / "autograded" / student / lab / f"{lab}.ipynb", 4)
-
-
-def cell_of(nb, grade_id: str):
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
-            return cell
-    raise KeyError(grade_id)
-
-
-def errors_of(nb, grade_id: str) -> str:
-    return "\n".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell_of(nb, grade_id).outputs
-                     if o.output_type == "error")
-
-
-def printed_by(nb, grade_id: str) -> str:
-    return "".join(o.get("text", "") for o in cell_of(nb, grade_id).outputs
-                   if o.output_type == "stream")
-
-
-def full(lab: str) -> dict[str, float]:
-    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
-    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    """A copy of the course with labs 05 and 06 alone copied and generated."""
+    return make_course(tmp_path_factory.mktemp("course56"), LABS)
 
 
 def check_run(course, lab, student, answers, expected):
@@ -93,7 +49,7 @@ def check_run(course, lab, student, answers, expected):
     scores, wall, log = autograde(course, lab, student)
     assert scores == expected, (scores, log[-3000:])
     assert not leftover_processes(course), "an MPI cluster outlived the autograde"
-    return graded(course, lab, student), wall
+    return graded_notebook(course, lab, student), wall
 
 
 HOSTILE_PATCH = '''
