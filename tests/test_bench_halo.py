@@ -6,18 +6,12 @@ they print are finite and positive, and that every result was checked (valid).
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 from conftest import needs_mpi
+from test_bench import bench
 
 pytestmark = needs_mpi
-
-
-def bench(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "mpilab.bench", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
