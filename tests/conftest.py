@@ -37,8 +37,7 @@ def mpirun(script: str, ranks: int, *args: str, transport: str = "shm",
 
 
 @pytest.fixture(scope="session")
-def lab():
-    """A 4-rank cluster (oversubscribed on 2 cores) shared by the tests that only run code."""
+def _lab_session():
     if NO_MPI:
         pytest.skip(f"no MPI: {NO_MPI}")
     from mpilab import cluster
@@ -47,3 +46,45 @@ def lab():
     yield c
     c.stop()
     assert cluster.cluster_processes(c.cluster_id) == []
+
+
+@pytest.fixture
+def lab(_lab_session):
+    """A 4-rank cluster (oversubscribed on 2 cores) shared by the tests that only run code.
+
+    It is made the current cluster for each test, so ``mpilab.grading`` checks run on it
+    rather than starting engines of their own after another test started and stopped a
+    cluster.
+    """
+    from mpilab import cluster
+
+    if cluster.current() is not _lab_session:
+        cluster._set_current(_lab_session)
+    return _lab_session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_cluster_left_behind():
+    """After the whole session, no MPI cluster these tests started may still run.
+
+    Tests name their clusters after this process's id; a check that found no current
+    cluster starts one under this process's default id. Whatever is left is stopped,
+    then reported as a failure.
+    """
+    yield
+    if NO_MPI:
+        return
+    from mpilab import cluster
+
+    me, default = str(os.getpid()), cluster.default_cluster_id()
+    left: dict[str, list[int]] = {}
+    for p in cluster.cluster_processes():
+        try:
+            cid = p.environ().get("IPP_CLUSTER_ID", "")
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            continue
+        if cid == default or cid.endswith(f"-{me}"):
+            left.setdefault(cid, []).append(p.pid)
+    for cid in left:
+        cluster.MPICluster(1, "shm", cid)._kill_everything()
+    assert not left, f"MPI clusters outlived the tests that started them: {left}"
