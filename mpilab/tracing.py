@@ -280,11 +280,12 @@ def _request_class():
                 self._done(st)
             return flag, obj
 
-        @classmethod
-        def Waitall(cls, requests, statuses=None):  # noqa: N802
+        @staticmethod
+        def _all(wait, requests, statuses):
+            """Wait with `wait` (MPI.Request.Waitall or waitall), then record receives."""
             requests = list(requests)
             sts = [MPI.Status() for _ in requests]
-            out = MPI.Request.Waitall(requests, sts)
+            out = wait(requests, sts)
             for req, st in zip(requests, sts, strict=True):
                 if isinstance(req, TracedRequest):
                     req._done(st)
@@ -293,16 +294,12 @@ def _request_class():
             return out
 
         @classmethod
+        def Waitall(cls, requests, statuses=None):  # noqa: N802
+            return cls._all(MPI.Request.Waitall, requests, statuses)
+
+        @classmethod
         def waitall(cls, requests, statuses=None):
-            requests = list(requests)
-            sts = [MPI.Status() for _ in requests]
-            out = MPI.Request.waitall(requests, sts)
-            for req, st in zip(requests, sts, strict=True):
-                if isinstance(req, TracedRequest):
-                    req._done(st)
-            if statuses is not None:
-                statuses[:] = sts
-            return out
+            return cls._all(MPI.Request.waitall, requests, statuses)
 
     TracedRequest.__module__ = __name__
     TracedRequest.__qualname__ = "TracedRequest"
