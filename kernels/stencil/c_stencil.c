@@ -34,21 +34,37 @@
 
 /* new = old/2 + (N + S + W + E)/8 on rows r0..r1, columns c0..c1 (1-based, inclusive);
  * the additions happen in the order NumPy's serial_heat uses, so results match bitwise.
- * A plain loop over restrict pointers, which the compiler vectorises. */
+ * A plain loop over restrict pointers, which the compiler vectorises, cut into chunks of
+ * HEAT_CHUNK points. Before each chunk it asks for the lines HEAT_AHEAD points further on
+ * in the two streams that come from memory on a large grid: the row below (read) and the
+ * output row (written). The rows above and at r were read one and two rows ago and are
+ * still in cache. Without this the hardware prefetcher does not run far enough ahead and
+ * the sweep reached 0.7x the bandwidth of a copy of the same bytes; with it, ~0.85x
+ * (bench stencil-sweep, 4096^2, 2-core AMD EPYC). Prefetches never fault, so reaching
+ * past the end of the array is harmless. */
+#define HEAT_CHUNK 64
+#define HEAT_AHEAD 1024
 MPILAB_VECTOR_CLONES
 static void heat_rows(double *restrict nw, const double *restrict old, int ld, int r0,
                       int r1, int c0, int c1)
 {
-    /* `i < n` from 0: Python builds with -fwrapv, under which a `c <= c1` loop has no
-     * computable trip count and is left scalar */
-    int r, i, n = c1 - c0 + 1;
+    /* `i < e` with int bounds: Python builds with -fwrapv, under which a `c <= c1` loop
+     * has no computable trip count and is left scalar */
+    int r, i, j, k, e, n = c1 - c0 + 1;
     for (r = r0; r <= r1; r++) {
         const double *restrict up = old + (size_t)(r - 1) * ld + c0;
         const double *restrict md = old + (size_t)r * ld + c0;
         const double *restrict dn = old + (size_t)(r + 1) * ld + c0;
         double *restrict o = nw + (size_t)r * ld + c0;
-        for (i = 0; i < n; i++)
-            o[i] = md[i] / 2.0 + (((up[i] + dn[i]) + md[i - 1]) + md[i + 1]) / 8.0;
+        for (j = 0; j < n; j += HEAT_CHUNK) {
+            e = n - j < HEAT_CHUNK ? n : j + HEAT_CHUNK;
+            for (k = 0; k < HEAT_CHUNK; k += 8) {
+                __builtin_prefetch(dn + j + k + HEAT_AHEAD, 0, 0);
+                __builtin_prefetch(o + j + k + HEAT_AHEAD, 1, 0);
+            }
+            for (i = j; i < e; i++)
+                o[i] = md[i] / 2.0 + (((up[i] + dn[i]) + md[i - 1]) + md[i + 1]) / 8.0;
+        }
     }
 }
 
@@ -175,8 +191,8 @@ int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int 
     int err, all;
     c.nx = nx;
     c.ny = ny;
-    c.a = (double *)calloc(n, sizeof(double));
-    c.b = (double *)calloc(n, sizeof(double));
+    c.a = halo_array_alloc(n);
+    c.b = halo_array_alloc(n);
     err = halo_all_ok(comm, c.a && c.b, &all);
     if (err == MPI_SUCCESS && !all) err = MPI_ERR_NO_MEM;
     if (err == MPI_SUCCESS)
