@@ -32,47 +32,76 @@
 #include "c_stencil.h"
 #include "mpilab_timing.h"
 
-/* new = old/2 + (N + S + W + E)/8 on rows r0..r1, columns c0..c1 (1-based, inclusive);
- * the additions happen in the order NumPy's serial_heat uses, so results match bitwise.
- * A plain loop over restrict pointers, which the compiler vectorises, cut into chunks of
- * HEAT_CHUNK points. Before each chunk it asks for the lines HEAT_AHEAD points further on
- * in the two streams that come from memory on a large grid: the row below (read) and the
- * output row (written). The rows above and at r were read one and two rows ago and are
- * still in cache. Without this the hardware prefetcher does not run far enough ahead and
- * the sweep reached 0.7x the bandwidth of a copy of the same bytes; with it, ~0.85x
- * (bench stencil-sweep, 4096^2, 2-core AMD EPYC). Prefetches never fault, so reaching
- * past the end of the array is harmless. */
+/* One row: o = md/2 + (up + dn + md[-1] + md[+1])/8 over n points, the additions in the
+ * order NumPy's serial_heat uses, so results match bitwise. A plain loop over restrict
+ * pointers, which the compiler vectorises (`i < n` from 0: Python builds with -fwrapv,
+ * under which a `c <= c1` loop has no computable trip count and is left scalar). */
+static inline void heat_row(double *restrict o, const double *restrict up,
+                            const double *restrict md, const double *restrict dn, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        o[i] = md[i] / 2.0 + (((up[i] + dn[i]) + md[i - 1]) + md[i + 1]) / 8.0;
+}
+
+/* The same row when the fields stream from memory (heat_streams): in chunks of
+ * HEAT_CHUNK points, each preceded by prefetches of the lines HEAT_AHEAD points further
+ * on in the two streams that come from memory: the row below (read) and the output row
+ * (written); the rows above and at r were read one and two rows ago and are still in
+ * cache. The hardware prefetcher alone does not run far enough ahead: the 4096^2 sweep
+ * went from 0.7x to ~0.9x the bandwidth of a copy of the same bytes (bench stencil-sweep,
+ * 2-core AMD EPYC). In cache the prefetches only cost instructions (up to 30 % slower),
+ * hence the two versions. Prefetches never fault, so reaching past the array is harmless. */
 #define HEAT_CHUNK 64
 #define HEAT_AHEAD 1024
+static inline void heat_row_stream(double *restrict o, const double *restrict up,
+                                   const double *restrict md, const double *restrict dn,
+                                   int n)
+{
+    int j, k;
+    for (j = 0; j < n; j += HEAT_CHUNK) {
+        for (k = 0; k < HEAT_CHUNK; k += 8) {
+            __builtin_prefetch(dn + j + k + HEAT_AHEAD, 0, 0);
+            __builtin_prefetch(o + j + k + HEAT_AHEAD, 1, 0);
+        }
+        heat_row(o + j, up + j, md + j, dn + j, n - j < HEAT_CHUNK ? n - j : HEAT_CHUNK);
+    }
+}
+
+/* new from old on rows r0..r1, columns c0..c1 (1-based, inclusive) */
 MPILAB_VECTOR_CLONES
 static void heat_rows(double *restrict nw, const double *restrict old, int ld, int r0,
-                      int r1, int c0, int c1)
+                      int r1, int c0, int c1, int stream)
 {
-    /* `i < e` with int bounds: Python builds with -fwrapv, under which a `c <= c1` loop
-     * has no computable trip count and is left scalar */
-    int r, i, j, k, e, n = c1 - c0 + 1;
+    int r, n = c1 - c0 + 1;
     for (r = r0; r <= r1; r++) {
-        const double *restrict up = old + (size_t)(r - 1) * ld + c0;
-        const double *restrict md = old + (size_t)r * ld + c0;
-        const double *restrict dn = old + (size_t)(r + 1) * ld + c0;
-        double *restrict o = nw + (size_t)r * ld + c0;
-        for (j = 0; j < n; j += HEAT_CHUNK) {
-            e = n - j < HEAT_CHUNK ? n : j + HEAT_CHUNK;
-            for (k = 0; k < HEAT_CHUNK; k += 8) {
-                __builtin_prefetch(dn + j + k + HEAT_AHEAD, 0, 0);
-                __builtin_prefetch(o + j + k + HEAT_AHEAD, 1, 0);
-            }
-            for (i = j; i < e; i++)
-                o[i] = md[i] / 2.0 + (((up[i] + dn[i]) + md[i - 1]) + md[i + 1]) / 8.0;
-        }
+        const double *up = old + (size_t)(r - 1) * ld + c0;
+        const double *md = old + (size_t)r * ld + c0;
+        const double *dn = old + (size_t)(r + 1) * ld + c0;
+        double *o = nw + (size_t)r * ld + c0;
+        if (stream && n >= 2 * HEAT_CHUNK)
+            heat_row_stream(o, up, md, dn, n);
+        else
+            heat_row(o, up, md, dn, n);
     }
+}
+
+/* Do two fields of n doubles each stream from memory? Taken as: together larger than
+ * HEAT_LLC, the last-level cache one core sees on the course machine (32 MiB, one CCX of
+ * an AMD EPYC; glibc's sysconf reports the whole package's 384 MiB there, so it is not
+ * asked). The measured crossover was between 1024^2 and 1536^2 per field. A wrong guess
+ * costs speed only, never bits. */
+#define HEAT_LLC ((size_t)32 << 20)
+static int heat_streams(size_t n)
+{
+    return 2 * n * sizeof(double) > HEAT_LLC;
 }
 
 typedef struct {
     mpilab_halo h;
     double *old, *nw;
     double energy;
-    int nsrc;
+    int nsrc, stream;
     size_t src[3];
     double *tl, t0;
 } heat_ctx;
@@ -80,25 +109,25 @@ typedef struct {
 static void heat_whole(void *p)
 {
     heat_ctx *c = (heat_ctx *)p;
-    heat_rows(c->nw, c->old, c->h.ld, 1, c->h.rows, 1, c->h.cols);
+    heat_rows(c->nw, c->old, c->h.ld, 1, c->h.rows, 1, c->h.cols, c->stream);
 }
 
 static void heat_interior(void *p)
 {
     heat_ctx *c = (heat_ctx *)p;
     if (c->h.rows > 2 && c->h.cols > 2)
-        heat_rows(c->nw, c->old, c->h.ld, 2, c->h.rows - 1, 2, c->h.cols - 1);
+        heat_rows(c->nw, c->old, c->h.ld, 2, c->h.rows - 1, 2, c->h.cols - 1, c->stream);
 }
 
 static void heat_ring(void *p)
 {
     heat_ctx *c = (heat_ctx *)p;
     int rows = c->h.rows, cols = c->h.cols, ld = c->h.ld;
-    heat_rows(c->nw, c->old, ld, 1, 1, 1, cols);
-    if (rows > 1) heat_rows(c->nw, c->old, ld, rows, rows, 1, cols);
+    heat_rows(c->nw, c->old, ld, 1, 1, 1, cols, 0);
+    if (rows > 1) heat_rows(c->nw, c->old, ld, rows, rows, 1, cols, 0);
     if (rows > 2) {
-        heat_rows(c->nw, c->old, ld, 2, rows - 1, 1, 1);
-        if (cols > 1) heat_rows(c->nw, c->old, ld, 2, rows - 1, cols, cols);
+        heat_rows(c->nw, c->old, ld, 2, rows - 1, 1, 1, 0);
+        if (cols > 1) heat_rows(c->nw, c->old, ld, 2, rows - 1, cols, cols, 0);
     }
 }
 
@@ -136,6 +165,7 @@ int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pac
     if ((err = halo_all_ok(c.h.cart, c.old && c.nw, &all)) != MPI_SUCCESS) goto done;
     if (!all) { err = MPI_ERR_NO_MEM; goto done; }
     c.energy = energy;
+    c.stream = heat_streams((size_t)(c.h.rows + 2) * (size_t)c.h.ld);
     for (k = 0; k < 3; k++) {
         int ly = sy[k] - c.h.y0, lx = sx[k] - c.h.x0;
         if (ly >= 0 && ly < c.h.rows && lx >= 0 && lx < c.h.cols)
@@ -168,14 +198,14 @@ done:
 
 typedef struct {
     double *a, *b;
-    int nx, ny;
+    int nx, ny, stream;
 } sweep_ctx;
 
 static int sweep_step(void *p)
 {
     sweep_ctx *c = (sweep_ctx *)p;
     double *t;
-    heat_rows(c->b, c->a, c->nx + 2, 1, c->ny, 1, c->nx);
+    heat_rows(c->b, c->a, c->nx + 2, 1, c->ny, 1, c->nx, c->stream);
     __asm__ __volatile__("" ::: "memory");
     t = c->a;
     c->a = c->b;
@@ -191,6 +221,7 @@ int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int 
     int err, all;
     c.nx = nx;
     c.ny = ny;
+    c.stream = heat_streams(n);
     c.a = halo_array_alloc(n);
     c.b = halo_array_alloc(n);
     err = halo_all_ok(comm, c.a && c.b, &all);
