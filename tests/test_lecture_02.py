@@ -110,6 +110,16 @@ def test_lecture_02_speedup_says_oversubscribed_where_it_was():
     assert f"the ceiling on {cores} cores is {cores}" in ceiling
 
 
+def test_lecture_02_sweep_is_compared_with_a_copy_of_the_same_bytes():
+    """The memory-bound check ran: both GB/s figures and their ratio are printed."""
+    nb = executed(STEM)
+    out = text_of(cell_with(nb, "stencil_sweep.run("))
+    assert re.search(r"^\s+stencil\s+2048x2048\s+[\d.]+\s+[\d.]+", out, re.M), out
+    assert re.search(r"^\s+memcopy\s+2048x2048\s+[\d.]+\s+[\d.]+", out, re.M), out
+    ratio = re.search(r"the sweep moves its bytes at ([\d.]+)x the speed of a copy", out)
+    assert ratio and 0 < float(ratio.group(1)) < 10, out
+
+
 def test_lecture_02_stops_its_cluster():
     nb = executed(STEM)
     last = code_cells(nb)[-1]
