@@ -34,6 +34,7 @@ KERNELS = {
     "stencil": ["c_stencil.c"],
     "wave": ["c_wave.c"],
     "collectives": ["c_collectives.c"],
+    "onesided": ["c_onesided.c"],
 }
 STANDALONE = {"mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"]}
 # MPILAB_KERNELS=stencil,wave builds only those (to work on one kernel at a time).

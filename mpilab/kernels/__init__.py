@@ -7,7 +7,7 @@ is the kernel. Each takes an mpi4py communicator and never initialises MPI itsel
 import importlib
 from pathlib import Path
 
-NAMES = ("pingpong", "memcopy", "stencil", "wave", "collectives")
+NAMES = ("pingpong", "memcopy", "stencil", "wave", "collectives", "onesided")
 BIN = Path(__file__).parent / "_bin"
 
 
