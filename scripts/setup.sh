@@ -5,7 +5,8 @@
 #
 # 1. The MPI library (Open MPI by default, MPICH with MPILAB_MPI=mpich) and build tools:
 #    from Debian's packages when running as root, or already present (conda env, cluster
-#    module). Without root and without MPI it stops and says what to do.
+#    module). Without root and without MPI it stops and says what to do. Then gfortran and
+#    OpenCoarrays for the same MPI where they can be installed (optional).
 # 2. A virtual environment .venv with the course's Python packages (skipped inside a conda
 #    environment that has MPI: that environment is used as it is).
 # 3. With --test: Chromium for the browser test (root on Debian only).
@@ -61,6 +62,13 @@ MSG
   fi
 fi
 if ! in_conda && ! have gcc; then apt_install build-essential; fi
+# Coarray Fortran (lecture 04): gfortran + OpenCoarrays built on the same MPI. Optional:
+# without it, the lecture says so and runs only its MPI parts.
+# Debian names the wrapper for each MPI (caf.openmpi, caf.mpich); elsewhere plain caf.
+if ! in_conda && ! have "caf.$MPI" && ! apt_install gfortran "libcoarrays-$MPI-dev" \
+    && ! have caf; then
+  say "no OpenCoarrays (not root, or not Debian/Ubuntu): lecture 04 skips its coarray runs"
+fi
 
 # --- 2. Python environment ------------------------------------------------------------
 if in_conda; then
