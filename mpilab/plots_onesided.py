@@ -15,6 +15,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 __all__ = ["versus_sr"]
 
+_YTICKS = (0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.2, 1.4, 1.6, 2, 3, 4)
+
 
 def _ratio_columns(df: pd.DataFrame, what: str) -> list:
     cols = [c for c in df.columns if c != "spread"]
@@ -66,8 +68,8 @@ def versus_sr(here: pd.DataFrame, *, cores: int, paper: pd.DataFrame | None = No
     ax = fig.subplots()
     if top > cores:
         ax.axvspan(cores + 0.5, top * 1.25, color="0.92", zorder=0)
-        ax.text(0.98, 0.02, f"oversubscribed here\n(> {cores} cores)",
-                transform=ax.transAxes, fontsize=8, color="0.35", va="bottom", ha="right")
+        ax.text(0.98, 0.98, f"oversubscribed here\n(> {cores} cores)",
+                transform=ax.transAxes, fontsize=8, color="0.35", va="top", ha="right")
     if "spread" in here.columns:
         sp = here["spread"].to_numpy(dtype=float)[order]
         ax.fill_between(ranks, 1 / (1 + sp), 1 + sp, color="0.8", alpha=0.6, lw=0,
@@ -89,9 +91,12 @@ def versus_sr(here: pd.DataFrame, *, cores: int, paper: pd.DataFrame | None = No
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log", base=2)
+    lo, hi = ax.get_ylim()
+    ax.yaxis.set_major_locator(FixedLocator([y for y in _YTICKS if lo <= y <= hi] or [1]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("ranks (processes, log scale)")
-    ax.set_ylabel("T(S/R) / T(version) (log scale); above 1: the window is faster")
+    ax.set_ylabel("T(S/R) / T(version), log scale\nabove 1: the window version is faster")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     if title:
