@@ -117,3 +117,17 @@ def test_decision_table_and_rules_file(two_ranks, tmp_path):
     nums = [line.split("#")[0].split() for line in path.read_text().splitlines()]
     assert nums[:4] == [["1"], ["0"], ["1"], ["2"]]  # 1 collective, allgather, 1 size, p=2
     assert nums[4] == ["2"] and nums[5][0] == "0" and nums[6][0] == "2048"
+
+
+def test_library_run_keeps_the_given_iterations_and_environment():
+    """library_run: the library's own choice in one job, at iteration counts given."""
+    from mpilab.bench import allgather as bench
+
+    env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    recs = bench.library_run(2, [8, 1024], env, iters={8: 40, "1024": 20}, reps=2, rounds=1,
+                             timeout=120, label="tuned")
+    assert [(r["size_bytes"], r["iters"]) for r in recs] == [(8, 40), (1024, 20)]
+    for r in recs:
+        assert r["impl"] == "tuned" and r["library_env"] == env and r["ranks"] == 2
+        assert math.isfinite(r["t_us_median"]) and r["t_us_median"] > 0
+        assert len(r["times_us"]) == 2

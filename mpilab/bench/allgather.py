@@ -196,6 +196,32 @@ def run(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes:
     return m, records
 
 
+def library_run(ranks: int, sizes, env: dict | None = None, *, iters=None, reps: int = 7,
+                rounds: int = 2, min_time: float = 0.005, timeout: float = 600.0,
+                transport: str = "shm", label: str = "library") -> list[dict]:
+    """Time the library's own ``MPI_Allgather`` choice in one job with `env` added.
+
+    For applying a tuning: run once with the environment a rules file needs
+    (:func:`mpilab.collectives.rules_env`) and once without, at the same iteration counts
+    (`iters`, ``{size: iterations}``, e.g. from an earlier run's
+    ``meta["settings"]["iters"]``; calibrated here when None). Returns one record per
+    size (``impl`` = `label`, ``library_env`` = `env`), as :func:`run` makes them.
+    """
+    env = dict(env or {})
+    sizes = [int(n) for n in sizes]
+    launch = runtime.launch(ranks, transport)
+    job = dataclasses.replace(launch, env={**launch.env, **env})
+    its = None if iters is None else {int(k): int(v) for k, v in iters.items()}
+    doc = python_worker(job, MODULE, {"sizes": sizes, "reps": reps, "rounds": rounds,
+                                      "min_time": min_time, "iters": its,
+                                      "impls": [[label, "library", None]]}, timeout)
+    got = {int(k): v for k, v in doc["iters"].items()}
+    return [record(times, size_bytes=int(n), impl=label, alg="library", source="library",
+                   op="allgather", ranks=ranks, iters=got[int(n)],
+                   oversubscribed=launch.oversubscribed, library_env=env)
+            for n, times in sorted(doc["times"][label].items(), key=lambda kv: int(kv[0]))]
+
+
 def _by(records):
     return {(r["impl"], r["size_bytes"]): r["t_us_median"] for r in records}
 
