@@ -24,8 +24,12 @@ in a notebook, on an engine and in the grader alike. The *collective* functions
 :func:`timeline`) take an mpi4py communicator and must be called by every rank of it: on
 the engines through ``cluster.run`` (or ``%%px``), or in a script under ``mpiexec``. They
 call the compiled kernels ``mpilab.kernels.stencil`` and ``mpilab.kernels.wave``, which
-exchange the ghost cells in one of four :data:`MODES`, sending column ghosts either as an
-MPI vector datatype or packed by hand (:data:`PACKS`). Bad arguments raise the same
+exchange the ghost cells in one of four two-sided :data:`MODES`, sending column ghosts
+either as an MPI vector datatype or packed by hand (:data:`PACKS`). The heat problem also
+runs with a one-sided exchange (:data:`ONESIDED_MODES`, kernel
+``mpilab.kernels.onesided``): ``MPI_Put`` into the neighbours' ghosts synchronised by
+fence, post/start/complete/wait or a passive-target lock, or plain loads from the
+neighbours' fields in an MPI-3 shared-memory window. Bad arguments raise the same
 ValueError / TypeError on every rank before any communication (:func:`gather`, whose
 blocks differ by rank, first shares one small verdict per rank, so that a bad block on
 one rank also raises everywhere instead of leaving the others waiting).
@@ -49,12 +53,19 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["split", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
-           "MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
+           "MODES", "ONESIDED_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
            "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "timeline",
            "timeline_frame"]
 
 #: Halo-exchange modes of the kernels (see kernels/common/mpilab_halo.h).
 MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+#: One-sided exchanges of the heat problem (kernels/onesided/c_onesided.c): MPI_Put with
+#: fence, with post/start/complete/wait, with a passive-target lock; a shared-memory
+#: window, contiguous or not (``alloc_shared_noncontig``). Heat only; column ghosts always
+#: travel as datatypes (Put) or plain loads (shm), so ``pack="datatype"`` only.
+ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", "shm", "shm-nc")
+#: Every mode of the heat problem.
+ALL_MODES = MODES + ONESIDED_MODES
 #: How column ghosts travel: an MPI vector datatype, or packed by hand.
 PACKS = ("datatype", "manual")
 #: The two problems.
@@ -320,10 +331,51 @@ def _names(value, allowed: Sequence[str], what: str) -> list[str]:
     return out
 
 
-def _kernel(app: str):
+def _mode_names(value) -> list[str]:
+    """Modes from a name, a list or a comma-separated string; ``"all"`` is the two-sided
+    :data:`MODES`, ``"onesided"`` the :data:`ONESIDED_MODES`."""
+    groups = {"all": MODES, "onesided": ONESIDED_MODES}
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    try:
+        value = list(value)
+    except TypeError:
+        raise TypeError(f"mode must be a name or a list of names, not "
+                        f"{type(value).__name__}") from None
+    out = []
+    for v in value:
+        out.extend(groups[v] if isinstance(v, str) and v in groups else [v])
+    return _names(out, ALL_MODES, "mode")
+
+
+def _check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None:
+    """The one-sided modes exist for the heat problem and its datatype packing only."""
+    one = [m for m in modes if m in ONESIDED_MODES]
+    if not one:
+        return
+    if app != "heat":
+        raise ValueError(f"the one-sided modes ({', '.join(one)}) exist for the heat problem "
+                         f"only, not for {app!r}")
+    if "manual" in packs:
+        raise ValueError("pack='manual' does not apply to the one-sided modes: the Put "
+                         "modes send columns as MPI vector datatypes on both sides and the "
+                         "shm modes copy them with plain loads; use pack='datatype'")
+
+
+def _kernel(app: str, mode: str | None = None):
     from .kernels import stencil, wave
 
+    if mode in ONESIDED_MODES:
+        from .kernels import onesided
+
+        return onesided
     return stencil if app == "heat" else wave
+
+
+def _single_mode(mode, allowed: Sequence[str]) -> str:
+    if not isinstance(mode, str) or mode not in allowed:
+        raise ValueError(f"mode must be one of {tuple(allowed)}, got {mode!r}")
+    return mode
 
 
 def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
@@ -339,11 +391,19 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
     steps : int
         Steps from the zero field.
     mode : str
-        One of :data:`MODES`: ``"blocking"`` (Send/Recv ordered by coordinate parity),
-        ``"sendrecv"``, ``"nonblocking"`` (Isend/Irecv, Waitall, compute) or ``"overlap"``
-        (Isend/Irecv, interior, Waitall, boundary ring).
+        One of :data:`ALL_MODES`. Two-sided (:data:`MODES`): ``"blocking"`` (Send/Recv
+        ordered by coordinate parity), ``"sendrecv"``, ``"nonblocking"`` (Isend/Irecv,
+        Waitall, compute) or ``"overlap"`` (Isend/Irecv, interior, Waitall, boundary
+        ring). One-sided (:data:`ONESIDED_MODES`): ``"put-fence"`` (MPI_Put, one
+        MPI_Win_fence per step), ``"put-pscw"`` (MPI_Put in a post/start/complete/wait
+        epoch of the neighbours), ``"put-lock"`` (MPI_Win_lock_all once; MPI_Put,
+        MPI_Win_flush_all, an empty message to each neighbour), ``"shm"`` and ``"shm-nc"``
+        (MPI_Win_allocate_shared, contiguous or not; the ghosts copied from the
+        neighbours' fields with plain loads after an MPI_Barrier; every rank on one node,
+        else ValueError).
     pack : str
         One of :data:`PACKS`: column ghosts as an MPI vector datatype or packed by hand.
+        The one-sided modes take ``"datatype"`` only (ValueError for ``"manual"``).
     energy : float
         Heat added at each of :func:`heat_sources` after every step.
     dims : (py, px), optional
@@ -365,10 +425,11 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
         if comm.rank == 0:
             assert np.allclose(u, halo.serial_heat(17, 11, 20))
     """
-    _names(mode, MODES, "mode")
+    mode = _single_mode(mode, ALL_MODES)
     _names(pack, PACKS, "pack")
-    return _kernel("heat").heat(comm, nx, ny, steps, mode=mode, pack=pack, energy=energy,
-                                dims=dims)
+    _check_onesided("heat", [mode], [pack])
+    return _kernel("heat", mode).heat(comm, nx, ny, steps, mode=mode, pack=pack,
+                                      energy=energy, dims=dims)
 
 
 def run_wave(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
@@ -377,7 +438,8 @@ def run_wave(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
     """Run the acoustic wave in parallel; this rank's pressure block and offset (collective).
 
     The problem is :func:`serial_wave`'s (same parameters); `mode`, `pack` and `dims`
-    as in :func:`run_heat`. Each step makes two exchanges: the pressure ghosts the
+    as in :func:`run_heat`, two-sided :data:`MODES` only (the one-sided modes exist for
+    the heat alone: ValueError). Each step makes two exchanges: the pressure ghosts the
     velocity update reads (east and south), then the velocity ghosts the pressure update
     reads (west for vx, north for vy).
 
@@ -397,6 +459,7 @@ def run_wave(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
         if comm.rank == 0:
             assert np.allclose(full, halo.serial_wave(40, 30, 80), rtol=1e-12, atol=1e-12)
     """
+    _check_onesided("wave", [mode] if isinstance(mode, str) else [], [])
     _names(mode, MODES, "mode")
     _names(pack, PACKS, "pack")
     return _kernel("wave").wave(comm, nx, ny, steps, mode=mode, pack=pack, f0=f0,
@@ -481,7 +544,9 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     comm : mpi4py.MPI.Comm
     app : {"heat", "wave"}
     mode : str or list of str
-        One of :data:`MODES`, a list of them, a comma-separated string, or ``"all"``.
+        One of :data:`ALL_MODES`, a list of them, or a comma-separated string;
+        ``"all"`` stands for the two-sided :data:`MODES`, ``"onesided"`` for the
+        :data:`ONESIDED_MODES` (heat only, ``pack="datatype"`` only).
     sub : int, optional
         Subdomain edge per rank: every rank owns ``sub`` x ``sub`` points and the global
         grid is ``sub * px`` x ``sub * py`` (as in the coarray paper's tables).
@@ -520,8 +585,9 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     from .timing import record
 
     app = _check_app(app)
-    modes = _names(mode, MODES, "mode")
+    modes = _mode_names(mode)
     packs = _names(pack, PACKS, "pack")
+    _check_onesided(app, modes, packs)
     _check_size(reps, "reps")
     _check_size(rounds, "rounds")
     if iters is not None:
@@ -533,9 +599,16 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     if extra:
         raise TypeError(f"unexpected argument(s) for {app}: {sorted(extra)}")
     gx, gy, dims = _grid(comm, sub, nx, ny, dims)
-    k = _kernel(app)
-    timer = k.time_heat if app == "heat" else k.time_wave
-    k.layout(comm, gx, gy, dims, modes[0], packs[0])  # raises on every rank alike
+
+    def timer(comm, gx, gy, *, mode, **kw):
+        k = _kernel(app, mode)
+        return (k.time_heat if app == "heat" else k.time_wave)(comm, gx, gy, mode=mode, **kw)
+
+    for m in modes:  # raises on every rank alike
+        if m in ONESIDED_MODES:
+            _kernel(app, m).check_layout(comm, gx, gy, dims, m, packs[0])
+        else:
+            _kernel(app, m).layout(comm, gx, gy, dims, m, packs[0])
 
     if iters is None:
         it = 1
@@ -586,7 +659,8 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
     nx, ny : int
         Global grid.
     mode, pack, dims, **problem
-        As in :func:`run_heat` / :func:`run_wave`.
+        As in :func:`run_heat` / :func:`run_wave`; two-sided :data:`MODES` only (the
+        one-sided kernel records no phases: ValueError).
     steps, last : int
         Steps run, and how many of the last ones are recorded.
     root : int or None
@@ -609,6 +683,9 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
             busy = (tl[..., 1] - tl[..., 0]).sum(axis=1)   # seconds per rank and phase
     """
     app = _check_app(app)
+    if isinstance(mode, str) and mode in ONESIDED_MODES:
+        raise ValueError(f"timeline has no one-sided modes ({mode!r}): the one-sided kernel "
+                         f"records no phases; use one of {MODES}")
     _names(mode, MODES, "mode")
     _names(pack, PACKS, "pack")
     if root is not None:

@@ -1,6 +1,7 @@
 """Halo exchange: blocking vs nonblocking vs overlapped, by subdomain size (K1 table).
 
     python -m mpilab.bench halo --app heat|wave --mode all --sub 16,64,256 --ranks 2 --json OUT
+    python -m mpilab.bench halo --app heat --mode sendrecv,onesided --sub 16,64 --json OUT
 
 For each subdomain edge N in `--sub`, every rank owns N x N points (global grid
 ``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the compiled kernel
@@ -13,6 +14,12 @@ ranks, nx, ny, dims, t_us_min, t_us_median (per step), quartiles, iters and vali
 says which machine, MPI, launcher and whether the run was oversubscribed. The table is
 the coarray paper's Table 1: T per step by subdomain, K1 = T_blocking / T_nonblocking and
 T_blocking / T_overlap.
+
+``--mode`` takes modes of ``mpilab.halo.ALL_MODES``, ``all`` (the four two-sided ones) and
+``onesided`` (the heat's one-sided exchanges: Put + fence / PSCW / lock, shared-memory
+windows contiguous or not; ``--pack datatype`` only). When ``sendrecv`` and one-sided
+modes are measured together, a second table gives T_sendrecv / T_mode per subdomain, the
+SHM-windows paper's comparison of S/R with RMA and SHM.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ import json
 import sys
 
 from .. import runtime
+from ..halo import ONESIDED_MODES, _check_onesided
 from . import meta, python_worker, write
 
 MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+ALL_MODES = MODES + ONESIDED_MODES
 PACKS = ("datatype", "manual")
 CHECK_STEPS = 20
 
@@ -92,11 +101,12 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     if app not in ("heat", "wave"):
         raise ValueError(f"app must be 'heat' or 'wave', got {app!r}")
     for m in modes:
-        if m not in MODES:
-            raise ValueError(f"mode must be among {MODES}, got {m!r}")
+        if m not in ALL_MODES:
+            raise ValueError(f"mode must be among {ALL_MODES}, got {m!r}")
     for p in packs:
         if p not in PACKS:
             raise ValueError(f"pack must be among {PACKS}, got {p!r}")
+    _check_onesided(app, modes, packs)
     for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -118,14 +128,16 @@ def table(records: list[dict]) -> str:
     """The coarray paper's Table 1: time per step by subdomain, and the K1 ratios.
 
     T columns are medians; each ratio T_blocking / T_mode is given from the medians and
-    from the best repetitions (``min``), which a busy machine disturbs less.
+    from the best repetitions (``min``), which a busy machine disturbs less. With
+    ``sendrecv`` and one-sided modes, a second table gives T_sendrecv / T_mode the same
+    two ways (above 1: the one-sided exchange is faster).
     """
     lines = []
     for pack in PACKS:
         rows = [r for r in records if r["pack"] == pack]
         if not rows:
             continue
-        modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+        modes = [m for m in ALL_MODES if any(r["mode"] == m for r in rows)]
         by = {(r["mode"], r["sub"]): r for r in rows}
         ks = [m for m in ("nonblocking", "overlap") if m in modes] if "blocking" in modes else []
         head = f"{'sub':>10} " + " ".join(f"{'T_' + m + ' (us)':>18}" for m in modes)
@@ -147,16 +159,44 @@ def table(records: list[dict]) -> str:
             if bad:
                 line += "  INVALID: " + ",".join(bad)
             lines.append(line)
+        lines += _onesided_ratios(rows, modes, by)
     return "\n".join(lines)
 
 
-def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    if text.strip() == "all":
-        return list(allowed)
-    out = [t.strip() for t in text.split(",") if t.strip()]
-    for t in out:
-        if t not in allowed:
-            raise ValueError(f"{what} must be among {allowed} or 'all', got {t!r}")
+def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
+    """T_sendrecv / T_mode for each one-sided mode, median and (min), by subdomain."""
+    one = [m for m in modes if m in ONESIDED_MODES]
+    if "sendrecv" not in modes or not one:
+        return []
+    lines = [f"# {rows[0]['app']}, T_sendrecv / T_mode (median, and from the best "
+             "repetitions); above 1: the one-sided mode is faster",
+             f"{'sub':>10}" + "".join(f" {'sr/' + m:>12} {'(min)':>6}" for m in one)]
+    for sub in sorted({r["sub"] for r in rows}):
+        line = f"{str(sub) + '^2':>10}"
+        for m in one:
+            if ("sendrecv", sub) in by and (m, sub) in by:
+                b, r = by[("sendrecv", sub)], by[(m, sub)]
+                line += (f" {b['t_us_median'] / r['t_us_median']:>12.3f}"
+                         f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
+            else:
+                line += f" {'-':>12} {'-':>6}"
+        lines.append(line)
+    return lines
+
+
+def _list(text: str, allowed: tuple[str, ...], what: str,
+          groups: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """Comma-separated names; ``all`` (or a name of `groups`) stands for several."""
+    groups = {"all": allowed} if groups is None else groups
+    out: list[str] = []
+    for t in (t.strip() for t in text.split(",") if t.strip()):
+        if t in groups:
+            out.extend(g for g in groups[t] if g not in out)
+        elif t in allowed:
+            if t not in out:
+                out.append(t)
+        else:
+            raise ValueError(f"{what} must be among {allowed} or {tuple(groups)}, got {t!r}")
     if not out:
         raise ValueError(f"no {what} given")
     return out
@@ -167,7 +207,9 @@ def main(argv=None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
-    p.add_argument("--mode", default="all", help="comma-separated modes, or all")
+    p.add_argument("--mode", default="all",
+                   help="comma-separated modes; all = the four two-sided ones, onesided = "
+                        "put-fence,put-pscw,put-lock,shm,shm-nc (heat only)")
     p.add_argument("--pack", default="datatype", help="datatype, manual, or all")
     p.add_argument("--sub", default="16,64,256,1024",
                    help="subdomain edges N (N x N points per rank), comma-separated")
@@ -187,7 +229,7 @@ def main(argv=None) -> int:
     if a.worker:
         return _worker(*a.worker)
     try:
-        modes = _list(a.mode, MODES, "mode")
+        modes = _list(a.mode, ALL_MODES, "mode", {"all": MODES, "onesided": ONESIDED_MODES})
         packs = _list(a.pack, PACKS, "pack")
         try:
             subs = [int(s) for s in a.sub.split(",") if s.strip()]
