@@ -339,14 +339,16 @@ contains
     close (u)
   end subroutine write_field
 
-  subroutine write_times(path, a, nproc, times)
+  subroutine write_times(path, a, nproc, times, library)
     character(len=*), intent(in) :: path
     type(wave_args), intent(in) :: a
     integer, intent(in) :: nproc
     real(dp), intent(in) :: times(:)
+    character(len=*), intent(in), optional :: library
     integer :: u, r
 
     open (newunit=u, file=path, status='replace', action='write')
+    if (present(library)) write (u, '(a, 1x, a)') 'library', trim(library)
     write (u, '(a, 1x, a)') 'mode', trim(a%mode)
     write (u, '(a, 1x, i0)') 'ranks', nproc
     write (u, '(a, 2(1x, i0))') 'dims', a%dims

@@ -83,7 +83,8 @@ contains
     if (a%reps > 0) then
       allocate (times(a%reps))
       call time_steps(step, barrier, maxall, a, times)
-      if (me == 0 .and. len(a%out) > 0) call write_times(a%out // '.times', a, nproc, times)
+      if (me == 0 .and. len(a%out) > 0) call write_times(a%out // '.times', a, nproc, times, &
+                                                         library())
     end if
     call MPI_Type_free(col)
     call MPI_Comm_free(cart)
@@ -254,6 +255,18 @@ contains
     end do
     call write_field(path, p)
   end subroutine gather_and_write
+
+  ! First line of MPI_Get_library_version ("Open MPI v4.1.4, package: ...").
+  function library() result(first)
+    character(len=:), allocatable :: first
+    character(len=MPI_MAX_LIBRARY_VERSION_STRING) :: text
+    integer :: n, eol
+
+    call MPI_Get_library_version(text, n)
+    eol = index(text(:n), new_line('a'))
+    if (eol == 0) eol = n + 1
+    first = trim(text(:eol - 1))
+  end function library
 
   subroutine barrier()
     call MPI_Barrier(cart)
