@@ -1,0 +1,221 @@
+"""Lab 03 (one-sided halo exchange) under nbgrader, end to end, in a temporary copy of the course.
+
+The source notebook validates; the released one (stubs raising NotImplementedError) fails
+every test and still runs to its end; submissions made from the released notebook are
+autograded with real MPI engines: a correct one gets full marks; wrong ones lose exactly
+the part they got wrong, with messages naming the rank, the ghost edge and the neighbour
+(east and west puts swapped; the given mailbox exchange handed in unfixed; an exchange
+that never frees its window; a shared-window exchange that reads the wrong neighbour;
+one with no opening synchronisation, which reads stale data); a hostile one (an epoch
+that hangs, ``sys.exit`` on the engines and in a cell, files deleted, ``mpilab.grading``
+and ``mpilab.grading_onesided`` patched) is graded within its timeouts, gets no marks
+and leaves no process behind.
+
+Wall times of autograding are printed (``pytest -s``), not asserted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_labs import (
+    HOSTILE_PATCH,
+    REPO,
+    check_run,
+    errors_of,
+    full,
+    graded_notebook,
+    leftover_processes,
+    make_course,
+    nbgrader,
+    printed_by,
+    solutions,
+)
+
+pytestmark = pytest.mark.slow
+
+LAB = "lab03-one-sided"
+POINTS = {"test_exchange_put": 4.0, "test_shared": 4.0, "test_exchange_mailbox": 2.0}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    """A copy of the course with this lab alone generated (release/ and gradebook)."""
+    return make_course(tmp_path_factory.mktemp("course03"), [LAB])
+
+
+def given_mailbox() -> str:
+    """The notebook's exchange_mailbox_given, renamed: the bug handed in unfixed."""
+    nb = nbformat.read(REPO / "labs" / LAB / f"{LAB}.ipynb", 4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "mailbox_given":
+            return cell.source.replace("def exchange_mailbox_given(", "def exchange_mailbox(")
+    raise KeyError("mailbox_given")
+
+
+def solution_with(grade_id: str, old: str, new: str) -> str:
+    """The solution of `grade_id` with one piece of code replaced (which must be there)."""
+    src = solutions(LAB)[grade_id]
+    assert old in src, old
+    return src.replace(old, new)
+
+
+# east and west swapped: each column goes to the wrong side (into the wrong ghost column)
+PUT_EAST_WEST_SWAPPED = ("    west, east = cart.Shift(1, 1)\n",
+                         "    east, west = cart.Shift(1, 1)\n")
+# the window is never freed: a leak per call
+PUT_NO_FREE = ("    win.Free()\n", "")
+# the north and south neighbours' segments swapped: reads the wrong neighbour
+SHARED_WRONG_NEIGHBOUR = ("    north, south = cart.Shift(0, 1)\n",
+                          "    south, north = cart.Shift(0, 1)\n")
+# no opening synchronisation: reads a neighbour's block before the neighbour wrote it
+SHARED_NO_OPENING_FENCE = ("    win.Fence()  # opens: every neighbour has written its block\n",
+                           "")
+
+# hostile: an epoch only even ranks close, so the odd ones wait in the closing Fence forever
+PUT_HANGS_IN_EPOCH = '''
+def exchange_put(cart, u):
+    from mpi4py import MPI
+
+    win = MPI.Win.Create(u, disp_unit=u.itemsize, comm=cart)
+    win.Fence()
+    if cart.Get_rank() % 2:
+        while True:
+            win.Fence()
+    win.Free()
+'''
+
+# hostile: sys.exit on the engines, and in the cell itself
+SHARED_EXITS = '''
+import sys
+
+
+def shared_field(cart, rows, cols):
+    sys.exit(3)
+
+
+def exchange_shared(cart, win, u):
+    sys.exit(4)
+
+
+sys.exit("no more of this notebook")
+'''
+
+# hostile: deletes the checks' scratch files on the engines and patches the checks
+MAILBOX_DELETES = '''
+import mpilab.grading_onesided as _go
+
+
+def _passes(*args, **kwargs):
+    return None
+
+
+for _check in ("check_put", "check_shared", "check_mailbox"):
+    setattr(_go, _check, _passes)
+
+
+def exchange_mailbox(cart, u):
+    import glob
+    import os
+    import tempfile
+
+    for f in glob.glob(os.path.join(tempfile.gettempdir(), "mpilab-check-*", "*")):
+        try:
+            os.remove(f)
+        except OSError:
+            pass
+'''
+
+
+def test_points_are_as_documented():
+    assert full(LAB) == POINTS
+
+
+def test_source_notebook_validates(course):
+    res = nbgrader(course, "validate", f"../labs/{LAB}/{LAB}.ipynb")
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
+    assert not leftover_processes(course)
+
+
+def test_released_stubs_fail_every_test(course):
+    res = nbgrader(course, "validate", "--invert", f"release/{LAB}/{LAB}.ipynb")
+    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
+    release = nbformat.read(course / "autograder" / "release" / LAB / f"{LAB}.ipynb", 4)
+    text = "\n".join(c.source for c in release.cells)
+    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    stubs = [c.source for c in release.cells if c.cell_type == "code"
+             and "raise NotImplementedError()" in c.source]
+    assert "BEGIN SOLUTION" not in text and len(stubs) == 3
+    code = "\n".join(c.source for c in release.cells if c.cell_type == "code")
+    assert code.count("raise NotImplementedError()") == 4  # shared_field + exchange_shared
+    assert "def exchange_mailbox_given(" in text  # the given code stays
+    tests = [c.source for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(tests) == 3 and all("grading_onesided.check_" in t for t in tests)
+    assert max(len(t.splitlines()) for t in tests) <= 10
+    assert not leftover_processes(course)
+
+
+def test_correct_gets_full_marks(course):
+    _, wall = check_run(course, LAB, "correct", solutions(LAB), POINTS)
+    nb = graded_notebook(course, LAB, "correct")
+    for gid, name in [("test_exchange_put", "exchange_put"),
+                      ("test_shared", "shared_field + exchange_shared"),
+                      ("test_exchange_mailbox", "exchange_mailbox")]:
+        assert f"{name} {'are' if '+' in name else 'is'} right" in printed_by(nb, gid)
+    # the given mailbox exchange was shown failing, naming a fast rank's empty ghost edge
+    shown = printed_by(nb, "test_exchange_mailbox")
+    assert "The given exchange, with slow ranks" in shown, shown
+    assert "holds 0.0s (nothing arrived?)" in shown and "before the closing Fence" in shown
+    print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
+
+
+def test_wrong_edge_and_unfixed_epoch_lose_their_parts(course):
+    answers = {**solutions(LAB), "exchange_put": solution_with("exchange_put",
+                                                               *PUT_EAST_WEST_SWAPPED),
+               "exchange_mailbox": given_mailbox()}
+    want = {**POINTS, "test_exchange_put": 0.0, "test_exchange_mailbox": 0.0}
+    _, wall = check_run(course, LAB, "wrong1", answers, want)
+    nb = graded_notebook(course, LAB, "wrong1")
+    err = errors_of(nb, "test_exchange_put")
+    assert "rank 0: the east ghost column holds 0.0s" in err, err
+    assert "expected rank 1's west edge (its east neighbour)" in err, err
+    err = errors_of(nb, "test_exchange_mailbox")
+    assert "holds 0.0s (nothing arrived?)" in err and "fast rank" in err, err
+    print(f"[wall] {LAB} wrong submission 1 autograded in {wall:.1f} s")
+
+
+def test_leak_and_wrong_neighbour_lose_their_parts(course):
+    answers = {**solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_NO_FREE),
+               "shared": solution_with("shared", *SHARED_WRONG_NEIGHBOUR)}
+    want = {**POINTS, "test_exchange_put": 0.0, "test_shared": 0.0}
+    check_run(course, LAB, "wrong2", answers, want)
+    nb = graded_notebook(course, LAB, "wrong2")
+    err = errors_of(nb, "test_exchange_put")
+    assert "left 1 window unfreed (made by MPI.Win.Create)" in err, err
+    err = errors_of(nb, "test_shared")
+    assert "rank 0: the south ghost row holds rank 2's south edge" in err, err
+    assert "expected rank 2's north edge (its south neighbour)" in err, err
+
+
+def test_missing_synchronisation_loses_the_shared_part(course):
+    answers = {**solutions(LAB), "shared": solution_with("shared", *SHARED_NO_OPENING_FENCE)}
+    check_run(course, LAB, "stale", answers, {**POINTS, "test_shared": 0.0})
+    err = errors_of(graded_notebook(course, LAB, "stale"), "test_shared")
+    # a fast rank read a slow neighbour's block before the neighbour had written it
+    assert "holds 0.0s (nothing arrived?)" in err and "no opening synchronisation" in err, err
+
+
+def test_hostile_is_graded_without_stalling(course):
+    answers = {"exchange_put": HOSTILE_PATCH + PUT_HANGS_IN_EPOCH,
+               "shared": SHARED_EXITS,
+               "exchange_mailbox": HOSTILE_PATCH + MAILBOX_DELETES}
+    _, wall = check_run(course, LAB, "hostile", answers, {k: 0.0 for k in POINTS})
+    nb = graded_notebook(course, LAB, "hostile")
+    err = errors_of(nb, "test_exchange_put")
+    assert "TimedOut" in err or "Skipped" in err, err
+    assert "SystemExit" in errors_of(nb, "test_shared"), errors_of(nb, "test_shared")
+    assert "exchange_mailbox is right" in printed_by(nb, "test_exchange_mailbox")  # fooled
+    assert "CheckFailed" in errors_of(nb, "test_exchange_mailbox")  # but not the hidden
+    print(f"[wall] {LAB} hostile submission autograded in {wall:.1f} s")
