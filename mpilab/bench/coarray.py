@@ -1,0 +1,165 @@
+"""Coarray Fortran vs MPI: the coarray paper's K1 and K2 by subdomain size (its Table 1).
+
+    python -m mpilab.bench coarray --sub 16,64,256,1024 --ranks 4 --json OUT
+
+For each subdomain edge N in `--sub`, every process owns N x N cells of the acoustic wave
+(global grid ``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the
+Fortran programs of ``kernels/caf`` (:mod:`mpilab.coarrays`) time steps in every mode:
+``blocking`` and ``nonblocking`` (Fortran + MPI), ``coarray`` (puts into the neighbours'
+ghost cells, ``sync all``) and ``coarray-images`` (the same with ``sync images``), one
+launch per mode, alternating in `--rounds` rounds so their ratios see the same load. The
+first round's launches first run ``check_steps`` steps from rest, and each mode's field
+is compared bit for bit with the NumPy serial reference (``valid``). Records carry mode,
+sub, ranks, nx, ny, dims, t_us_min, t_us_median (per step), quartiles, iters, valid and
+oversubscribed; meta says which machine, MPI, compilers and launcher. The table gives
+K1 = T_blocking / T_nonblocking and K2 = T_blocking / T_coarray from the medians and from
+the best repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from .. import coarrays, runtime
+from . import meta, write
+
+CHECK_STEPS = 20
+
+
+def _library(records: list[dict]) -> dict:
+    """The library facts of :func:`mpilab.runtime.library_info`, from the ranks' line."""
+    first = next((r["mpi_library_version"] for r in records if r.get("mpi_library_version")),
+                 "unknown")
+    low = first.lower()
+    family = "openmpi" if "open mpi" in low else "mpich" if "mpich" in low else "other"
+    version = ""
+    if family == "openmpi":
+        version = first.split(",")[0].replace("Open MPI", "").strip().lstrip("v")
+    return {"mpi_library": family, "mpi_version": version, "mpi_library_version": first}
+
+
+def _compilers() -> dict:
+    out = {}
+    for key, cmd in (("gfortran", ["gfortran", "--version"]), ("caf", ["caf", "--version"])):
+        try:
+            text = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+            out[key] = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        except (OSError, subprocess.TimeoutExpired):
+            out[key] = "unknown"
+    out["fflags"] = " ".join(coarrays.FFLAGS)
+    return out
+
+
+def run(subs, *, modes=coarrays.MODES, ranks=2, transport="shm", reps=10, rounds=3,
+        min_time=0.005, check_max=1 << 22, timeout=600.0) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records)."""
+    modes = list(modes)
+    for m in modes:
+        if m not in coarrays.MODES:
+            raise ValueError(f"mode must be among {coarrays.MODES}, got {m!r}")
+    if not modes:
+        raise ValueError("no mode given")
+    for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not subs or any(not isinstance(s, int) or s < 1 for s in subs):
+        raise ValueError(f"sub sizes must be integers >= 1, got {subs!r}")
+    ok, why = coarrays.available()
+    if not ok:
+        raise coarrays.CoarraysUnavailable(why)
+    coarrays.build()
+    launch = runtime.launch(ranks, transport)
+    records = []
+    for sub in subs:
+        records += coarrays.time_wave(modes, sub, ranks=ranks, reps=reps, rounds=rounds,
+                                      min_time=min_time, transport=transport,
+                                      check_steps=CHECK_STEPS, check_max=check_max,
+                                      timeout=timeout)
+    settings = {"modes": modes, "subs": list(subs), "reps": reps, "rounds": rounds,
+                "min_time": min_time, "check_steps": CHECK_STEPS, "check_max": check_max,
+                "timeout": timeout, **_compilers()}
+    m = meta(launch, settings, _library(records))
+    m["dims"] = list(coarrays.dims_create(ranks))
+    return m, records
+
+
+def table(records: list[dict]) -> str:
+    """Time per step by subdomain and mode (medians), K1 and K2 (medians, then minima)."""
+    modes = [m for m in coarrays.MODES if any(r["mode"] == m for r in records)]
+    by = {(r["mode"], r["sub"]): r for r in records}
+    ks = [(name, m) for name, m in (("K1", "nonblocking"), ("K2", "coarray"),
+                                    ("K2 img", "coarray-images")) if m in modes]
+    if "blocking" not in modes:
+        ks = []
+    ranks = records[0]["ranks"] if records else "?"
+    lines = [f"# wave (Fortran), {ranks} processes, time per step (median, us); "
+             "K1 = T_blocking / T_nonblocking, K2 = T_blocking / T_coarray",
+             f"{'sub':>8} " + " ".join(f"{'T_' + m:>17}" for m in modes)
+             + "".join(f" {name:>7} {'(min)':>6}" for name, _ in ks)]
+    for sub in sorted({r["sub"] for r in records}):
+        line = f"{str(sub) + '^2':>8} " + " ".join(
+            f"{by[(m, sub)]['t_us_median']:>17.2f}" if (m, sub) in by else f"{'-':>17}"
+            for m in modes)
+        for _, m in ks:
+            if ("blocking", sub) in by and (m, sub) in by:
+                b, r = by[("blocking", sub)], by[(m, sub)]
+                line += (f" {b['t_us_median'] / r['t_us_median']:>7.3f}"
+                         f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
+            else:
+                line += f" {'-':>7} {'-':>6}"
+        bad = [m for m in modes if (m, sub) in by and not by[(m, sub)].get("valid", False)]
+        if bad:
+            line += "  INVALID: " + ",".join(bad)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpilab.bench coarray",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", default="all",
+                   help="comma-separated modes among " + ", ".join(coarrays.MODES)
+                        + ", or all")
+    p.add_argument("--sub", default="16,64,256,1024",
+                   help="subdomain edges N (N x N cells per process), comma-separated")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--min-time", type=float, default=0.005,
+                   help="seconds one repetition should last (sets iterations)")
+    p.add_argument("--check-max", type=int, default=1 << 22,
+                   help="largest global grid (cells) checked against the full NumPy "
+                        "reference; larger ones against a window around the source")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per launch")
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    a = p.parse_args(argv)
+    try:
+        if a.mode.strip() == "all":
+            modes = list(coarrays.MODES)
+        else:
+            modes = [t.strip() for t in a.mode.split(",") if t.strip()]
+        try:
+            subs = [int(s) for s in a.sub.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
+        m, recs = run(subs, modes=modes, ranks=a.ranks, transport=a.transport, reps=a.reps,
+                      rounds=a.rounds, min_time=a.min_time, check_max=a.check_max,
+                      timeout=a.timeout)
+    except (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound) as exc:
+        print(f"mpilab.bench coarray: {exc}", file=sys.stderr)
+        return 2
+    write(a.json, m, recs)
+    print(f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} processes "
+          f"(grid {m['dims'][0]} x {m['dims'][1]}) on {m['cores']} cores"
+          + (" (oversubscribed)" if m.get("oversubscribed") else ""))
+    print(table(recs))
+    if a.json and a.json != "-":
+        print(f"# wrote {a.json}")
+    return 0 if all(r.get("valid") for r in recs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
