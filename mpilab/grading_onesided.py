@@ -383,9 +383,10 @@ def probe_problems(probes: Sequence[np.ndarray], nx: int, ny: int, dims: Sequenc
         elif "(nothing arrived?)" in line and r >= 0:
             cy, cx = divmod(r, px)
             who = "slow" if slow_rank(cy, cx) else "fast"
-            line += (f" — rank {r} is a {who} rank of the probe: was the edge read before "
-                     "the neighbour wrote it (no opening synchronisation?) or before its "
-                     "Put arrived (ghost cells used before the closing Fence?)")
+            line += (f" — rank {r} is a {who} rank of the probe; if the code reads the "
+                     "right neighbour, was the edge read before the neighbour wrote it (no "
+                     "opening synchronisation?) or before its Put arrived (ghost cells used "
+                     "before the closing Fence?)")
         out.append(line)
     return out
 

@@ -66,7 +66,7 @@ def solution_with(grade_id: str, old: str, new: str) -> str:
 PUT_EAST_WEST_SWAPPED = ("    west, east = cart.Shift(1, 1)\n",
                          "    east, west = cart.Shift(1, 1)\n")
 # the window is never freed: a leak per call
-PUT_NO_FREE = ("    win.Free()\n", "")
+PUT_NO_FREE = ("\n    win.Free()", "")
 # the north and south neighbours' segments swapped: reads the wrong neighbour
 SHARED_WRONG_NEIGHBOUR = ("    north, south = cart.Shift(0, 1)\n",
                           "    south, north = cart.Shift(0, 1)\n")
@@ -195,7 +195,9 @@ def test_leak_and_wrong_neighbour_lose_their_parts(course):
     err = errors_of(nb, "test_exchange_put")
     assert "left 1 window unfreed (made by MPI.Win.Create)" in err, err
     err = errors_of(nb, "test_shared")
-    assert "rank 0: the south ghost row holds rank 2's south edge" in err, err
+    # rank 0 reads its south neighbour's segment into its north ghost row, and nothing south
+    assert "rank 0: the north ghost row holds rank 2's south edge" in err, err
+    assert "rank 0: the south ghost row holds 0.0s" in err, err
     assert "expected rank 2's north edge (its south neighbour)" in err, err
 
 
