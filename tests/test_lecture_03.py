@@ -139,6 +139,10 @@ def test_lecture_03_table1_has_paper_figures_and_labels_oversubscription():
         assert f"4 ranks on {cores} cores, OVERSUBSCRIBED" in table, table
     assert f"2 ranks on {cores} cores, OVERSUBSCRIBED" not in table or cores < 2
     assert has_png(cell_with(nb, "plots_onesided.versus_sr(")), "no Table 1 figure"
+    pages = text_of(cell_with(nb, "def thp("))
+    assert "transparent huge pages, ordinary memory: " in pages and "(/dev/shm" in pages
+    assert re.search(r"1 rank: S/R / SHM [\d.]+, S/R / SHM-NC [\d.]+ \(spread [\d.]+\); "
+                     r"the paper's 1\.14 and 1\.14", pages), pages
     text = markdown(nb)
     assert "c_f_pointer" in text and "no Fortran version" in text  # Table 2, said plainly
 
