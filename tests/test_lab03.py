@@ -1,17 +1,23 @@
 """Lab 03 (one-sided halo exchange) under nbgrader, end to end, in a temporary copy of the course.
 
 The source notebook validates; the released one (stubs raising NotImplementedError) fails
-every test and still runs to its end; submissions made from the released notebook are
-autograded with real MPI engines: a correct one gets full marks; wrong ones lose exactly
-the part they got wrong, with messages naming the rank, the ghost edge and the neighbour
-(east and west puts swapped; the given mailbox exchange handed in unfixed; an exchange
-that never frees its window; a shared-window exchange that reads the wrong neighbour;
-one with no opening synchronisation, which reads stale data); a hostile one (an epoch
-that hangs, ``sys.exit`` on the engines and in a cell, files deleted, ``mpilab.grading``
-and ``mpilab.grading_onesided`` patched) is graded within its timeouts, gets no marks
-and leaves no process behind.
+every test and still runs to its end. Submissions made from the released notebook are
+autograded with real MPI engines:
 
-Wall times of autograding are printed (``pytest -s``), not asserted.
+- a correct one, and one in other styles (packed origins, a neighbourhood collective, a
+  shared window synchronised with Lock_all / Sync / Barrier), get full marks;
+- wrong ones lose exactly the part they got wrong, with messages naming the rank, the
+  ghost edge and the neighbour: east and west puts swapped; the given mailbox exchange
+  handed in unfixed; an exchange that never frees its window; a shared-window exchange
+  that reads the wrong neighbour; one with no opening synchronisation (it reads data not
+  yet written) and one with no closing synchronisation (it reads a neighbour's next
+  values);
+- a hostile one (an epoch that hangs, ``sys.exit`` on the engines and in a cell, the
+  checks' scratch files deleted, ``mpilab.grading`` and ``mpilab.grading_onesided``
+  patched) is graded within its timeouts and gets no marks.
+
+No process of the notebook's MPI cluster outlives an autograde. Wall times of
+autograding are printed (``pytest -s``), not asserted.
 """
 
 from __future__ import annotations
@@ -73,6 +79,9 @@ SHARED_WRONG_NEIGHBOUR = ("    north, south = cart.Shift(0, 1)\n",
 # no opening synchronisation: reads a neighbour's block before the neighbour wrote it
 SHARED_NO_OPENING_FENCE = ("    win.Fence()  # opens: every neighbour has written its block\n",
                            "")
+# no closing synchronisation: a neighbour goes on (and overwrites its block) while this reads
+SHARED_NO_CLOSING_FENCE = ("    win.Fence()  # closes: every rank has read before any goes on and "
+                           "writes its block\n", "")
 
 # hostile: an epoch only even ranks close, so the odd ones wait in the closing Fence forever
 PUT_HANGS_IN_EPOCH = '''
@@ -129,6 +138,83 @@ def exchange_mailbox(cart, u):
 '''
 
 
+# Correct answers in other styles than the notebook's: packed origins (kept alive until the
+# closing Fence) and the neighbours' shapes from a neighbourhood collective; a shared window
+# synchronised with Lock_all / Sync / Barrier instead of Fence, queried by cart rank; a
+# mailbox whose slots are zeroed by the harness-independent np.zeros and read after Fence.
+ALTERNATIVES = {
+    "exchange_put": """
+def exchange_put(comm2d, field):
+    from mpi4py import MPI
+
+    up, down = comm2d.Shift(0, 1)
+    left, right = comm2d.Shift(1, 1)
+    h, w = field.shape
+    # neighbours in Cartesian order: up, down, left, right (None where there is none)
+    shape_up, _, shape_left, shape_right = comm2d.neighbor_allgather(field.shape)
+    packed_east = np.ascontiguousarray(field[1:-1, -2])  # alive until the closing Fence
+    packed_west = np.ascontiguousarray(field[1:-1, 1])
+    win = MPI.Win.Create(field, disp_unit=8, comm=comm2d)
+    types = []
+    win.Fence()
+    win.Put(field[-2, 1:-1], down, target=(1, w - 2, MPI.DOUBLE))  # PROC_NULL: nothing
+    if up != MPI.PROC_NULL:
+        win.Put(field[1, 1:-1], up, target=((shape_up[0] - 1) * w + 1, w - 2, MPI.DOUBLE))
+    if right != MPI.PROC_NULL:
+        types.append(MPI.DOUBLE.Create_vector(h - 2, 1, shape_right[1]).Commit())
+        win.Put(packed_east, right, target=(shape_right[1], 1, types[-1]))
+    if left != MPI.PROC_NULL:
+        types.append(MPI.DOUBLE.Create_vector(h - 2, 1, shape_left[1]).Commit())
+        win.Put(packed_west, left, target=(2 * shape_left[1] - 1, 1, types[-1]))
+    win.Fence()
+    for t in types:
+        t.Free()
+    win.Free()
+""",
+    "shared": """
+def shared_field(cart, rows, cols):
+    from mpi4py import MPI
+
+    node = cart.Split_type(MPI.COMM_TYPE_SHARED, key=cart.Get_rank())
+    win = MPI.Win.Allocate_shared(8 * (rows + 2) * (cols + 2), 8, comm=node)
+    mem, _ = win.Shared_query(node.Get_rank())
+    node.Free()
+    return win, np.frombuffer(mem, dtype=np.float64).reshape(rows + 2, cols + 2)
+
+
+def exchange_shared(cart, win, u):
+    from mpi4py import MPI
+
+    rows, cols = u.shape[0] - 2, u.shape[1] - 2
+    fetch = []
+    for dim, (lo, hi) in enumerate([cart.Shift(0, 1), cart.Shift(1, 1)]):
+        fetch.append((dim, lo, "low"))
+        fetch.append((dim, hi, "high"))
+    win.Lock_all()
+    win.Sync()
+    cart.Barrier()  # every block written
+    win.Sync()
+    for dim, q, side in fetch:
+        if q == MPI.PROC_NULL:
+            continue
+        seg = np.frombuffer(win.Shared_query(q)[0], dtype=np.float64)
+        if dim == 0:
+            seg = seg.reshape(-1, cols + 2)
+            if side == "low":
+                u[0, 1:-1] = seg[-2, 1:-1]
+            else:
+                u[-1, 1:-1] = seg[1, 1:-1]
+        else:
+            seg = seg.reshape(rows + 2, -1)
+            if side == "low":
+                u[1:-1, 0] = seg[1:-1, -2]
+            else:
+                u[1:-1, -1] = seg[1:-1, 1]
+    cart.Barrier()  # every edge read
+    win.Unlock_all()
+""",
+}
+
 def test_points_are_as_documented():
     assert full(LAB) == POINTS
 
@@ -171,6 +257,10 @@ def test_correct_gets_full_marks(course):
     print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
 
 
+def test_other_correct_styles_get_full_marks(course):
+    _, wall = check_run(course, LAB, "alternative", {**solutions(LAB), **ALTERNATIVES}, POINTS)
+    print(f"[wall] {LAB} correct submission in other styles autograded in {wall:.1f} s")
+
 def test_wrong_edge_and_unfixed_epoch_lose_their_parts(course):
     answers = {**solutions(LAB), "exchange_put": solution_with("exchange_put",
                                                                *PUT_EAST_WEST_SWAPPED),
@@ -208,6 +298,13 @@ def test_missing_synchronisation_loses_the_shared_part(course):
     # a fast rank read a slow neighbour's block before the neighbour had written it
     assert "holds 0.0s (nothing arrived?)" in err and "no opening synchronisation" in err, err
 
+
+def test_missing_closing_synchronisation_loses_the_shared_part(course):
+    answers = {**solutions(LAB), "shared": solution_with("shared", *SHARED_NO_CLOSING_FENCE)}
+    check_run(course, LAB, "late", answers, {**POINTS, "test_shared": 0.0})
+    err = errors_of(graded_notebook(course, LAB, "late"), "test_shared")
+    # a slow rank read a fast neighbour's block after the neighbour had gone on
+    assert "holds [-1, -1" in err and "no closing synchronisation" in err, err
 
 def test_hostile_is_graded_without_stalling(course):
     answers = {"exchange_put": HOSTILE_PATCH + PUT_HANGS_IN_EPOCH,
