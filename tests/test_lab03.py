@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from test_labs import (
     HOSTILE_PATCH,
@@ -218,6 +219,40 @@ def exchange_shared(cart, win, u):
 def test_points_are_as_documented():
     assert full(LAB) == POINTS
 
+
+def test_slow_ranks_form_a_checkerboard():
+    """Every neighbour of a slow rank is fast, so every edge crosses a speed difference."""
+    from mpilab.grading_onesided import slow_rank
+
+    for cy in range(4):
+        for cx in range(4):
+            for dy, dx in [(0, 1), (1, 0)]:
+                assert slow_rank(cy, cx) != slow_rank(cy + dy, cx + dx)
+
+
+def test_probe_problems_say_when_a_rank_read():
+    """Pure Python: an empty edge and a scribbled one get the timing hint that fits."""
+    from mpilab.grading_halo import numbered
+    from mpilab.grading_onesided import SCRIBBLE, probe_problems
+
+    grid = numbered(4, 2)  # 4 x 2 grid over 1 x 2 ranks: rank 0 columns 0-1, rank 1 2-3
+    probes = []
+    for x0 in (0, 2):
+        u = np.zeros((4, 4))
+        u[1:-1, 1:-1] = grid[:, x0:x0 + 2]
+        probes.append(u)
+    probes[0][1:-1, -1] = grid[:, 2]  # rank 0 got rank 1's west edge: right
+    assert probe_problems(probes, 4, 2, (1, 2)) == [
+        "rank 1: the west ghost column holds 0.0s (nothing arrived?), expected rank 0's east "
+        "edge (its west neighbour) — rank 1 is a slow rank of the probe; if the code reads "
+        "the right neighbour, was the edge read before the neighbour wrote it (no opening "
+        "synchronisation?) or before its Put arrived (ghost cells used before the closing "
+        "Fence?)"]
+    probes[1][1:-1, 0] = SCRIBBLE  # read after rank 0 had gone on
+    (line,) = probe_problems(probes, 4, 2, (1, 2))
+    assert line.startswith("rank 1: the west ghost column holds [-1, -1]")
+    assert "no closing synchronisation?" in line
+    assert probe_problems(probes, 4, 2, (1, 2), slow=False)[0].endswith("(its west neighbour)")
 
 def test_source_notebook_validates(course):
     res = nbgrader(course, "validate", f"../labs/{LAB}/{LAB}.ipynb")
