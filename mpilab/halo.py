@@ -553,7 +553,8 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     nx, ny : int, optional
         The global grid instead of `sub`.
     pack : str or list of str
-        :data:`PACKS` to measure (``"all"`` for both).
+        :data:`PACKS` to measure (``"all"`` for both); ``"datatype"`` only when a
+        one-sided mode is among `mode` (ValueError otherwise).
     iters : int, optional
         Timed steps per repetition; default: calibrated once on the first mode so that
         a repetition lasts about `min_time` seconds, then the same for every mode.

@@ -319,7 +319,9 @@ static int os_begin(os_ctx *c)
     if (info != MPI_INFO_NULL) MPI_Info_free(&info);
     if (err != MPI_SUCCESS) return err;
     MPI_Win_set_errhandler(c->win, MPI_ERRORS_RETURN);
-    /* window memory is not zeroed by MPI; the ghosts on the grid's border stay zero */
+    /* window memory is not zeroed by MPI; the ghosts on the grid's border stay zero.
+     * (On one node Open MPI maps windows from a shared file: 4 KiB pages, where the
+     * stencil kernel's fields of 4 MiB and more are on transparent huge pages.) */
     memset(c->base, 0, (size_t)bytes);
     c->cur = 0;
     os_fields(c);

@@ -73,6 +73,13 @@ def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="put-fence", pack="datat
          energy=1.0, dims=None):
     """Run `steps` heat steps on the `nx` x `ny` grid split over `comm` (collective).
 
+    `mode` is one of ``ONESIDED_MODES``: ``"put-fence"``, ``"put-pscw"``, ``"put-lock"``
+    (MPI_Put into the neighbours' ghosts, synchronised by a fence, a post/start/
+    complete/wait epoch of the neighbours, or a lock_all epoch with flushes and empty
+    messages), ``"shm"``, ``"shm-nc"`` (a shared-memory window, contiguous or not;
+    the ghosts are copied from the neighbours' fields with plain loads; ValueError on
+    every rank unless all ranks share one node). `pack` must be ``"datatype"``.
+
     Returns ``(block, (y0, x0))``: this rank's ``(rows, cols)`` float64 block and its
     offset in the global ``(ny, nx)`` field, equal to ``mpilab.halo.serial_heat`` there.
     """
@@ -105,7 +112,10 @@ def shm_layout(MPI.Comm comm not None, nbytes, noncontig=False):
 
     Returns a list, one ``(address, size)`` per rank of `comm`, the same on every rank:
     addresses in rank 0's address space (other ranks map the window elsewhere), sizes in
-    bytes. Contiguous windows put segment r + 1 right after segment r.
+    bytes as ``MPI_Win_shared_query`` reports them. Contiguous windows put segment r + 1
+    right after segment r; with `noncontig` each segment may start on its own page (Open
+    MPI 4.1 rounds every segment up to whole pages and reports the rounded size).
+    Raises ValueError on every rank if the ranks are not all on one node.
     """
     _check_count(nbytes, "nbytes", 0)
     if not isinstance(noncontig, (bool, np.bool_)):
