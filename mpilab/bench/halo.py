@@ -143,7 +143,8 @@ def table(records: list[dict]) -> str:
         head = f"{'sub':>10} " + " ".join(f"{'T_' + m + ' (us)':>18}" for m in modes)
         head += "".join(f" {'K1 b/' + m[:7]:>12} {'(min)':>6}" for m in ks)
         lines += [f"# {rows[0]['app']}, pack={pack}, {rows[0]['ranks']} ranks, "
-                  "time per step (median); K1 = T_blocking / T_mode", head]
+                  "time per step (median)" + ("; K1 = T_blocking / T_mode" if ks else ""),
+                  head]
         for sub in sorted({r["sub"] for r in rows}):
             line = f"{str(sub) + '^2':>10} " + " ".join(
                 f"{by[(m, sub)]['t_us_median']:>18.2f}" if (m, sub) in by else f"{'-':>18}"
