@@ -52,8 +52,8 @@ import numpy as np
 
 from . import halo, runtime
 
-__all__ = ["MODES", "PROGRAMS", "available", "build", "dims_create", "run_wave", "time_wave",
-           "reference"]
+__all__ = ["MODES", "PROGRAMS", "CoarraysUnavailable", "available", "build", "dims_create",
+           "run_wave", "time_wave", "reference"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "kernels" / "caf"
@@ -490,7 +490,7 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
         if nx is not None or ny is not None:
             raise ValueError("give either sub or nx and ny, not both")
         sub = halo._check_size(sub, "sub")
-        py, px = dims_create(ranks) if dims is None else dims
+        py, px = _check_dims(dims, ranks, ranks, ranks)
         nx, ny = sub * px, sub * py
     elif nx is None or ny is None:
         raise ValueError("give sub (points per process and axis) or both nx and ny")
