@@ -112,7 +112,12 @@ def test_lecture_03_mode_sweep_table_says_how_it_was_measured():
     assert f"oversubscribed: {runtime.usable_cores() < 2}" in table
     assert has_png(cell_with(nb, "plots_halo.k1(")), "no ratio figure"
     verdicts = text_of(cell_with(nb, "def verdict("))
-    assert verdicts.count("put-fence ") == verdicts.count("shm-nc ") >= 3, verdicts
+    lines = [ln for ln in verdicts.splitlines() if "(spread " in ln]
+    assert len(lines) == len(re.findall(r"^\[\d+/\d+\]", sweep, re.M)) >= 3, verdicts
+    for ln in lines:  # one verdict per one-sided mode, each one of the three kinds
+        said = re.findall(r"(?:^.*?\): |; )([a-z-]+) (within the noise|[a-z-]+ faster by \d+%)",
+                          ln)
+        assert [m for m, _ in said] == list(halo.ONESIDED_MODES), ln
 
 
 def test_lecture_03_table1_has_paper_figures_and_labels_oversubscription():
