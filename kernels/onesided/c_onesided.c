@@ -17,11 +17,12 @@
  * Columns travel as MPI vector datatypes on both sides of a Put (the target's with the
  * neighbour's leading dimension, which differs on uneven grids).
  *
- * Why one synchronisation per step is enough in every mode: the ghosts of field f are
- * written in steps k with k % 2 == f and read by the update of the same step; the next
- * write into them (step k + 2) needs the neighbour to have passed the synchronisation of
- * step k + 1, which this rank reaches only after the update of step k. The update writes
- * the interior of the other field, which no neighbour touches in that step.
+ * Why one synchronisation per step is enough for the Puts: the ghosts of field f are
+ * written in the steps k with k % 2 == f and read by this rank's update of the same
+ * step. The next Put into them (step k + 2) comes from a neighbour that has passed the
+ * synchronisation of step k + 1, which needs this rank there too, so past its update of
+ * step k. That update writes the interior of the other field, which no Put touches.
+ * (SHM modes: the same argument for the neighbours' edges, see step_shm.)
  *
  *   comm      - communicator; size must equal py * px (all on one node for SHM, SHM_NC)
  *   nx, ny    - global grid (columns, rows); each rank needs >= 1 point per axis
@@ -175,16 +176,18 @@ static int step_lock(void *p)
     os_ctx *c = (os_ctx *)p;
     MPI_Request req[8];
     int s, n = 0, err;
-    /* release: the stores of the last update and the loads of the ghosts (the update
-     * before) are done in the window before any notification below lets a neighbour
-     * put into it again (unified memory model: a memory barrier) */
+    /* release: the loads and stores of the last update are done in the window before
+     * the messages below let a neighbour put into the ghosts it read (unified memory
+     * model: a memory barrier) */
     if ((err = MPI_Win_sync(c->win)) != MPI_SUCCESS) return err;
     if ((err = os_put_edges(c)) != MPI_SUCCESS) return err;
     /* the Puts are complete at their targets, not only at this origin */
     if ((err = MPI_Win_flush_all(c->win)) != MPI_SUCCESS) return err;
-    /* "your ghosts are in": one empty message to each neighbour, one from each. Receiving
-     * the neighbour's also tells that it finished the update before, so the ghosts it will
-     * put into next step (the other field's) are no longer read here, and vice versa */
+    /* "your ghosts are in": one empty message to each neighbour, one from each. A
+     * neighbour's message means its Puts of this step are complete here (it flushed
+     * first). Mine also tells it that my update of the step before is over, the update
+     * that read the ghosts it will put into next step (the other field's): without
+     * that, a fast neighbour could overwrite them while they are read */
     for (s = 0; s < 4; s++) {
         if (c->h.nbr[s] == MPI_PROC_NULL) continue;
         err = MPI_Irecv(NULL, 0, MPI_BYTE, c->h.nbr[s], OS_TAG, c->h.cart, &req[n++]);
