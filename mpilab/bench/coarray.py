@@ -42,13 +42,16 @@ def _library(records: list[dict]) -> dict:
 
 def _compilers() -> dict:
     out = {}
-    for key, cmd in (("gfortran", ["gfortran", "--version"]), ("caf", ["caf", "--version"])):
+    for key, cmd in (("gfortran", ["gfortran", "--version"]), ("caf", ["caf", "--version"]),
+                     ("cafrun", ["cafrun", "--version"])):
         try:
             text = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
             out[key] = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         except (OSError, subprocess.TimeoutExpired):
             out[key] = "unknown"
     out["fflags"] = " ".join(coarrays.FFLAGS)
+    out["caf_one_sided"] = ("OpenCoarrays puts are MPI one-sided operations; Open MPI's "
+                            "default osc component, pt2pt for a single image")
     return out
 
 
