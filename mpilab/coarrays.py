@@ -42,6 +42,7 @@ import fcntl
 import hashlib
 import math
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -64,8 +65,11 @@ PROGRAMS = {"blocking": "wave_mpif", "nonblocking": "wave_mpif", "coarray": "wav
             "coarray-images": "wave_caf"}
 MODES = tuple(PROGRAMS)
 #: Compiler flags: optimised, but no contraction into fused multiply-adds and no
-#: fast-math, so the update keeps serial_wave's rounding.
-FFLAGS = ("-O3", "-march=native", "-ffp-contract=off")
+#: fast-math, so the update keeps serial_wave's rounding. On x86-64 the loops use 256-bit
+#: vectors, as the C kernel's AVX2 clones do: with 512-bit ones (-march=native on an
+#: AVX-512 EPYC) a 1024^2 step took ~1.5x as long (2.9 vs 2.0 ms, one process).
+FFLAGS = ("-O3", "-march=native", "-ffp-contract=off") + (
+    ("-mprefer-vector-width=256",) if platform.machine() in ("x86_64", "AMD64") else ())
 _SOURCES = {"wave_mpif": ("wave_common.f90", "wave_mpif.f90"),
             "wave_caf": ("wave_common.f90", "wave_caf.f90")}
 
