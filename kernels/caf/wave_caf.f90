@@ -9,7 +9,11 @@
 ! W and N neighbours, then vx to the E and vy to the S neighbour), synchronises, and
 ! updates; the modes differ only in the synchronisation after each of the two puts:
 !   coarray        - sync all (the paper's);
-!   coarray-images - sync images(neighbours): only the up to four images it exchanges with.
+!   coarray-images - sync images(neighbours): only the up to four images it exchanges with;
+!   coarray-packed - sync all, but a column (x = const, strided in memory) is copied into a
+!                    contiguous buffer, put into a contiguous receive coarray of the
+!                    neighbour, and copied into the ghost column there after the sync:
+!                    OpenCoarrays moves a strided section element by element.
 ! Two synchronisations per step make the puts race-free: an image writes a ghost only
 ! after the owner has passed the synchronisation that ends its reads of that ghost.
 ! The field is one coarray f(0:mc+1, 0:mr+1, 4)[*] sized for the largest block (every
@@ -28,10 +32,12 @@ module wave_caf_run
   type(wave_args) :: a
   integer :: nimg, me, cy, cx, rows, cols, y0, x0, vxc, vyr, lsx, lsy
   integer :: west, east, north, south, cols_w, rows_n, nnb, nb(4)
-  logical :: has_src, sync_all
+  logical :: has_src, sync_all, packed
   integer(int64) :: nstep
   real(dp) :: dt
   real(dp), allocatable :: f(:, :, :)[:]
+  ! coarray-packed: columns received (1 px E ghost, 2 py E ghost, 3 vx W ghost), and sent
+  real(dp), allocatable :: cbuf(:, :)[:], sbuf(:)
   real(dp), allocatable :: times(:)
 
 contains
@@ -44,13 +50,14 @@ contains
     me = this_image()
     call parse_args(a, msg)
     if (len(msg) == 0) call check_args(a, nimg, [character(len=16) :: 'coarray', &
-                                                 'coarray-images'], msg)
+                                                 'coarray-images', 'coarray-packed'], msg)
     if (len(msg) > 0) then
       if (me == 1) write (error_unit, '(a)') 'wave_caf: ' // msg
       error stop 2
     end if
     call set_ftz(a%ftz)
-    sync_all = trim(a%mode) == 'coarray'
+    sync_all = trim(a%mode) /= 'coarray-images'
+    packed = trim(a%mode) == 'coarray-packed'
 
     cy = (me - 1) / a%dims(2)
     cx = mod(me - 1, a%dims(2))
@@ -80,6 +87,8 @@ contains
     end do
     allocate (f(0:mc + 1, 0:mr + 1, 4)[*])
     f = 0
+    allocate (cbuf(mr, 3)[*], sbuf(mr))
+    cbuf = 0
     dt = a%courant
     vxc = cols
     if (x0 + cols == a%nx) vxc = cols - 1
@@ -108,7 +117,12 @@ contains
 
     if (nstep == 0 .and. len_trim(a%debug) > 0 .and. me == nimg) call misbehave()
     ! pressure edges into the W neighbour's E ghost and the N neighbour's S ghost
-    if (west > 0) then
+    if (west > 0 .and. packed) then
+      sbuf(1:rows) = f(1, 1:rows, 1)
+      cbuf(1:rows, 1)[west] = sbuf(1:rows)
+      sbuf(1:rows) = f(1, 1:rows, 2)
+      cbuf(1:rows, 2)[west] = sbuf(1:rows)
+    else if (west > 0) then
       f(cols_w + 1, 1:rows, 1)[west] = f(1, 1:rows, 1)
       f(cols_w + 1, 1:rows, 2)[west] = f(1, 1:rows, 2)
     end if
@@ -117,12 +131,22 @@ contains
       f(1:cols, rows_n + 1, 2)[north] = f(1:cols, 1, 2)
     end if
     call sync_neighbours()
+    if (east > 0 .and. packed) then
+      f(cols + 1, 1:rows, 1) = cbuf(1:rows, 1)
+      f(cols + 1, 1:rows, 2) = cbuf(1:rows, 2)
+    end if
     call vx_cols(f(:, :, 1), f(:, :, 2), f(:, :, 3), dt, 1, vxc, rows)
     call vy_rows(f(:, :, 1), f(:, :, 2), f(:, :, 4), dt, 1, vyr, cols)
     ! velocity edges into the E neighbour's W ghost (vx) and the S neighbour's N ghost (vy)
-    if (east > 0) f(0, 1:rows, 3)[east] = f(cols, 1:rows, 3)
+    if (east > 0 .and. packed) then
+      sbuf(1:rows) = f(cols, 1:rows, 3)
+      cbuf(1:rows, 3)[east] = sbuf(1:rows)
+    else if (east > 0) then
+      f(0, 1:rows, 3)[east] = f(cols, 1:rows, 3)
+    end if
     if (south > 0) f(1:cols, 0, 4)[south] = f(1:cols, rows, 4)
     call sync_neighbours()
+    if (west > 0 .and. packed) f(0, 1:rows, 3) = cbuf(1:rows, 3)
     call px_cols(f(:, :, 3), f(:, :, 1), dt, 1, cols, rows)
     call py_rows(f(:, :, 4), f(:, :, 2), dt, 1, rows, cols)
     if (has_src) then

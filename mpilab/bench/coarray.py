@@ -6,14 +6,15 @@ For each subdomain edge N in `--sub`, every process owns N x N cells of the acou
 (global grid ``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the
 Fortran programs of ``kernels/caf`` (:mod:`mpilab.coarrays`) time steps in every mode:
 ``blocking`` and ``nonblocking`` (Fortran + MPI), ``coarray`` (puts into the neighbours'
-ghost cells, ``sync all``) and ``coarray-images`` (the same with ``sync images``), one
-launch per mode, alternating in `--rounds` rounds so their ratios see the same load. The
+ghost cells, ``sync all``), ``coarray-images`` (the same with ``sync images``) and
+``coarray-packed`` (``sync all``, columns packed into contiguous buffers), one launch per
+mode, alternating in `--rounds` rounds so their ratios see the same load. The
 first round's launches first run ``check_steps`` steps from rest, and each mode's field
 is compared bit for bit with the NumPy serial reference (``valid``). Records carry mode,
 sub, ranks, nx, ny, dims, t_us_min, t_us_median (per step), quartiles, iters, valid and
 oversubscribed; meta says which machine, MPI, compilers and launcher. The table gives
-K1 = T_blocking / T_nonblocking and K2 = T_blocking / T_coarray from the medians and from
-the best repetitions.
+K1 = T_blocking / T_nonblocking and K2 = T_blocking / T_coarray (and the same ratio for the
+two other coarray modes) from the medians and from the best repetitions.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def table(records: list[dict]) -> str:
     modes = [m for m in coarrays.MODES if any(r["mode"] == m for r in records)]
     by = {(r["mode"], r["sub"]): r for r in records}
     ks = [(name, m) for name, m in (("K1", "nonblocking"), ("K2", "coarray"),
-                                    ("K2 img", "coarray-images")) if m in modes]
+                                    ("K2 img", "coarray-images"),
+                                    ("K2 pack", "coarray-packed")) if m in modes]
     if "blocking" not in modes:
         ks = []
     ranks = records[0]["ranks"] if records else "?"
