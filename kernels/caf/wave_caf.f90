@@ -12,8 +12,9 @@
 !   coarray-images - sync images(neighbours): only the up to four images it exchanges with;
 !   coarray-packed - sync all, but a column (x = const, strided in memory) is copied into a
 !                    contiguous buffer, put into a contiguous receive coarray of the
-!                    neighbour, and copied into the ghost column there after the sync:
-!                    OpenCoarrays moves a strided section element by element.
+!                    neighbour, and copied into the ghost column there after the sync
+!                    (an OpenCoarrays built without its STRIDED option, as Debian's, puts
+!                    a strided section element by element).
 ! Two synchronisations per step make the puts race-free: an image writes a ghost only
 ! after the owner has passed the synchronisation that ends its reads of that ghost.
 ! The field is one coarray f(0:mc+1, 0:mr+1, 4)[*] sized for the largest block (every
