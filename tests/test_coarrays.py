@@ -217,3 +217,18 @@ def test_bench_bad_arguments_are_clear():
     assert res.returncode == 2 and "mode must be among" in res.stderr
     res = bench("--sub", "8,x")
     assert res.returncode == 2 and "--sub takes integers" in res.stderr
+    res = bench("--sub", "8", "--ranks", "2", "--dims", "2x2")
+    assert res.returncode == 2 and "do not multiply" in res.stderr
+    res = bench("--sub", "8", "--dims", "two")
+    assert res.returncode == 2 and "--dims takes PYxPX" in res.stderr
+
+
+def test_bench_dims_puts_columns_on_two_processes(tmp_path):
+    path = tmp_path / "coarray-1x2.json"
+    res = bench("--sub", "8", "--ranks", "2", "--dims", "1x2", "--mode", "blocking,coarray",
+                "--reps", "2", "--rounds", "1", "--min-time", "0.001", "--json", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["dims"] == [1, 2]
+    assert [(r["mode"], r["nx"], r["ny"], r["valid"]) for r in doc["records"]] == [
+        ("blocking", 16, 8, True), ("coarray", 16, 8, True)]

@@ -56,9 +56,10 @@ def _compilers() -> dict:
     return out
 
 
-def run(subs, *, modes=coarrays.MODES, ranks=2, transport="shm", reps=10, rounds=3,
-        min_time=0.005, check_max=1 << 22, timeout=600.0) -> tuple[dict, list[dict]]:
-    """Measure; returns (meta, records)."""
+def run(subs, *, modes=coarrays.MODES, ranks=2, dims=None, transport="shm", reps=10,
+        rounds=3, min_time=0.005, check_max=1 << 22,
+        timeout=600.0) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records). `dims` (py, px) defaults to MPI_Dims_create's."""
     modes = list(modes)
     for m in modes:
         if m not in coarrays.MODES:
@@ -77,7 +78,8 @@ def run(subs, *, modes=coarrays.MODES, ranks=2, transport="shm", reps=10, rounds
     launch = runtime.launch(ranks, transport)
     records = []
     for sub in subs:
-        records += coarrays.time_wave(modes, sub, ranks=ranks, reps=reps, rounds=rounds,
+        records += coarrays.time_wave(modes, sub, ranks=ranks, dims=dims, reps=reps,
+                                      rounds=rounds,
                                       min_time=min_time, transport=transport,
                                       check_steps=CHECK_STEPS, check_max=check_max,
                                       timeout=timeout)
@@ -85,7 +87,7 @@ def run(subs, *, modes=coarrays.MODES, ranks=2, transport="shm", reps=10, rounds
                 "min_time": min_time, "check_steps": CHECK_STEPS, "check_max": check_max,
                 "timeout": timeout, **_compilers()}
     m = meta(launch, settings, _library(records))
-    m["dims"] = list(coarrays.dims_create(ranks))
+    m["dims"] = list(records[0]["dims"])
     return m, records
 
 
@@ -130,6 +132,9 @@ def main(argv=None) -> int:
     p.add_argument("--sub", default="16,64,256,1024",
                    help="subdomain edges N (N x N cells per process), comma-separated")
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--dims", metavar="PYxPX",
+                   help="process grid, rows x columns (default: as MPI_Dims_create; 1x2 "
+                        "makes 2 processes exchange columns)")
     p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
@@ -150,9 +155,15 @@ def main(argv=None) -> int:
             subs = [int(s) for s in a.sub.split(",") if s.strip()]
         except ValueError:
             raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
-        m, recs = run(subs, modes=modes, ranks=a.ranks, transport=a.transport, reps=a.reps,
-                      rounds=a.rounds, min_time=a.min_time, check_max=a.check_max,
-                      timeout=a.timeout)
+        dims = None
+        if a.dims:
+            try:
+                dims = tuple(int(v) for v in a.dims.lower().split("x"))
+            except ValueError:
+                raise ValueError(f"--dims takes PYxPX, e.g. 1x2, got {a.dims!r}") from None
+        m, recs = run(subs, modes=modes, ranks=a.ranks, dims=dims, transport=a.transport,
+                      reps=a.reps, rounds=a.rounds, min_time=a.min_time,
+                      check_max=a.check_max, timeout=a.timeout)
     except (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound) as exc:
         print(f"mpilab.bench coarray: {exc}", file=sys.stderr)
         return 2
