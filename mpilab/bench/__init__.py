@@ -24,6 +24,7 @@ BENCHMARKS = {
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",
+    "coarray": "mpilab.bench.coarray",
 }
 
 
