@@ -40,7 +40,7 @@ lab: setup
 	$(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/lectures/00-mpi-in-a-notebook.md
 
 test: setup-test
-	$(PY) -m pytest -v
+	$(PY) -m pytest -v --durations=15
 
 test-fast: setup-test
 	$(PY) -m pytest -v -m "not slow and not browser"
