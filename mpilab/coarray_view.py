@@ -114,6 +114,8 @@ class CoArray:
     """
 
     def __init__(self, comm: MPI.Comm, shape, dtype=np.float64):
+        self.win = None
+        self._pending: list[np.ndarray] = []  # origin buffers of this segment's Puts
         if not isinstance(comm, MPI.Intracomm):
             raise TypeError(f"comm must be an mpi4py intracommunicator, got {type(comm)!r}")
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -202,14 +204,6 @@ class CoArray:
             dt.Free()
         return out
 
-    _pending: list
-
-    def __new__(cls, *args, **kwargs):
-        obj = super().__new__(cls)
-        obj._pending = []
-        obj.win = None
-        return obj
-
     # -- synchronisation ------------------------------------------------------------
     def sync_all(self) -> None:
         """``sync all``: collective; every Put and Get of the segment is complete."""
@@ -218,7 +212,11 @@ class CoArray:
         self._pending.clear()
 
     def free(self) -> None:
-        """Close the last segment and free the window (collective; idempotent)."""
+        """Close the last segment and free the window (collective; idempotent).
+
+        The window's memory is released: an array taken from :attr:`local` (not a copy)
+        must not be used afterwards.
+        """
         if self.win is None:
             return
         self.win.Fence()
