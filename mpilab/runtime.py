@@ -201,6 +201,56 @@ class Launch:
         return d
 
 
+def _mapped_paths() -> set[str]:
+    """Files some live process maps or holds open (scanning /proc; only what we may read)."""
+    seen: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        seen.add(line.split(None, 5)[-1].strip().removesuffix(" (deleted)"))
+            fd_dir = f"/proc/{pid}/fd"
+            for fd in os.listdir(fd_dir):
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if target.startswith("/dev/shm/"):
+                    seen.add(target)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return seen
+
+
+def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
+    """Delete Open MPI shared-memory segments that no live process uses; how many.
+
+    A job that is killed (a timeout, a deadlock demo, a crashed engine) leaves its
+    ``vader_segment.<host>.<jobid>.<rank>`` files behind. Job ids are reused, and a new
+    job whose segment name matches a stale file fails to start, now and then and without
+    a word (Open MPI issue #7308): after a day of killed jobs this machine had 3,396 such
+    files and one launch in a hundred failed. Only this user's files that no process
+    maps or holds open are removed, so running jobs are never touched.
+    """
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("vader_segment.")]
+    except OSError:
+        return 0
+    if not names:
+        return 0
+    uid, busy, removed = os.geteuid(), _mapped_paths(), 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if os.stat(path).st_uid != uid or path in busy:
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch:
     """Launcher command and environment for `ranks` processes over `transport`.
 
@@ -224,6 +274,7 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
     }
     args: list[str] = []
     if family == "openmpi":
+        remove_stale_shm_segments()
         if is_root():
             env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

@@ -55,3 +55,31 @@ def test_machine_info_fields():
     info = runtime.machine_info()
     assert info["cores"] >= 1 and info["hostname"] and isinstance(info["binder"], bool)
     assert isinstance(runtime.cma_works(), bool)
+
+
+
+def test_stale_shared_memory_segments_are_removed_and_live_ones_kept():
+    """A killed job's vader segment is deleted; one a live process maps is not."""
+    import mmap
+    import os
+    from pathlib import Path
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm here")
+    live = shm / f"vader_segment.mpilab-test.{os.getpid()}.0"
+    dead = shm / f"vader_segment.mpilab-test.{os.getpid()}.1"
+    other = shm / f"mpilab-test-not-a-segment.{os.getpid()}"
+    for path in (live, dead, other):
+        path.write_bytes(b"\0" * 4096)
+    with open(live, "r+b") as f:
+        held = mmap.mmap(f.fileno(), 4096)
+    try:
+        assert runtime.remove_stale_shm_segments() >= 1
+        assert live.exists(), "a segment mapped by a live process was deleted"
+        assert not dead.exists(), "a segment nobody maps was kept"
+        assert other.exists(), "a file that is not a vader segment was deleted"
+    finally:
+        held.close()
+        for path in (live, dead, other):
+            path.unlink(missing_ok=True)
