@@ -190,7 +190,14 @@ class Launch:
         return [*self.command, *program]
 
     def full_env(self) -> dict:
-        env = dict(os.environ)
+        """This process's environment, less what an initialised MPI left in it, plus env.
+
+        A process that has called MPI_Init (imported ``mpi4py.MPI``: a notebook kernel, a
+        test run) carries its singleton's ``PMIX_*`` / ``OMPI_MCA_ess`` ... settings in its
+        environment, and so does every child started without an explicit environment. An
+        ``mpiexec`` that inherits them exits 1 without a word; they are dropped here.
+        """
+        env = {k: v for k, v in os.environ.items() if not _mpi_singleton_var(k)}
         env.update(self.env)
         return env
 
@@ -199,6 +206,24 @@ class Launch:
         d["command"] = " ".join(self.command)
         del d["exe"], d["args"]
         return d
+
+
+_SINGLETON_PREFIXES = ("PMIX_", "ORTE_", "OMPI_COMM_WORLD_", "OMPI_MCA_ess",
+                       "OMPI_MCA_orte_ess_", "OMPI_MCA_pmix")
+_SINGLETON_NAMES = {"OMPI_MCA_orte_launch", "OMPI_MCA_orte_precondition_transports",
+                    "OMPI_APP_CTX_NUM_PROCS", "OMPI_UNIVERSE_SIZE", "OMPI_FIRST_RANKS",
+                    "OMPI_FILE_LOCATION", "OMPI_MCA_initial_wdir", "OMPI_NUM_APP_CTX",
+                    "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_hnp_uri",
+                    "OMPI_MCA_orte_local_daemon_uri", "OMPI_MCA_orte_app_num",
+                    "OMPI_MCA_orte_num_nodes", "OMPI_MCA_orte_jobfam_session_dir",
+                    "OMPI_MCA_orte_top_session_dir", "OMPI_MCA_orte_bound_at_launch",
+                    "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "IPATH_NO_BACKTRACE",
+                    "HFI_NO_BACKTRACE"}
+
+
+def _mpi_singleton_var(name: str) -> bool:
+    """Is `name` set by an MPI job or singleton for its own processes (not a setting)?"""
+    return name in _SINGLETON_NAMES or name.startswith(_SINGLETON_PREFIXES)
 
 
 def _mapped_paths() -> set[str]:

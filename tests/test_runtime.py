@@ -83,3 +83,15 @@ def test_stale_shared_memory_segments_are_removed_and_live_ones_kept():
         held.close()
         for path in (live, dead, other):
             path.unlink(missing_ok=True)
+
+
+def test_launch_environment_drops_what_an_initialised_mpi_left(monkeypatch):
+    """A child mpiexec must not inherit a singleton's PMIx/ORTE settings (it exits 1)."""
+    monkeypatch.setenv("PMIX_NAMESPACE", "singleton-1")
+    monkeypatch.setenv("OMPI_MCA_ess", "singleton")
+    monkeypatch.setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # a setting
+    monkeypatch.setenv("MPILAB_SOMETHING", "kept")
+    env = runtime.launch(2).full_env()
+    assert "PMIX_NAMESPACE" not in env and "OMPI_MCA_ess" not in env
+    assert env["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"
+    assert env["MPILAB_SOMETHING"] == "kept"
