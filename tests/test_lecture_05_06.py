@@ -118,7 +118,8 @@ def test_lecture_05_prediction_is_labelled_and_drawn_beside_the_measurement():
     assert "Hockney fit: α =" in text_of(cell_with(nb, "models.fit_hockney("))
     cell = cell_with(nb, "pc.predicted_vs_measured(")
     text = text_of(cell)
-    assert text.startswith("prediction: ") and "binomial bcast on 4 ranks" in text
+    # matplotlib may log "findfont: ..." lines first (a font cache being rebuilt)
+    assert re.search(r"^prediction: .*binomial bcast on 4 ranks", text, re.M), text
     assert "measured:" in text
     assert pngs(cell) == 1
 
