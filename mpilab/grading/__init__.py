@@ -55,7 +55,6 @@ feedback does show them once released, nbgrader issue 1363).
 
 from __future__ import annotations
 
-import linecache
 import marshal
 import math
 import os
@@ -70,6 +69,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
+
+from .sources import SourceMap
 
 __all__ = [
     "CheckFailed",
@@ -297,24 +298,18 @@ def _verify_plain(x: Any, depth: int = 0) -> bool:
 # where code was: frames and source lines
 
 
-def _source_line(filename: str, lineno: int) -> str:
-    line = linecache.getline(filename, lineno).strip()
-    return line
+def _describe_frame(frames: Sequence[tuple[str, int, str]], smap: SourceMap | None = None) -> str:
+    """'line 6 of ring_exchange: comm.Send(data, dest=right)' for the innermost user frame.
 
-
-def _is_library(filename: str) -> bool:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return (filename.startswith(here) or "site-packages" in filename
-            or filename.startswith("<frozen") or "/lib/python3" in filename)
-
-
-def _describe_frame(frames: Sequence[tuple[str, int, str]]) -> str:
-    """'line 6 of ring_exchange: comm.Send(data, dest=right)' for the innermost user frame."""
+    `smap` maps frames of code that ran elsewhere (an engine) back to its source: it is
+    built where the function objects are (:class:`mpilab.grading.sources.SourceMap`).
+    """
     if not frames:
         return ""
-    pick = next((f for f in reversed(frames) if not _is_library(f[0])), frames[-1])
+    smap = smap if smap is not None else SourceMap()
+    pick = next((f for f in reversed(frames) if smap.is_user(f[0], f[2], f[1])), frames[-1])
     filename, lineno, func = pick
-    text = _source_line(filename, lineno)
+    text = smap.text(filename, lineno, func)
     s = f"line {lineno} of {func}"
     return f"{s}: {text}" if text else s
 
@@ -422,7 +417,7 @@ def _engine_call(func, args, nranks, workdir):
 
 
 def _cluster(ranks: int | None):
-    from . import cluster as cl
+    from .. import cluster as cl
 
     c = cl.current()
     if c is None or c.client is None:
@@ -444,7 +439,7 @@ def _cluster(ranks: int | None):
 
 def _restart(c) -> None:
     __tracebackhide__ = True
-    from . import cluster as cl
+    from .. import cluster as cl
 
     try:
         c.restart()
@@ -452,7 +447,8 @@ def _restart(c) -> None:
         _fail(CheckFailed(f"the MPI engines could not be restarted: {exc}"))
 
 
-def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> dict[int, str]:
+def _dump_stacks(c, ranks: Sequence[int], workdir: Path, smap: SourceMap,
+                 wait: float = 1.0) -> dict[int, str]:
     """Ask stuck ranks where they are (SIGUSR1 -> faulthandler); rank -> 'line N of f: ...'."""
     sent = []
     for r in ranks:
@@ -473,7 +469,7 @@ def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> d
             except OSError:
                 continue
             if "File" in text:
-                where[r] = _describe_frame(_parse_stack(text))
+                where[r] = _describe_frame(_parse_stack(text), smap)
                 sent.remove(r)
         time.sleep(0.02)
     return where
@@ -502,9 +498,9 @@ def _ranks_word(xs: Sequence[int]) -> str:
     return f"rank{'s' * (len(xs) != 1)} {_join(xs)}"
 
 
-def _raised_line(rank: int, out: tuple) -> str:
+def _raised_line(rank: int, out: tuple, smap: SourceMap) -> str:
     _tag, ename, msg, frames = out
-    where = _describe_frame(frames)
+    where = _describe_frame(frames, smap)
     return f"rank {rank}: {ename}: {msg}" + (f"\n    at {where}" if where else "")
 
 
@@ -544,13 +540,14 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
         All :class:`CheckFailed`, i.e. ``AssertionError``, with a readable message.
     """
     __tracebackhide__ = True
-    from . import cluster as cl
+    from .. import cluster as cl
 
     name = _name(func)
     if blame is None:
         blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or func
     blamed = blame if isinstance(blame, (tuple, list)) else (blame,)
     keys = [_fingerprint(b) for b in blamed]
+    smap = SourceMap.of(func, *args)  # the engines' frames, mapped back here
     if blamed != (func,):
         name = f"{name} with {' and '.join(_name(b) for b in blamed)}"
     _check_not_timed_out(keys, " and ".join(_name(b) for b in blamed))
@@ -564,7 +561,7 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
         except cl.MPITimeout as exc:
             stuck = [r for r in exc.pending if r < n]
             finished = [r for r in exc.finished if r < n]
-            where = _dump_stacks(c, stuck, workdir)
+            where = _dump_stacks(c, stuck, workdir, smap)
             errors = _read_errors(workdir)
             lines = [f"{name} did not finish within {timeout:g} s {on}: "
                      f"{_ranks_word(stuck)} still running"
@@ -573,7 +570,7 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
                 if where.get(r):
                     lines.append(f"  rank {r} was at {where[r]}")
             for r, out in sorted(errors.items()):
-                lines.append("  it had raised on " + _raised_line(r, out)
+                lines.append("  it had raised on " + _raised_line(r, out, smap)
                              + "\n  (the other ranks then waited for it forever)")
             hint_lines = {r: where[r].split(": ", 1)[-1] if ": " in where[r] else ""
                           for r in where}
@@ -611,7 +608,7 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
         groups: dict[tuple, list[int]] = {}  # the same error on many ranks is said once
         for r in sorted(raised):
             _tag, ename, emsg, frames = raised[r]
-            groups.setdefault((ename, emsg, _describe_frame(frames)), []).append(r)
+            groups.setdefault((ename, emsg, _describe_frame(frames, smap)), []).append(r)
         detail = []
         for (ename, emsg, where), rs in list(groups.items())[:3]:
             detail.append(f"{_ranks_word(rs)}: {ename}: {emsg}"
