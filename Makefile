@@ -8,13 +8,15 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 # written by scripts/setup.sh; changes with the selected MPI, so the kernels are rebuilt
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
-.PHONY: setup setup-test kernels lab test test-fast lint clean help \
+.PHONY: setup setup-test kernels lab test test-fast test-latest lock lint clean help \
         lab-generate lab-release lab-autograde lab-feedback
 
 help:
 	@echo "make lab        set up (MPI, .venv, kernels) and start JupyterLab on the course"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  tests without notebooks, nbgrader runs and the browser"
+	@echo "make test-latest  the tests on the newest releases, in a copy (.latest/); says what changed"
+	@echo "make lock       record the test environment's versions in constraints.txt"
 	@echo "make kernels    (re)build the compiled kernels"
 	@echo "make lint       ruff, cython-lint, codespell, notebook cleanliness"
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
@@ -44,6 +46,18 @@ test: setup-test
 
 test-fast: setup-test
 	$(PY) -m pytest -v -m "not slow and not browser"
+
+# The newest releases of every dependency, in a copy of the tree with its own .venv
+# (scripts/test-latest.sh): upstream drift is seen here before a class meets it.
+# PYTEST_ARGS='-q -m "not slow"' runs a part.
+PYTEST_ARGS ?=
+test-latest:
+	scripts/test-latest.sh $(PYTEST_ARGS)
+
+# constraints.txt <- the versions in the test environment (after a green `make test`).
+lock: setup-test
+	{ grep '^#' constraints.txt; $(PY) -m pip freeze --all --exclude-editable \
+	  | grep -v '^mpilab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 lint: setup-test
 	$(PY) -m ruff check mpilab tests setup.py lectures

@@ -7,9 +7,12 @@
 #    from Debian's packages when running as root, or already present (conda env, cluster
 #    module). Without root and without MPI it stops and says what to do. Then gfortran and
 #    OpenCoarrays for the same MPI where they can be installed (optional).
-# 2. A virtual environment .venv with the course's Python packages (skipped inside a conda
-#    environment that has MPI: that environment is used as it is).
-# 3. With --test: Chromium for the browser test (root on Debian only).
+# 2. A virtual environment .venv with the course's Python packages at the versions the
+#    test suite passed with (constraints.txt; skipped inside a conda environment that has
+#    MPI: that environment is used as it is). MPILAB_LATEST=1 installs the newest
+#    releases instead (what `make test-latest` uses, in a copy of the tree).
+# 3. With --test: Chromium for the browser test (root on Debian only), and a second
+#    cloudpickle release in .venv/alt/ (tests/test_sources.py runs both).
 # The kernels are built by `make kernels`, which runs after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,21 +90,30 @@ fi
 
 # Re-install only when what decides the environment changed.
 extras=$([[ $WANT_TEST == 1 ]] && echo "test" || echo "course")
-stamp_want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$MPI-$extras"
+if [[ "${MPILAB_LATEST:-0}" == 1 ]]; then
+  PIN=(-U --upgrade-strategy eager)  # the newest releases: `make test-latest`
+  lock="latest"
+else
+  PIN=(-c constraints.txt)  # what the test suite passed with
+  lock="$(sha1sum < constraints.txt | cut -c1-8)"
+fi
+stamp_want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$lock-$MPI-$extras"
 stamp_file="$($PY -c 'import sys; print(sys.prefix)')/.mpilab-setup"
-if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp_want" ]] \
-   && ! { [[ $extras == course ]] && grep -q -- "-$MPI-test\$" "$stamp_file" 2>/dev/null \
-          && [[ "$(cut -d- -f1 "$stamp_file")" == "${stamp_want%%-*}" ]]; }; then
+stamp_have="$(cat "$stamp_file" 2>/dev/null || true)"
+# A test environment serves the course too (same pyproject, lock and MPI, more packages).
+if [[ "$stamp_have" != "$stamp_want" ]] \
+   && ! [[ $extras == course && "$stamp_have" == "${stamp_want%-course}-test" ]]; then
   say "installing Python packages ($extras) into $($PY -c 'import sys; print(sys.prefix)')"
-  $PY -m pip install -q -U pip "setuptools>=77" wheel
+  $PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
   if [[ $MPI == mpich ]] && ! in_conda; then
     # The mpi4py wheel is built for Open MPI's and MPICH's ABIs but looks MPICH up under
     # a name Debian does not ship; compiling it against the selected MPI is the clean way.
     MPICC="$(command -v mpicc.mpich || command -v mpicc)" \
-      $PY -m pip install -q --no-binary=mpi4py --no-cache-dir --force-reinstall "mpi4py>=4.0"
+      $PY -m pip install -q "${PIN[@]}" --no-binary=mpi4py --no-cache-dir --force-reinstall \
+      "mpi4py>=4.0"
   fi
-  $PY -m pip install -q "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
-  $PY -m pip install -q --no-build-isolation -e ".[$extras]"
+  $PY -m pip install -q "${PIN[@]}" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
+  $PY -m pip install -q "${PIN[@]}" --no-build-isolation -e ".[$extras]"
   echo "$stamp_want" > "$stamp_file"
 fi
 
@@ -109,8 +121,15 @@ fi
 install -D -m 644 binder/overrides.json \
   "$($PY -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings/overrides.json"
 
-# --- 3. Browser for the JupyterLab test -------------------------------------------------
+# --- 3. Browser for the JupyterLab test; the other cloudpickle --------------------------
 if [[ $WANT_TEST == 1 ]] && ! have chromium; then
   apt_install chromium fonts-dejavu-core || say "no chromium (not root?): the browser test will be skipped"
+fi
+# cloudpickle 3.1.3 pickles a function's code with co_filename "<dynamic-code>", 3.1.2
+# with the original file name; the source lines of engine frames must not depend on it.
+ALT_CLOUDPICKLE=3.1.2
+if [[ $WANT_TEST == 1 ]] && ! in_conda && [[ ! -d .venv/alt/cloudpickle-$ALT_CLOUDPICKLE ]]; then
+  $PY -m pip install -q --no-deps --target ".venv/alt/cloudpickle-$ALT_CLOUDPICKLE" \
+    "cloudpickle==$ALT_CLOUDPICKLE" || say "no second cloudpickle: tests/test_sources.py skips it"
 fi
 say "ready ($MPI, $($PY -c 'import mpi4py.MPI as M; print(M.Get_library_version().splitlines()[0][:40])'))"

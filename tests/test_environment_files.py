@@ -282,3 +282,50 @@ def test_apt_txt_lists_only_system_tools():
         assert not re.search(r"mpi|mpich|gcc|build-essential", package), (
             f"apt.txt: {package} would shadow the conda-forge MPI / compilers"
         )
+
+
+# --- the lock -------------------------------------------------------------------------------
+def locked_versions() -> dict[str, str]:
+    """``{normalised name: version}`` from constraints.txt (what pip installs use)."""
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("==", 1)
+            out[canonicalize_name(name)] = version.strip()
+    return out
+
+
+def test_constraints_lock_every_dependency_of_the_test_environment():
+    """Every pyproject dependency (course and test extras included) has a pinned version."""
+    locked = locked_versions()
+    missing = [r.name for r in pyproject_requirements(PYPROJECT)
+               if canonicalize_name(r.name) not in locked]
+    missing += [d for d in ("pytest", "nbgrader", "playwright")
+                if canonicalize_name(d) not in locked]
+    assert not missing, f"not in constraints.txt: {missing}"
+    bad = [f"{r.name}=={locked[canonicalize_name(r.name)]} outside {r.specifier}"
+           for r in pyproject_requirements(PYPROJECT)
+           if not r.specifier.contains(locked[canonicalize_name(r.name)], prereleases=True)]
+    assert not bad, bad
+
+
+def test_environment_pins_the_locked_versions():
+    """conda/Binder get the versions pip installs from constraints.txt."""
+    locked = locked_versions()
+    specs = environment_specs(ENVIRONMENT)
+    pypi_name = {"matplotlib-base": "matplotlib"}
+    wrong = []
+    for name, spec in specs.items():
+        want = locked.get(canonicalize_name(pypi_name.get(name, name)))
+        if want is not None and spec.replace(" ", "") != f"=={want}":
+            wrong.append(f"{name}: environment.yml says {spec or 'any version'!r}, "
+                         f"constraints.txt {want}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_setup_installs_with_the_lock_unless_asked_for_the_latest():
+    text = (ROOT / "scripts" / "setup.sh").read_text()
+    assert "-c constraints.txt" in text and "MPILAB_LATEST" in text
+    assert "sha1sum < constraints.txt" in text  # a changed lock re-installs
+    latest = (ROOT / "scripts" / "test-latest.sh").read_text()
+    assert "MPILAB_LATEST=1" in latest and ".latest" in latest
