@@ -6,7 +6,8 @@
 # 1. The MPI library (Open MPI by default, MPICH with MPILAB_MPI=mpich) and build tools:
 #    from Debian's packages when running as root, or already present (conda env, cluster
 #    module). Without root and without MPI it stops and says what to do. Then gfortran and
-#    OpenCoarrays for the same MPI where they can be installed (optional).
+#    OpenCoarrays for the same MPI where they can be installed (optional), and bubblewrap
+#    for the autograder's sandbox.
 # 2. A virtual environment .venv with the course's Python packages at the versions the
 #    test suite passed with (constraints.txt; skipped inside a conda environment that has
 #    MPI: that environment is used as it is). MPILAB_LATEST=1 installs the newest
@@ -71,6 +72,13 @@ if ! in_conda && ! have gcc; then apt_install build-essential; fi
 if ! in_conda && ! have "caf.$MPI" && ! apt_install gfortran "libcoarrays-$MPI-dev" \
     && ! have caf; then
   say "no OpenCoarrays (not root, or not Debian/Ubuntu): lecture 04 skips its coarray runs"
+fi
+
+# The autograder runs each submission in a bubblewrap sandbox as an unprivileged user
+# (autograder/README.md); setpriv and prlimit come with util-linux. Without bwrap it
+# grades unsandboxed, with a warning (MPILAB_SANDBOX=required refuses instead).
+if ! have bwrap && ! apt_install bubblewrap; then
+  say "no bubblewrap (not root, or not Debian/Ubuntu): autograding runs unsandboxed"
 fi
 
 # --- 2. Python environment ------------------------------------------------------------

@@ -1,0 +1,312 @@
+"""Grading outside the student's process: the grader kernel's side.
+
+At autograde time (:mod:`mpilab.grading.nbgrader`) two kernels run one notebook. The
+student's kernel, in a sandbox, runs the student's cells. The grader's kernel, outside it,
+runs the test cells, with the instructor's imports and definitions from the locked cells,
+and never runs a line of student code:
+
+* a name the test cells use that only the student's notebook defines is bound here by
+  :func:`bind`, from what the student's kernel exported (:mod:`mpilab.grading.student`):
+  plain data as decoded values, a function as a :class:`StudentFunction`, a handle on
+  bytes this process never unpickles;
+* :func:`mpilab.grading.run_on_ranks` and :func:`~mpilab.grading.call_local` send such
+  handles, with the test's own harness, to MPI ranks in the sandbox (:class:`Pool`), and
+  decide the verdict here from the plain data that comes back;
+* :func:`mpilab.build.cython` compiles a student's Cython source in the sandbox too, and
+  the module is only ever loaded there.
+
+Whatever the student's kernel did to itself (patching ``mpilab.grading``, NumPy,
+``importlib`` or builtins) stays in that kernel. The environment variable
+``MPILAB_GRADER`` names this submission's configuration (written by the preprocessor);
+without it, this module is inactive and checks run in the notebook's own kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import wire
+from .pool import Outcome, Pool
+from .sandbox import Sandbox, read_untrusted
+from .sources import SourceMap
+from .worker import student_object
+
+__all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",
+           "local", "compile_cython", "shutdown", "sandbox_env"]
+
+ENV = "MPILAB_GRADER"
+POOL_RANKS = 4
+MAX_EXPORT = 64 << 20
+
+_state: dict[str, Any] = {}
+_STUDENT_NAMES: set[str] = set()
+
+
+def active() -> bool:
+    """True in the grader's kernel at autograde time."""
+    return bool(os.environ.get(ENV))
+
+
+def config() -> dict:
+    """This submission's settings: sandbox, folders (written by the preprocessor)."""
+    if "config" not in _state:
+        path = os.environ[ENV]
+        cfg = json.loads(Path(path).read_text())
+        cfg["box"] = Sandbox.load(cfg["sandbox"])
+        _state["config"] = cfg
+    return _state["config"]
+
+
+def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a sandboxed process of the course (kernel, ranks, compiler)."""
+    from .. import runtime
+
+    venv_bin = os.path.dirname(sys.executable)
+    env = {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "MPLBACKEND": "Agg",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "IPYTHONDIR": os.path.join(home, ".ipython"),
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "MPILAB_MPI": runtime.selected_library(),
+        "MPILAB_GRADING": "1",
+        "NBGRADER_EXECUTION": "autograde",
+    }
+    for k in ("MPICC", "MPILAB_MPIEXEC"):
+        if os.environ.get(k):
+            env[k] = os.environ[k]
+    env.update(extra or {})
+    return env
+
+
+# ---------------------------------------------------------------------------------------
+# the student's objects, as the grader holds them
+
+
+class StudentFunction:
+    """A function of the student's notebook: its name, what their kernel said about it,
+    and the pickle of it, which only the sandboxed ranks ever load.
+
+    Passed to :func:`~mpilab.grading.run_on_ranks` it runs on the ranks; called, it runs
+    on one sandboxed process (:func:`~mpilab.grading.call_local`). ``source``,
+    ``__signature__`` and ``source_map`` serve the checks that read code and the messages
+    that name lines.
+    """
+
+    def __init__(self, name: str, payload: bytes, meta: dict):
+        self.__name__ = _text(meta.get("name"), 200) or name
+        self.__qualname__ = _text(meta.get("qualname"), 200) or self.__name__
+        self.payload = payload
+        # the key the student's kernel computed (mpilab.grading._fingerprint): the same
+        # code is the same function here and there, so a timeout in one is remembered
+        key = _text(meta.get("fingerprint"), 80)
+        self.mpilab_key = key or hashlib.sha1(payload).hexdigest()
+        self.source = _text(meta.get("source"), 200_000)
+        self.source_map = SourceMap.from_plain(meta.get("source_map"))
+        self.source_map.files = False
+        sig = _signature(meta.get("params"))
+        if sig is not None:
+            self.__signature__ = sig
+
+    def __reduce__(self):
+        return (student_object, (self.payload,))
+
+    def __call__(self, *args, **kwargs):
+        from . import call_local
+
+        return call_local(self, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self.__name__} from the student's notebook>"
+
+
+class StudentObject:
+    """Something of the student's that is neither plain data nor a function."""
+
+    def __init__(self, name: str, what: str):
+        self._name, self._what = name, what
+
+    def _refuse(self, *args, **kwargs):
+        from . import CheckFailed, _fail
+
+        _fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
+                          "functions and plain data (numbers, strings, lists, arrays) from "
+                          "your notebook"))
+
+    __call__ = _refuse
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<{self._name}: {self._what}>"
+
+
+def _text(x: Any, limit: int) -> str:
+    return x[:limit] if type(x) is str else ""
+
+
+def _signature(params: Any) -> inspect.Signature | None:
+    if type(params) is not list or len(params) > 64:
+        return None
+    out = []
+    try:
+        for item in params:
+            name, kind, has_default = item
+            if type(name) is not str or not name.isidentifier() or type(kind) is not int:
+                return None
+            default = None if has_default is True else inspect.Parameter.empty
+            out.append(inspect.Parameter(name, inspect._ParameterKind(kind), default=default))
+        return inspect.Signature(out)
+    except (TypeError, ValueError):
+        return None
+
+
+def missing(ns: dict, names: list[str]) -> list[str]:
+    """Of `names`, those this namespace lacks or holds from the student (to refresh)."""
+    return [n for n in names if isinstance(n, str) and n.isidentifier()
+            and not n.startswith("__") and (n not in ns or n in _STUDENT_NAMES)]
+
+
+def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
+    """Bind the student's `names` exported into `folder`; returns the names bound.
+
+    Missing names are unbound (a test that uses them fails with NameError); plain data is
+    decoded; functions become :class:`StudentFunction`; anything else a
+    :class:`StudentObject` that refuses to be used.
+    """
+    raw = read_untrusted(os.path.join(folder, "index.json"), 1 << 20)
+    try:
+        index = json.loads(raw) if raw else {}
+    except ValueError:
+        index = {}
+    if type(index) is not dict:
+        index = {}
+    bound = []
+    for name in missing(ns, names):
+        meta = index.get(name)
+        meta = meta if type(meta) is dict else {"kind": "missing"}
+        kind = meta.get("kind")
+        value: Any = None
+        if kind == "data":
+            data = read_untrusted(os.path.join(folder, f"{name}.wire"), MAX_EXPORT)
+            try:
+                value = wire.decode(data) if data is not None else None
+                kind = "data" if data is not None else "unreadable"
+            except wire.WireError:
+                kind = "unreadable"
+        elif kind == "function":
+            data = read_untrusted(os.path.join(folder, f"{name}.pkl"), MAX_EXPORT)
+            value = StudentFunction(name, data, meta) if data else None
+            kind = "function" if data else "unreadable"
+        if kind in ("data", "function"):
+            ns[name] = value
+        elif kind == "other":
+            what = _text(meta.get("type"), 200) or "an object"
+            ns[name] = StudentObject(name, f"a {what}" if what != "module" else "a module")
+        elif kind == "unreadable":
+            ns[name] = StudentObject(name, "something the grader could not read back")
+        else:
+            if name in _STUDENT_NAMES:
+                ns.pop(name, None)
+            _STUDENT_NAMES.discard(name)
+            continue
+        _STUDENT_NAMES.add(name)
+        bound.append(name)
+    return bound
+
+
+# ---------------------------------------------------------------------------------------
+# running: the sandboxed ranks
+
+
+def _pool(nranks: int) -> Pool:
+    pool = _state.get("pool")
+    size = max(POOL_RANKS, nranks)
+    if pool is None or pool.size < size:
+        if pool is not None:
+            pool.stop()
+        cfg = config()
+        box = cfg["box"]
+        home = cfg["home"]
+        pool = Pool(box, size, cwd=home, env=sandbox_env(home), workdir=cfg["pool"],
+                    rw=[home], ro=[cfg["build"]])
+        _state["pool"] = pool
+    return pool
+
+
+def payload(func: Any, args: tuple, kwargs: dict | None = None) -> bytes:
+    """What a request carries: the grader's pickle of ``(func, args, kwargs)``.
+
+    Test-cell harnesses travel by value, mpilab's by reference, the student's functions
+    as the bytes their kernel made (:class:`StudentFunction`).
+    """
+    import cloudpickle
+
+    return cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
+
+
+def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
+    """``func(comm, *args)`` on `nranks` sandboxed ranks (a fresh job after any failure)."""
+    return _pool(nranks).call(payload(func, args), nranks, timeout)
+
+
+def local(func: Any, args: tuple, kwargs: dict, timeout: float) -> Outcome:
+    """``func(*args, **kwargs)`` on one sandboxed rank."""
+    return _pool(1).local(payload(func, args, kwargs), timeout)
+
+
+def output() -> str:
+    pool = _state.get("pool")
+    return pool.output() if pool is not None else ""
+
+
+def compile_cython(source: str, module_name: str, final: str, timeout: float) -> tuple[int, str]:
+    """Compile `source` as `module_name` into the folder `final`, in the sandbox.
+
+    Returns the compiler's exit status and its (untrusted) report.
+    """
+    import subprocess
+
+    cfg = config()
+    box, build = cfg["box"], cfg["build"]
+    src = Path(build) / f"{module_name}.pyx.in"
+    # the folder is the sandbox's: never write through a link a compile may have left
+    with contextlib.suppress(FileNotFoundError):
+        src.unlink()
+    fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    argv = [sys.executable, "-P", "-m", "mpilab.build", str(src), module_name, final]
+    p = box.popen(argv, cwd=build, env=sandbox_env(cfg["home"]), rw=[build], role="compile",
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        box.kill(p)
+        return 124, f"compiling took longer than {timeout:g} s"
+    finally:
+        box.kill(p)
+    return p.returncode, out[-20000:].decode(errors="replace")
+
+
+def shutdown() -> None:
+    """Stop the ranks (the preprocessor also kills the whole sandbox afterwards)."""
+    pool = _state.pop("pool", None)
+    if pool is not None:
+        pool.stop()

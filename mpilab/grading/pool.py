@@ -1,0 +1,325 @@
+"""The grader's MPI job: ranks in the sandbox that run a student's functions on request.
+
+:class:`Pool` starts ``mpiexec -n N python -m mpilab.grading.worker`` inside a
+:class:`~mpilab.grading.sandbox.Sandbox`, accepts one Unix-socket connection per rank and
+sends each request to every rank (``call``: ``func(comm, *args)`` on a sub-communicator of
+the first `nranks` ranks) or to rank 0 (``local``: ``func(*args)``). Replies are decoded
+with :mod:`mpilab.grading.wire` only. A call that does not finish in time, or a rank that
+dies, ends the job (its whole PID namespace); the next request starts a fresh one, so a
+check never inherits the state of a failed one.
+
+The job's output (what the student's code printed) is drained and its last few KiB kept,
+so a flood of output can neither fill a pipe nor the grader's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import json
+import os
+import pickle
+import selectors
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import wire
+from .sandbox import Sandbox, read_untrusted
+from .worker import send_frame
+
+__all__ = ["Pool", "PoolError", "Outcome"]
+
+MAX_REPLY = 256 << 20
+
+
+class PoolError(RuntimeError):
+    """The MPI job could not be started (not the student's fault: say what failed)."""
+
+
+@dataclass
+class Outcome:
+    """What a request came to.
+
+    ``replies`` maps rank to its decoded reply; ``timed_out`` lists ranks that had not
+    replied in time, and ``stacks`` their own stack dumps (faulthandler text); ``died``
+    says how the job ended when a rank died (``None`` otherwise).
+    """
+
+    replies: dict[int, tuple] = field(default_factory=dict)
+    timed_out: list[int] = field(default_factory=list)
+    stacks: dict[int, str] = field(default_factory=dict)
+    died: str | None = None
+    bad: dict[int, str] = field(default_factory=dict)
+
+
+class _Drain(threading.Thread):
+    """Read a pipe to its end, keeping only the last `keep` bytes."""
+
+    def __init__(self, pipe, keep: int = 16 << 10):
+        super().__init__(daemon=True)
+        self.pipe, self.keep = pipe, keep
+        self.buf: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.start()
+
+    def run(self):
+        try:
+            for chunk in iter(lambda: self.pipe.read1(65536), b""):
+                self.buf.append(chunk)
+                self.size += len(chunk)
+                while self.size - len(self.buf[0]) > self.keep:
+                    self.size -= len(self.buf.popleft())
+        except (OSError, ValueError):
+            pass
+
+    def tail(self) -> str:
+        return b"".join(self.buf)[-self.keep:].decode(errors="replace")
+
+
+class Pool:
+    """`size` MPI ranks in `box`, started on first use.
+
+    Parameters
+    ----------
+    box : Sandbox
+        Where the ranks run.
+    size : int
+        Ranks in the job (``MPI.COMM_WORLD`` size); calls use the first `nranks`.
+    cwd : path
+        The ranks' working directory (the student's home in the sandbox).
+    rw, ro : list of paths
+        Host folders the ranks may write, or only read (besides `workdir`).
+    env : dict
+        Environment of the ranks (PATH, HOME, MPI settings ...).
+    workdir : path
+        Writable folder for the socket and the stack dumps (made by the caller).
+    """
+
+    def __init__(self, box: Sandbox, size: int, *, cwd: str, env: dict[str, str],
+                 workdir: str, rw: list[str] = (), ro: list[str] = (),
+                 start_timeout: float = 60.0):
+        self.box, self.size, self.cwd, self.env = box, size, cwd, dict(env)
+        self.workdir = workdir
+        self.rw, self.ro = list(rw), list(ro)
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.conns: dict[int, socket.socket] = {}
+        self._seq = itertools.count(1)
+        self._drains: list[_Drain] = []
+        self.starts = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and len(self.conns) == self.size
+
+    def start(self) -> None:
+        from .. import runtime
+
+        self.stop()
+        self.starts += 1
+        path = os.path.join(self.workdir, f"pool-{self.starts}.sock")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lsock.bind(path)
+        os.chmod(path, 0o777)
+        lsock.listen(self.size)
+        launch = runtime.launch(self.size)
+        env = {**self.env, **launch.env}
+        argv = launch.argv([sys.executable, "-P", "-m", "mpilab.grading.worker", path,
+                            self.workdir])
+        self.proc = self.box.popen(argv, cwd=self.cwd, env=env, rw=[self.workdir, *self.rw],
+                                   ro=self.ro, stdin=open(os.devnull, "rb"),  # noqa: SIM115
+                                   stdout=_pipe(), stderr=_pipe())
+        self._drains = [_Drain(self.proc.stdout), _Drain(self.proc.stderr)]
+        deadline = time.monotonic() + self.start_timeout
+        lsock.settimeout(0.2)
+        try:
+            while len(self.conns) < self.size:
+                code = self.proc.poll()
+                if time.monotonic() > deadline or code is not None:
+                    why = f"exit status {code}" if code is not None else "timed out"
+                    out = self.output()
+                    self.stop()
+                    raise PoolError(f"the {self.size} MPI ranks of the grader did not start "
+                                    f"({why}):\n{out[-2000:]}")
+                try:
+                    conn, _ = lsock.accept()
+                except TimeoutError:
+                    continue
+                conn.settimeout(10)
+                hello = _recv_frame(conn, 4096)
+                info = json.loads(hello) if hello else {}
+                rank = info.get("rank") if isinstance(info, dict) else None
+                if type(rank) is not int or not 0 <= rank < self.size or rank in self.conns:
+                    conn.close()
+                    continue
+                conn.settimeout(None)
+                self.conns[rank] = conn
+        finally:
+            lsock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def stop(self) -> None:
+        for c in self.conns.values():
+            with contextlib.suppress(OSError):
+                c.close()
+        self.conns.clear()
+        if self.proc is not None:
+            self.box.kill(self.proc)
+            for d in self._drains:
+                d.join(timeout=2)
+        self.proc = None
+
+    def output(self) -> str:
+        """The last few KiB the job wrote (stdout, then stderr)."""
+        return "\n".join(d.tail() for d in self._drains if d.tail())
+
+    # -- requests -----------------------------------------------------------------------
+    def call(self, payload: bytes, nranks: int, timeout: float) -> Outcome:
+        """``func(comm, *args)`` on the first `nranks` ranks; `payload` pickles
+        ``(func, args, kwargs)``."""
+        if nranks > self.size:
+            raise PoolError(f"a call on {nranks} ranks in a job of {self.size}")
+        return self._request("call", payload, list(range(self.size)), nranks, timeout)
+
+    def local(self, payload: bytes, timeout: float) -> Outcome:
+        """``func(*args, **kwargs)`` on rank 0 alone."""
+        return self._request("local", payload, [0], 1, timeout)
+
+    def _request(self, kind: str, payload: bytes, targets: list[int], nranks: int,
+                 timeout: float) -> Outcome:
+        if not self.alive:
+            self.start()
+        seq = next(self._seq)
+        msg = pickle.dumps((kind, seq, nranks, float(timeout), payload))
+        out = Outcome()
+        for r in targets:
+            try:
+                send_frame(self.conns[r], msg)
+            except OSError:
+                out.died = self._death()
+                self.stop()
+                return out
+        self._collect(out, targets, timeout, seq)
+        if out.timed_out or out.died or out.bad:
+            self.stop()  # a job with a stuck, dead or garbled rank is not reused
+        return out
+
+    def _collect(self, out: Outcome, targets: list[int], timeout: float, seq: int) -> None:
+        sel = selectors.DefaultSelector()
+        bufs = {r: bytearray() for r in targets}
+        for r in targets:
+            sel.register(self.conns[r], selectors.EVENT_READ, r)
+        deadline = time.monotonic() + timeout + 0.5  # the ranks' own timers fire at `timeout`
+        pending = set(targets)
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in sel.select(timeout=min(left, 0.2)):
+                    r = key.data
+                    try:
+                        chunk = key.fileobj.recv(1 << 20)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        out.died = self._death()
+                        return
+                    bufs[r] += chunk
+                    done = _frame_of(bufs[r])
+                    if done is None:
+                        continue
+                    if done is _TOO_BIG:
+                        out.bad[r] = "a result larger than 256 MiB"
+                    else:
+                        try:
+                            reply = wire.decode(bytes(done))
+                            if type(reply) is not tuple or not reply or type(reply[0]) is not str:
+                                raise wire.WireError("not a reply")
+                            out.replies[r] = reply
+                        except wire.WireError as exc:
+                            out.bad[r] = f"a reply the grader cannot read ({exc})"
+                    pending.discard(r)
+                    sel.unregister(key.fileobj)
+                if self.proc.poll() is not None and pending:
+                    out.died = self._death()
+                    return
+        finally:
+            sel.close()
+        if pending:
+            out.timed_out = sorted(pending)
+            out.stacks = self._stacks(out.timed_out, seq)
+
+    def _stacks(self, ranks: list[int], seq: int, wait: float = 1.5) -> dict[int, str]:
+        found: dict[int, str] = {}
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            for r in ranks:
+                if r in found:
+                    continue
+                data = read_untrusted(Path(self.workdir, f"stack.{seq}.{r}"), 1 << 20)
+                text = data.decode(errors="replace") if data else ""
+                if 'File "' in text:
+                    found[r] = text[:20000]
+            if len(found) == len(ranks):
+                break
+            time.sleep(0.05)
+        return found
+
+    def _death(self) -> str:
+        """How the job ended, in a student's words, from its exit and its last output."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=3)
+            except Exception:  # noqa: BLE001 - still running: killed below
+                pass
+        text = self.output()
+        low = text.lower()
+        if "mpi_abort" in low:
+            return "MPI_Abort was called"
+        if "segmentation fault" in low or "signal 11" in low:
+            return "a rank crashed (segmentation fault)"
+        if "signal 9" in low or "killed" in low:
+            return "a rank was killed (out of memory?)"
+        if "exited on signal" in low:
+            return "a rank was killed by a signal"
+        return "a rank ended its process (os._exit, a crash, or out of memory)"
+
+
+def _pipe():
+    import subprocess
+
+    return subprocess.PIPE
+
+
+_TOO_BIG = object()
+
+
+def _frame_of(buf: bytearray):
+    if len(buf) < 8:
+        return None
+    (n,) = struct.unpack_from("<Q", buf)
+    if n > MAX_REPLY:
+        return _TOO_BIG
+    if len(buf) < 8 + n:
+        return None
+    return memoryview(buf)[8:8 + n]
+
+
+def _recv_frame(conn: socket.socket, limit: int) -> bytes | None:
+    from .worker import recv_frame
+
+    try:
+        return recv_frame(conn, limit)
+    except (OSError, ValueError):
+        return None
