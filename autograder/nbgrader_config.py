@@ -9,15 +9,17 @@ here and is ignored by git. See README.md for the release/collect/autograde/feed
 
 import os
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
-    Execute,
+    GetGrades,
     IgnorePattern,
     LimitOutput,
     SaveAutoGrades,
 )
+
+from mpilab.grading.nbgrader import HideHiddenTests, IsolatedExecute
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -54,59 +56,18 @@ c.Execute.execute_retries = 0  # a retry would only repeat a deadlock's timeouts
 c.Validator.width = 100
 
 
-class MPIExecute(Execute):
-    """Execute a notebook with its own MPI cluster, and remove whatever it leaves running.
-
-    The kernel gets ``MPILAB_NOTEBOOK`` set to the notebook's path, so
-    ``mpilab.cluster.start`` gives each student's notebook its own cluster id, never
-    another submission's engines. After the notebook ran (or its kernel died), every
-    process of a cluster started from that notebook is killed: the lab's last cell stops
-    the cluster, but a submission can fail before it.
-    """
-
-    def preprocess(self, nb, resources):
-        meta = (resources or {}).get("metadata", {}) or {}
-        path = os.path.abspath(os.path.join(meta.get("path") or ".",
-                                            f"{meta.get('name') or 'notebook'}.ipynb"))
-        saved = {k: os.environ.get(k) for k in ("MPILAB_NOTEBOOK", "JPY_SESSION_NAME")}
-        os.environ["MPILAB_NOTEBOOK"] = path
-        os.environ.pop("JPY_SESSION_NAME", None)  # it would take precedence in the kernel
-        try:
-            return super().preprocess(nb, resources)
-        finally:
-            try:
-                _remove_clusters_of(path, self.log)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-
-
-def _remove_clusters_of(notebook: str, log) -> None:
-    """Kill the processes of every mpilab cluster started by the kernel of `notebook`."""
-    try:
-        from mpilab import cluster
-    except ImportError:  # pragma: no cover - nbgrader run outside the course's venv
-        log.warning("mpilab is not importable here: MPI clusters are not cleaned up")
-        return
-    ids = set()
-    for p in cluster.cluster_processes():
-        try:
-            env = p.environ()
-        except Exception:  # noqa: BLE001 - gone, or not ours
-            continue
-        if env.get("MPILAB_NOTEBOOK") == notebook:
-            ids.add(env["IPP_CLUSTER_ID"])
-    for cid in sorted(ids):
-        log.warning("Stopping MPI cluster %s left running by %s", cid, notebook)
-        # also removes the cluster's connection files, so a later run starts cold at once
-        cluster.MPICluster(1, "shm", cid)._kill_everything()
-
-
+# Autograde: the student's cells run in a sandboxed kernel (bubblewrap, as nobody, with
+# memory and process limits), the test cells in a grader kernel that never runs student
+# code (mpilab/grading/nbgrader.py). The sandbox hides the course directory and the lab
+# sources from student code; everything a submission starts is killed when it is graded.
+c.IsolatedExecute.hide = [HERE, os.path.normpath(os.path.join(HERE, "..", "labs"))]
+# The student's cells only define functions once the checks run elsewhere (the notebook's
+# own engines start only if a cell uses them; "try it" helpers are skipped): 30 s is
+# ample, and bounds what an endless loop in a cell costs. Test cells get test_timeout.
+c.IsolatedExecute.timeout = 30
+c.IsolatedExecute.test_timeout = 300
 c.Autograde.autograde_preprocessors = [
-    MPIExecute,
+    IsolatedExecute,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
@@ -114,3 +75,6 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+
+# Feedback shows each test's outcome and message, not the hidden tests (nbgrader issue 1363).
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

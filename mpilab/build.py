@@ -78,16 +78,22 @@ class CompiledFunction:
     extension from `path` on first call.
     """
 
-    def __init__(self, path: str, module_name: str, name: str, fingerprint: str):
+    def __init__(self, path: str, module_name: str, name: str, fingerprint: str,
+                 module: CythonModule | None = None):
         self.path = str(path)
         self.module_name = module_name
         self.name = self.__name__ = name
         self.fingerprint = f"{fingerprint}:{name}"
+        self._module = module  # a module whose compile was deferred: compiled before use
 
     def __call__(self, *args, **kwargs):
+        if self._module is not None:
+            self._module.ensure()
         return getattr(load(self.path, self.module_name), self.name)(*args, **kwargs)
 
     def __reduce__(self):
+        if self._module is not None:
+            self._module.ensure()  # the receiving process imports it from `path`
         return (CompiledFunction, (self.path, self.module_name, self.name,
                                    self.fingerprint.rsplit(":", 1)[0]))
 
@@ -99,30 +105,48 @@ class CythonModule:
     """Handle on a compiled Cython module: attributes are :class:`CompiledFunction`."""
 
     def __init__(self, path: Path, module_name: str, digest: str, source: str,
-                 cached: bool, seconds: float):
+                 cached: bool, seconds: float, deferred: tuple | None = None):
         self.path = path
         self.module_name = module_name
         self.fingerprint = digest
         self.source = source
         self.cached = cached
         self.seconds = seconds
+        self._deferred = deferred  # (label, root, final, timeout) until compiled
+
+    def ensure(self) -> None:
+        """Compile now if the compile was deferred (the student's kernel at autograde)."""
+        if self._deferred is not None:
+            label, root, final, timeout = self._deferred
+            t0 = time.perf_counter()
+            if not self.path.exists():
+                _compile(self.source, label, self.module_name, root, final, timeout)
+            self.seconds = time.perf_counter() - t0
+            self._deferred = None
 
     def __getattr__(self, name: str) -> CompiledFunction:
         if name.startswith("_"):
             raise AttributeError(name)
-        return CompiledFunction(str(self.path), self.module_name, name, self.fingerprint)
+        return CompiledFunction(str(self.path), self.module_name, name, self.fingerprint,
+                                module=self if self._deferred is not None else None)
 
     def load(self):
         """Import the module in this process (this starts MPI here, through mpi4py)."""
+        self.ensure()
         return load(str(self.path), self.module_name)
 
     def __repr__(self) -> str:
-        how = "cached" if self.cached else f"compiled in {self.seconds:.1f} s"
+        how = ("compiled when first used: autograding" if self._deferred is not None
+               else "cached" if self.cached else f"compiled in {self.seconds:.1f} s")
         return f"<Cython module {self.module_name} ({how}): {self.path}>"
 
 
 def load(path: str, module_name: str):
     """Import the extension module at `path` (once per process)."""
+    if os.environ.get("MPILAB_GRADER"):
+        raise RuntimeError("the grader never loads a student's compiled module: pass its "
+                           "functions to mpilab.grading.run_on_ranks, which runs them on "
+                           "the sandboxed MPI ranks")
     mod = _LOADED.get(path)
     if mod is not None:
         return mod
@@ -181,6 +205,49 @@ def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProce
         raise CompileError(f"could not run {cmd[0]}: {exc}") from None
 
 
+def _compile(source: str, name: str, module_name: str, root: Path, final: Path,
+             timeout: float) -> None:
+    """Cython, then the MPI C compiler: `source` as `final`/`module_name` + EXT_SUFFIX."""
+    so = final / f"{module_name}{_ext_suffix()}"
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        pyx = work / f"{module_name}.pyx"
+        pyx.write_text(source)
+        label = f"{name}.pyx"
+        # Cython finds mpi4py's .pxd files on sys.path, as setup.py's cythonize does.
+        kernels_common = Path(__file__).resolve().parent.parent / "kernels" / "common"
+        cy = [sys.executable, "-m", "cython", "-3", "--fast-fail", pyx.name, "-o",
+              f"{module_name}.c"]
+        if kernels_common.is_dir():
+            cy[3:3] = ["-I", str(kernels_common)]
+        res = _run(cy, work, timeout)
+        if res.returncode != 0:
+            raise CompileError(f"Cython could not compile {label}:\n"
+                               + _trim_cython(res.stderr + res.stdout, pyx, label))
+        import mpi4py
+
+        mpicc = runtime.mpicc()
+        cc = [*shlex.split(mpicc), *CFLAGS, "-shared",
+              f"-I{sysconfig.get_paths()['include']}", f"-I{mpi4py.get_include()}",
+              f"{module_name}.c", "-o", so.name]
+        res = _run(cc, work, timeout)
+        if res.returncode != 0:
+            raise CompileError(
+                f"the C compiler ({Path(shlex.split(mpicc)[0]).name}) rejected the C that "
+                f"Cython generated from {label}; this usually points at a C-level call in "
+                "your source (an MPI_* call with wrong argument types?):\n"
+                + _trim_cc(res.stderr, work))
+        try:
+            os.rename(work, final)  # atomic: a concurrent build of the same source wins
+        except OSError:
+            if not so.exists():
+                raise
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def cython(source: str, name: str = "student", *, timeout: float = 180.0,
            cache: str | os.PathLike | None = None) -> CythonModule:
     """Compile Cython `source` (or find it compiled); a :class:`CythonModule` handle.
@@ -210,46 +277,46 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
     digest = _digest(source, name, mpicc)
     module_name = f"{name}_{digest[:12]}"
     root = Path(cache) if cache is not None else cache_dir()
+    if os.environ.get("MPILAB_GRADER"):  # autograde: compiled in the sandbox, never here
+        from .grading import isolated
+
+        root = Path(isolated.config()["build"])
     final = root / digest[:16]
     so = final / f"{module_name}{_ext_suffix()}"
     if so.exists():
         return CythonModule(so, module_name, digest, source, cached=True, seconds=0.0)
-    root.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("MPILAB_GRADING") and not os.environ.get("MPILAB_GRADER"):
+        # the student's kernel at autograde: the checks compile their own copy in the
+        # grader's sandbox, so this one is compiled only if this kernel uses it
+        return CythonModule(so, module_name, digest, source, cached=False, seconds=0.0,
+                            deferred=(name, root, final, timeout))
     t0 = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
-    try:
-        pyx = work / f"{module_name}.pyx"
-        pyx.write_text(source)
-        label = f"{name}.pyx"
-        # Cython finds mpi4py's .pxd files on sys.path, as setup.py's cythonize does.
-        kernels_common = Path(__file__).resolve().parent.parent / "kernels" / "common"
-        cy = [sys.executable, "-m", "cython", "-3", "--fast-fail", pyx.name, "-o",
-              f"{module_name}.c"]
-        if kernels_common.is_dir():
-            cy[3:3] = ["-I", str(kernels_common)]
-        res = _run(cy, work, timeout)
-        if res.returncode != 0:
-            raise CompileError(f"Cython could not compile {label}:\n"
-                               + _trim_cython(res.stderr + res.stdout, pyx, label))
-        import mpi4py
-
-        cc = [*shlex.split(mpicc), *CFLAGS, "-shared",
-              f"-I{sysconfig.get_paths()['include']}", f"-I{mpi4py.get_include()}",
-              f"{module_name}.c", "-o", so.name]
-        res = _run(cc, work, timeout)
-        if res.returncode != 0:
-            raise CompileError(
-                f"the C compiler ({Path(shlex.split(mpicc)[0]).name}) rejected the C that "
-                f"Cython generated from {label}; this usually points at a C-level call in "
-                "your source (an MPI_* call with wrong argument types?):\n"
-                + _trim_cc(res.stderr, work))
-        try:
-            os.rename(work, final)  # atomic: a concurrent build of the same source wins
-        except OSError:
-            if not so.exists():
-                raise
-    finally:
-        if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
+    if os.environ.get("MPILAB_GRADER"):
+        status, report = isolated.compile_cython(source, module_name, str(final), timeout)
+        if not so.exists():
+            raise CompileError(report.strip() or f"the compiler exited with {status}")
+    else:
+        _compile(source, name, module_name, root, final, timeout)
     return CythonModule(so, module_name, digest, source, cached=False,
                         seconds=time.perf_counter() - t0)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m mpilab.build SOURCE_FILE MODULE_NAME FINAL_DIR``: compile one module.
+
+    What the grader runs in the sandbox (:func:`mpilab.grading.isolated.compile_cython`);
+    a compile error is printed and the exit status is 1.
+    """
+    src, module_name, final = (argv or sys.argv[1:])[:3]
+    label = module_name.rsplit("_", 1)[0]
+    try:
+        _compile(Path(src).read_text(), label, module_name, Path(final).parent, Path(final),
+                 timeout=170.0)
+    except CompileError as exc:
+        print(exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -31,22 +31,10 @@ A function that timed out once (a try-it cell counts) is not run again by later 
 (:mod:`mpilab.grading`); the checks here then say so in the student's terms and point at
 the cell that shows where the ranks were stuck (:func:`skipped_note`).
 
-Tampering
----------
-The harnesses are module-level functions: ``run_on_ranks`` sends them to the engines by
-reference, and the engines import them from disk, never a copy a notebook patched. This
-module calls :mod:`mpilab.grading`, :mod:`mpilab.tracing` and :mod:`mpilab.build` through
-their module attributes at call time (``grading.expect(...)``), so hidden tests that run::
-
-    G = importlib.reload(mpilab.grading)
-    T = importlib.reload(mpilab.tracing)
-    C = importlib.reload(mpilab.grading_collectives)
-
-check with the code on disk again, whatever a student's cell replaced in those modules or
-redefined in the notebook. The limits of :mod:`mpilab.grading` hold here too: this is a
-guard against the casual patch, not a sandbox (code that patches ``importlib`` or NumPy,
-or the modules inside the engine processes, where the student's function runs, can still
-fool in-process grading).
+Where it runs
+-------------
+As in :mod:`mpilab.grading_halo`: module-level harnesses the ranks import from disk,
+references computed in the caller, which at autograde time is the grader's kernel.
 """
 
 from __future__ import annotations
@@ -1122,6 +1110,8 @@ def show_trace(run: Callable, *args: Any, ranks: int = 4, timeout: float = 10) -
     raised. A timeout is remembered against the functions among `args` (the student's),
     not against `run`, so the graded checks skip them until they change.
     """
+    if grading.not_while_grading():
+        return None
     blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or run
     try:
         out = grading.run_on_ranks(tracing.trace, run, *args, ranks=ranks, timeout=timeout,

@@ -377,6 +377,26 @@ def test_build_compiles_once_and_runs_on_the_engines(lab, cache):
     assert run_on_ranks(harness, mod.shift, ranks=3) == [2.0, 0.0, 1.0]
 
 
+def test_build_defers_the_compile_in_the_students_kernel_at_autograde(tmp_path, monkeypatch):
+    """At autograde the checks compile their own copy; the student's kernel compiles only
+    what it uses itself (a pickled or called function, load())."""
+    import pickle
+
+    monkeypatch.setenv("MPILAB_GRADING", "1")
+    monkeypatch.delenv("MPILAB_GRADER", raising=False)
+    mod = build.cython(PYX, name="shift", cache=tmp_path)
+    assert not mod.path.exists() and "compiled when first used" in repr(mod)
+    fn = mod.shift
+    assert not mod.path.exists()  # naming a function compiles nothing
+    again = pickle.loads(pickle.dumps(fn))  # sending it to the ranks does
+    assert mod.path.exists() and "compiled in" in repr(mod)
+    assert again.path == str(mod.path) and again.fingerprint == fn.fingerprint
+    broken = build.cython(PYX.replace("cdef int n = send.shape[0]", "cdef int n = "),
+                          name="shift", cache=tmp_path)
+    with pytest.raises(build.CompileError, match="shift.pyx:10:"):
+        broken.load()
+
+
 def test_build_compile_error_is_the_compilers_message(cache):
     broken = PYX.replace("cdef int n = send.shape[0]", "cdef int n = ")
     with pytest.raises(build.CompileError) as info:

@@ -94,6 +94,9 @@ def exchange_put(cart, u):
     if cart.Get_rank() % 2:
         while True:
             win.Fence()
+    elif cart.Get_rank() < 0:  # never: the check reads the code before it runs it
+        win.Put(u, 0)
+    win.Fence()
     win.Free()
 '''
 
@@ -265,7 +268,7 @@ def test_released_stubs_fail_every_test(course):
     assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
     release = nbformat.read(course / "autograder" / "release" / LAB / f"{LAB}.ipynb", 4)
     text = "\n".join(c.source for c in release.cells)
-    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    assert "BEGIN HIDDEN TESTS" not in text
     stubs = [c.source for c in release.cells if c.cell_type == "code"
              and "raise NotImplementedError()" in c.source]
     assert "BEGIN SOLUTION" not in text and len(stubs) == 3
@@ -349,7 +352,8 @@ def test_hostile_is_graded_without_stalling(course):
     nb = graded_notebook(course, LAB, "hostile")
     err = errors_of(nb, "test_exchange_put")
     assert "TimedOut" in err or "Skipped" in err, err
-    assert "SystemExit" in errors_of(nb, "test_shared"), errors_of(nb, "test_shared")
-    assert "exchange_mailbox is right" in printed_by(nb, "test_exchange_mailbox")  # fooled
-    assert "CheckFailed" in errors_of(nb, "test_exchange_mailbox")  # but not the hidden
+    shared = errors_of(nb, "test_shared")  # the grader reads the code before it runs it
+    assert "SystemExit" in shared or "should split cart by node" in shared, shared
+    assert "exchange_mailbox is right" not in printed_by(nb, "test_exchange_mailbox")
+    assert "CheckFailed" in errors_of(nb, "test_exchange_mailbox")
     print(f"[wall] {LAB} hostile submission autograded in {wall:.1f} s")

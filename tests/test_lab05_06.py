@@ -104,7 +104,7 @@ def test_released_stubs_fail_every_test(course, lab):
     assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
     release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
     text = "\n".join(c.source for c in release.cells)
-    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    assert "BEGIN HIDDEN TESTS" not in text
     assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
     assert not leftover_processes(course)
 
@@ -235,8 +235,9 @@ def test_lab05_deadlock_loses_only_that_part(course):
 def test_lab05_hostile_gets_no_marks_for_wrong_answers(course):
     answers = {"bcast_binomial": BCAST_HOSTILE, "allreduce_butterfly": ALLREDUCE_HOSTILE}
     nb, wall = check_run(course, LAB5, "hostile", answers, {k: 0.0 for k in full(LAB5)})
-    assert "bcast_binomial is right" in printed_by(nb, "test_bcast_binomial")  # fooled
-    assert "allreduce_butterfly is right" in printed_by(nb, "test_allreduce_butterfly")
+    # the patches stay in the student's kernel; the checks run in the grader's
+    assert "bcast_binomial is right" not in printed_by(nb, "test_bcast_binomial")
+    assert "allreduce_butterfly is right" not in printed_by(nb, "test_allreduce_butterfly")
     for gid in full(LAB5):
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     print(f"[wall] {LAB5} hostile submission autograded in {wall:.1f} s")
@@ -360,7 +361,6 @@ def test_lab06_deadlocks_lose_only_their_parts(course):
 def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
     answers = {
         "allgather_ring": LIAR_RING,
-        # hidden tests reload mpilab.grading, so the patch is renewed in every answer cell
         "allgather_bruck": LIAR_RING.replace("def allgather_ring", "def allgather_bruck"),
         "allgather_recursive_doubling": LIAR_RING.replace(
             "def allgather_ring", "def allgather_recursive_doubling"),
@@ -371,7 +371,7 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
                       ("test_allgather_bruck", "allgather_bruck"),
                       ("test_allgather_rd", "allgather_recursive_doubling"),
                       ("test_allgather_cython", "allgather_cy.allgather_ring")]:
-        assert f"{name} is right" in printed_by(nb, gid), gid  # the patch fooled that ...
+        assert f"{name} is right" not in printed_by(nb, gid), gid  # the patch fools nothing
     for gid in full(LAB6):
-        assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))  # ... not this
+        assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")

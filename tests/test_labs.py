@@ -15,47 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions, submit
+
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
 LABS = {"lab00-mpi-basics": 6, "lab01-pingpong": 9}  # assignment -> total points
-
-
-def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    # nbgrader runs the `alembic` command of its own environment
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.pop("JPY_SESSION_NAME", None)
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course / "autograder",
-                          env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def make_course(root: Path, labs) -> Path:
-    """Copy the given labs and autograder/ into ``root`` and generate those labs there.
-
-    Only the given labs are copied and generated (release/ and gradebook), so a lab another
-    author is still writing cannot break the tests of the others. Returns ``root``.
-    """
-    for lab in labs:
-        shutil.copytree(REPO / "labs" / lab, root / "labs" / lab,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    shutil.copytree(REPO / "autograder", root / "autograder",
-                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
-                                                  "feedback", "gradebook.db", "__pycache__"))
-    for lab in labs:
-        res = nbgrader(root, "generate_assignment", lab, "--force")
-        assert res.returncode == 0, res.stdout + res.stderr
-        assert (root / "autograder" / "release" / lab / f"{lab}.ipynb").exists()
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +35,14 @@ def course(tmp_path_factory) -> Path:
 
 
 def leftover_processes(course: Path) -> list:
-    """Processes of mpilab clusters whose kernel ran a notebook of this course copy."""
+    """What an autograde of this course copy left behind: processes of its MPI clusters
+    (validate runs the notebook in its own kernel), processes of the grading sandboxes
+    (anything of the sandbox user ``nobody``, ``bwrap``, the grader's kernel, the
+    sandboxed MPI ranks), and the sandboxes' cgroups and scratch folders."""
+    import psutil
+
     from mpilab.cluster import cluster_processes
+    from mpilab.grading.sandbox import NOBODY, leftovers
 
     left = []
     for p in cluster_processes():
@@ -75,7 +51,18 @@ def leftover_processes(course: Path) -> list:
                 left.append(p)
         except Exception:  # noqa: BLE001 - gone meanwhile
             pass
-    return left
+    for p in psutil.process_iter(["pid", "uids", "name", "cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue  # exited; this VM's init does not reap orphans
+            cmd = " ".join(p.info["cmdline"] or [])
+            if (p.info["uids"].real == NOBODY or p.info["name"] == "bwrap"
+                    or "mpilab.grading.worker" in cmd or "mpilab-sandbox" in cmd
+                    or "MPILAB_GRADER" in (p.environ() if p.pid != os.getpid() else {})):
+                left.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return left + leftovers()
 
 
 # ---------------------------------------------------------------------------------------
@@ -95,41 +82,12 @@ def test_released_stubs_fail_every_test(course, lab):
     assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
     release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
     text = "\n".join(c.source for c in release.cells)
-    assert "BEGIN HIDDEN TESTS" not in text and "importlib.reload" not in text
+    assert "BEGIN HIDDEN TESTS" not in text
     assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
 
 
 # ---------------------------------------------------------------------------------------
 # submissions
-
-
-def solutions(lab: str) -> dict[str, str]:
-    """The source notebook's solution cells, delimiters removed: a correct submission."""
-    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
-    out = {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            lines = [ln for ln in cell.source.splitlines()
-                     if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln]
-            out[meta["grade_id"]] = "\n".join(lines)
-    return out
-
-
-def submit(course: Path, lab: str, student: str, answers: dict[str, str]) -> Path:
-    """Write a submission: the released notebook with its solution cells filled in."""
-    release = course / "autograder" / "release" / lab
-    dest = course / "autograder" / "submitted" / student / lab
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(release, dest)
-    nb = nbformat.read(dest / f"{lab}.ipynb", 4)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if cell.metadata.get("nbgrader", {}).get("solution") and gid in answers:
-            cell.source = answers[gid]
-    nbformat.write(nb, dest / f"{lab}.ipynb")
-    return dest
 
 
 def autograde(course: Path, lab: str, student: str) -> tuple[dict[str, float], float, str]:
@@ -159,12 +117,6 @@ def errors_of(nb, grade_id: str) -> str:
             return "\n".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs
                              if o.output_type == "error")
     raise KeyError(grade_id)
-
-
-def full(lab: str) -> dict[str, float]:
-    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
-    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
 
 
 HOSTILE_PATCH = '''
@@ -276,8 +228,9 @@ def test_lab00_hostile_gets_no_marks_for_wrong_answers(course):
     _, wall = check_run(course, LAB0, "hostile", answers,
                         {"test_ring_pass": 0.0, "test_ring_exchange": 0.0})
     nb = graded_notebook(course, LAB0, "hostile")
-    assert "ring_pass is right" in printed_by(nb, "test_ring_pass")  # the patch fooled that
-    assert "rank 0 saw 12, expected 11" in errors_of(nb, "test_ring_pass")  # not the hidden
+    # the tests run in the grader's kernel: the patch in the student's kernel fools nothing
+    assert "ring_pass is right" not in printed_by(nb, "test_ring_pass")
+    assert "rank 2 saw 12, expected 11" in errors_of(nb, "test_ring_pass")
     print(f"[wall] {LAB0} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
 
 
@@ -339,7 +292,6 @@ def test_lab01_wrong_gets_partial_marks(course):
 def test_lab01_hostile_gets_no_marks_for_wrong_answers(course):
     answers = {
         "pingpong": HOSTILE_PATCH + PINGPONG_TOTAL_SECONDS,
-        # hidden tests reload mpilab.grading, so the patch is renewed in every answer cell
         "fit_alpha_beta": HOSTILE_PATCH + "def fit_alpha_beta(n, t):\n    return 1.0, 1.0\n",
         "predict": HOSTILE_PATCH + "def predict_us(n, a, b):\n    return 0.0\n\n\n"
                    "def half_bandwidth_bytes(a, b):\n    return 0.0\n",
@@ -349,8 +301,8 @@ def test_lab01_hostile_gets_no_marks_for_wrong_answers(course):
     nb = graded_notebook(course, LAB1, "hostile")
     for gid, name in [("test_pingpong", "pingpong"), ("test_fit", "fit_alpha_beta"),
                       ("test_predict", "predict_us")]:
-        assert f"{name} is right" in printed_by(nb, gid)  # the patch fooled the visible checks
-        assert "CheckFailed" in errors_of(nb, gid)  # but not the hidden ones
+        assert f"{name} is right" not in printed_by(nb, gid)  # the patch fools no check
+        assert "CheckFailed" in errors_of(nb, gid)
     print(f"[wall] {LAB1} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
 
 

@@ -31,26 +31,29 @@ takes the kernel or the grader down, and never hangs it:
   Arrays stay arrays rather than lists: payloads of several MiB compare fast and
   :func:`expect_equal` can name the first differing element.
 
-Tampering, and its limits
--------------------------
-nbgrader runs hidden tests in the student's kernel, after the student's code. A student
-can therefore replace anything in that process, e.g. ``mpilab.grading.expect_equal =
-lambda *a, **k: None``. Hidden tests defeat that casual patch by re-executing this module
-from disk before they use it::
+Where the verdicts are decided
+------------------------------
+While a student works, the checks run in their own kernel: they can see what they
+patched, and that is fine. At autograde time nbgrader runs each notebook through
+:class:`mpilab.grading.nbgrader.IsolatedExecute`, and no verdict is computed where the
+student's code runs:
 
-    import importlib, mpilab.grading
-    G = importlib.reload(mpilab.grading)   # every function as on disk again
+* the student's cells run in a sandboxed kernel (:mod:`mpilab.grading.sandbox`: no view
+  of the course, unprivileged, limited), and the checked functions run on fresh sandboxed
+  MPI ranks (:mod:`mpilab.grading.pool`);
+* the test cells run in a second kernel, the grader's, which never runs student code:
+  the names a test cell uses are exported from the student's kernel (functions as the
+  bytes it pickled, never unpickled by the grader; values as plain data in
+  :mod:`mpilab.grading.wire`'s format) and this module, in the grader's kernel, runs the
+  functions on the ranks and compares what came back.
 
-A reload also undoes the patch for the visible checks of later cells, so a patch must
-be renewed before every test cell to fool even those. The memory of timed-out functions
-and the exception classes survive the reload (the memory can only make checks fail; the
-classes stay the ones an ``except`` written earlier names). Values the student's function returns are checked to be
-plain data, so they cannot compare equal to everything. This is a modest guard, not a
-sandbox: a student who patches ``importlib.reload``, NumPy, ``mpilab.cluster`` or the
-interpreter itself before the tests run can still fool in-process grading. Only running
-the tests in a separate process (or reading the submissions) closes that door; the course
-relies on the guard stopping the casual case and on hidden tests being hidden (nbgrader's
-feedback does show them once released, nbgrader issue 1363).
+So a submission that patches this module, NumPy, ``importlib`` or builtins in its kernel
+changes nothing the grader uses, and scores what its honest parts earn. What is left to a
+student: code that runs on the ranks computes its own results, so a function can
+compute the right answer in a way the lab did not ask for (say, call ``comm.allgather``
+where the lab wants a ring): checks that care inspect what the ranks did (the traced
+message counts of labs 05 and 06), and the instructor reads the code of suspicious
+submissions. See autograder/README.md.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ __all__ = [
     "expect_per_rank",
     "expect_timing",
     "autograding",
+    "not_while_grading",
+    "source_of",
     "forget_timeouts",
 ]
 
@@ -184,6 +189,9 @@ def _fingerprint(obj: Any) -> str:
     """
     import hashlib
 
+    key = getattr(obj, "mpilab_key", None)  # a student's function, keyed in their kernel
+    if isinstance(key, str):
+        return key
     h = hashlib.sha1()
     fp = getattr(obj, "fingerprint", None)  # mpilab.build.CompiledFunction
     if isinstance(fp, str):
@@ -420,6 +428,9 @@ def _cluster(ranks: int | None):
     from .. import cluster as cl
 
     c = cl.current()
+    if c is not None and c.client is None and c.lazy:
+        c.lazy = False
+        c.start()
     if c is None or c.client is None:
         print(f"(no MPI cluster in this notebook: starting {DEFAULT_RANKS} engines)")
         c = cl.start(DEFAULT_RANKS)
@@ -447,9 +458,8 @@ def _restart(c) -> None:
         _fail(CheckFailed(f"the MPI engines could not be restarted: {exc}"))
 
 
-def _dump_stacks(c, ranks: Sequence[int], workdir: Path, smap: SourceMap,
-                 wait: float = 1.0) -> dict[int, str]:
-    """Ask stuck ranks where they are (SIGUSR1 -> faulthandler); rank -> 'line N of f: ...'."""
+def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> dict[int, list]:
+    """Ask stuck ranks where they are (SIGUSR1 -> faulthandler); rank -> frames."""
     sent = []
     for r in ranks:
         pid = c.pids[r] if r < len(c.pids) else 0
@@ -460,7 +470,7 @@ def _dump_stacks(c, ranks: Sequence[int], workdir: Path, smap: SourceMap,
             sent.append(r)
         except OSError:
             pass
-    where: dict[int, str] = {}
+    where: dict[int, list] = {}
     deadline = time.monotonic() + wait
     while sent and time.monotonic() < deadline:
         for r in list(sent):
@@ -469,7 +479,7 @@ def _dump_stacks(c, ranks: Sequence[int], workdir: Path, smap: SourceMap,
             except OSError:
                 continue
             if "File" in text:
-                where[r] = _describe_frame(_parse_stack(text), smap)
+                where[r] = _parse_stack(text)
                 sent.remove(r)
         time.sleep(0.02)
     return where
@@ -540,8 +550,6 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
         All :class:`CheckFailed`, i.e. ``AssertionError``, with a readable message.
     """
     __tracebackhide__ = True
-    from .. import cluster as cl
-
     name = _name(func)
     if blame is None:
         blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or func
@@ -551,35 +559,51 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
     if blamed != (func,):
         name = f"{name} with {' and '.join(_name(b) for b in blamed)}"
     _check_not_timed_out(keys, " and ".join(_name(b) for b in blamed))
+    if _isolated():
+        smap.files = False  # frames come from the student's processes: map them only
+        ran = _run_isolated(func, args, ranks, timeout, name)
+    else:
+        ran = _run_on_cluster(func, args, ranks, timeout, name)
+    return _verdict(ran, name, keys, smap, timeout)
+
+
+class _Ran:
+    """What running code on the ranks came to, whichever way it ran."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.outs: list[tuple] | None = None  # one reply per rank of the communicator
+        self.stuck: list[int] = []
+        self.finished: list[int] = []
+        self.frames: dict[int, list] = {}  # a stuck rank's stack, outermost frame first
+        self.errors: dict[int, tuple] = {}  # a rank that raised while others were stuck
+        self.restarted = ""  # what was done after a timeout or a death
+
+
+def _isolated() -> bool:
+    return bool(os.environ.get("MPILAB_GRADER"))
+
+
+def _run_on_cluster(func, args, ranks, timeout, name) -> _Ran:
+    """On the notebook's ipyparallel engines (a sub-communicator of the first `ranks`)."""
+    __tracebackhide__ = True
+    from .. import cluster as cl
+
     c, n = _cluster(ranks)
-    workdir = Path(tempfile.mkdtemp(prefix="mpilab-check-"))
+    ran = _Ran(n)
     on = f"on {n} rank{'s' * (n != 1)}"
+    workdir = Path(tempfile.mkdtemp(prefix="mpilab-check-"))
     try:
         try:
-            outs = c.run(_engine_call, func, args, n, str(workdir), timeout=timeout,
-                         restart_on_timeout=False)
+            ran.outs = c.run(_engine_call, func, args, n, str(workdir), timeout=timeout,
+                             restart_on_timeout=False)[:n]
         except cl.MPITimeout as exc:
-            stuck = [r for r in exc.pending if r < n]
-            finished = [r for r in exc.finished if r < n]
-            where = _dump_stacks(c, stuck, workdir, smap)
-            errors = _read_errors(workdir)
-            lines = [f"{name} did not finish within {timeout:g} s {on}: "
-                     f"{_ranks_word(stuck)} still running"
-                     + (f", {_ranks_word(finished)} returned" if finished else "") + "."]
-            for r in stuck:
-                if where.get(r):
-                    lines.append(f"  rank {r} was at {where[r]}")
-            for r, out in sorted(errors.items()):
-                lines.append("  it had raised on " + _raised_line(r, out, smap)
-                             + "\n  (the other ranks then waited for it forever)")
-            hint_lines = {r: where[r].split(": ", 1)[-1] if ": " in where[r] else ""
-                          for r in where}
-            lines.append(_stuck_hint(hint_lines, finished) if not errors else
-                         "Fix the error first: a rank that fails leaves its partners waiting.")
-            msg = "\n".join(lines)
-            _remember_timeout(keys, msg)
+            ran.stuck = [r for r in exc.pending if r < n]
+            ran.finished = [r for r in exc.finished if r < n]
+            ran.frames = _dump_stacks(c, ran.stuck, workdir)
+            ran.errors = _read_errors(workdir)
             _restart(c)
-            _fail(TimedOut(msg + "\n" + _RESTART_NOTE))
+            ran.restarted = _RESTART_NOTE
         except cl.ClusterDied as exc:
             _restart(c)
             _fail(EngineDied(f"{name} {on} crashed: {str(exc).split(':')[0]}. A crash in compiled "
@@ -602,8 +626,72 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
                               "file?"))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    outs = outs[:n]
-    raised = {r: o for r, o in enumerate(outs) if o[0] == "raised"}
+    return ran
+
+
+def _run_isolated(func, args, ranks, timeout, name) -> _Ran:
+    """At autograde time: on sandboxed ranks started by the grader (never in its process)."""
+    __tracebackhide__ = True
+    from . import isolated
+    from .pool import PoolError
+
+    n = DEFAULT_RANKS if ranks is None else ranks
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    ran = _Ran(n)
+    on = f"on {n} rank{'s' * (n != 1)}"
+    try:
+        out = isolated.run(func, args, n, timeout)
+    except PoolError as exc:
+        _fail(CheckFailed(f"{name} could not run {on}: the grader's MPI ranks did not start "
+                          f"({exc})"))
+    except Exception as exc:  # the grader's pickle of the harness and its arguments
+        _fail(RaisedError(f"{name} could not be sent to the MPI ranks: "
+                          f"{type(exc).__name__}: {exc}"))
+    if out.died:
+        _fail(EngineDied(f"{name} {on} crashed: {out.died}. A crash in compiled code (a "
+                         "buffer too small for the count?), MPI_Abort, os._exit, or more "
+                         "memory than the grader allows? The MPI ranks were started again "
+                         "for the next check."))
+    if out.bad:
+        r = min(out.bad)
+        _fail(BadResult(f"{name} on rank {r} sent back {out.bad[r]}"))
+    if out.timed_out:
+        ran.stuck = [r for r in out.timed_out if r < n]
+        ran.finished = [r for r in range(n) if r not in out.timed_out]
+        ran.frames = {r: _parse_stack(t) for r, t in out.stacks.items()}
+        ran.errors = {r: o for r, o in out.replies.items() if r < n and o[0] == "raised"}
+        ran.restarted = "The MPI ranks were started again for the next check."
+        return ran
+    ran.outs = [out.replies[r] for r in range(n)]
+    return ran
+
+
+def _verdict(ran: _Ran, name: str, keys: Sequence[str], smap: SourceMap,
+             timeout: float) -> list:
+    """The results by rank, or the failure that explains what happened, in words."""
+    __tracebackhide__ = True
+    n = ran.n
+    on = f"on {n} rank{'s' * (n != 1)}"
+    if ran.outs is None:
+        where = {r: _describe_frame(f, smap) for r, f in ran.frames.items()}
+        lines = [f"{name} did not finish within {timeout:g} s {on}: "
+                 f"{_ranks_word(ran.stuck)} still running"
+                 + (f", {_ranks_word(ran.finished)} returned" if ran.finished else "") + "."]
+        for r in ran.stuck:
+            if where.get(r):
+                lines.append(f"  rank {r} was at {where[r]}")
+        for r, out in sorted(ran.errors.items()):
+            lines.append("  it had raised on " + _raised_line(r, out, smap)
+                         + "\n  (the other ranks then waited for it forever)")
+        hint_lines = {r: w.split(": ", 1)[-1] if ": " in w else "" for r, w in where.items()}
+        lines.append(_stuck_hint(hint_lines, ran.finished) if not ran.errors else
+                     "Fix the error first: a rank that fails leaves its partners waiting.")
+        msg = "\n".join(lines)
+        _remember_timeout(keys, msg)
+        _fail(TimedOut(msg + "\n" + ran.restarted))
+    outs = ran.outs
+    raised = {r: o for r, o in enumerate(outs) if o[0] == "raised" and len(o) == 4}
     if raised:
         groups: dict[tuple, list[int]] = {}  # the same error on many ranks is said once
         for r in sorted(raised):
@@ -614,10 +702,11 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
             detail.append(f"{_ranks_word(rs)}: {ename}: {emsg}"
                           + (f"\n    at {where}" if where else ""))
         _fail(RaisedError(f"{name} raised an exception {on}:\n" + "\n".join(detail)))
-    bad = {r: o for r, o in enumerate(outs) if o[0] != "ok"}
+    bad = {r: o for r, o in enumerate(outs) if o[0] != "ok" or len(o) != 2}
     if bad:
         r = min(bad)
-        desc = bad[r][1] if bad[r][0] == "bad" else f"an unexpected reply {bad[r]!r}"
+        desc = (bad[r][1] if bad[r][0] == "bad" and len(bad[r]) == 2 and type(bad[r][1]) is str
+                else f"an unexpected reply {_fmt(bad[r])}")
         _fail(BadResult(f"{name} on rank {r} returned something the check cannot compare: "
                         f"{desc.replace('the value', 'the value returned', 1)}"))
     values = [o[1] for o in outs]
@@ -627,12 +716,46 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
     return values
 
 
+def source_of(func: Any) -> str:
+    """The source text of `func` ("" when it cannot be found).
+
+    At autograde time a student's function is a handle (:mod:`mpilab.grading.isolated`)
+    that carries the text their kernel read; elsewhere :func:`inspect.getsource`.
+    """
+    src = getattr(func, "source", None)
+    if isinstance(getattr(func, "mpilab_key", None), str) and isinstance(src, str):
+        return src
+    import inspect
+
+    try:
+        return inspect.getsource(func)
+    except (OSError, TypeError):
+        return ""
+
+
+def not_while_grading() -> bool:
+    """True (after saying so) in the student's kernel at autograde time.
+
+    Code that only shows a student what their function does (:func:`try_on_ranks`, the
+    labs' ``show_*`` and ``compare_*``) earns no points and is skipped while grading: the
+    graded checks run in the grader's kernel (:mod:`mpilab.grading.isolated`).
+    """
+    if os.environ.get("MPILAB_GRADING") and not _isolated():
+        print("(not run while grading: trying code out earns no points; the graded "
+              "checks run separately)")
+        return True
+    return False
+
+
 def try_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> list | None:
     """Like :func:`run_on_ranks`, for trying code out: print the outcome, never raise.
 
-    Returns the results by rank, or None after printing why there are none.
+    Returns the results by rank, or None after printing why there are none (or that it
+    is not run while grading).
     """
+    if not_while_grading():
+        return None
     try:
         out = run_on_ranks(func, *args, ranks=ranks, timeout=timeout)
     except CheckFailed as exc:
@@ -663,6 +786,8 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
     name = _name(func)
     keys = [_fingerprint(func)]
     _check_not_timed_out(keys, name)
+    if _isolated():
+        return _call_isolated(func, args, kwargs, timeout, name, keys)
     timer = (threading.current_thread() is threading.main_thread()
              and hasattr(signal, "setitimer"))
     old = None
@@ -703,6 +828,43 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
         return _plain(value, f"the value {name} returned")
     except TypeError as exc:
         _fail(BadResult(str(exc)))
+
+
+def _call_isolated(func, args, kwargs, timeout, name, keys) -> Any:
+    """call_local at autograde time: on one sandboxed rank, never in the grader."""
+    __tracebackhide__ = True
+    from . import isolated
+    from .pool import PoolError
+
+    smap = SourceMap.of(func, *args, *kwargs.values())
+    smap.files = False
+    try:
+        out = isolated.local(func, args, kwargs, timeout)
+    except PoolError as exc:
+        _fail(CheckFailed(f"{name} could not run: the grader's process did not start ({exc})"))
+    except Exception as exc:  # the grader's pickle of the arguments
+        _fail(RaisedError(f"{name} could not be sent to the grader's process: "
+                          f"{type(exc).__name__}: {exc}"))
+    if out.died:
+        _fail(EngineDied(f"{name} crashed: {out.died}"))
+    if out.timed_out:
+        where = _describe_frame(_parse_stack(out.stacks.get(0, "")), smap)
+        msg = (f"{name} did not return within {timeout:g} s"
+               + (f"; it was at {where}" if where else "") + ". An endless loop?")
+        _remember_timeout(keys, msg)
+        _fail(TimedOut(msg))
+    if out.bad:
+        _fail(BadResult(f"{name} sent back {out.bad[0]}"))
+    reply = out.replies.get(0, ())
+    if reply[:1] == ("raised",) and len(reply) == 4:
+        _tag, ename, emsg, frames = reply
+        where = _describe_frame(frames, smap)
+        _fail(RaisedError(f"{name} raised {ename}: {emsg}" + (f"\n    at {where}" if where else "")))
+    if reply[:1] == ("bad",) and len(reply) == 2:
+        _fail(BadResult(str(reply[1]).replace("the value", f"the value {name} returned", 1)))
+    if reply[:1] != ("ok",) or len(reply) != 2 or not _verify_plain(reply[1]):
+        _fail(BadResult(f"{name} sent back an unexpected reply"))
+    return reply[1]
 
 
 # ---------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def _line_range(code: types.CodeType) -> tuple[int, int]:
     return first, max([first, *lines])
 
 
-def _callables(objs: Iterable[Any], limit: int) -> list[types.FunctionType]:
+def _callables(objs: Iterable[Any], limit: int) -> list:
     """Functions reachable from `objs` through partials, methods, closures and globals."""
     found: list[types.FunctionType] = []
     seen: set[int] = set()
@@ -70,6 +70,8 @@ def _callables(objs: Iterable[Any], limit: int) -> list[types.FunctionType]:
             todo += list(obj)
         elif isinstance(obj, dict) and len(obj) <= 64:
             todo += list(obj.values())
+        elif isinstance(getattr(obj, "source_map", None), SourceMap):
+            found.append(obj)  # a handle on a function that lives elsewhere (the grader's)
         elif isinstance(obj, types.FunctionType):
             if is_library(obj.__code__.co_filename):
                 continue  # mpilab's own harness: its globals are not the student's
@@ -95,14 +97,21 @@ class SourceMap:
     is not library code (:func:`is_library`) keeps its lines.
     """
 
-    def __init__(self, entries: Iterable[tuple[str, int, int, str, dict[int, str]]] = ()):
+    def __init__(self, entries: Iterable[tuple[str, int, int, str, dict[int, str]]] = (),
+                 files: bool = True):
         self.entries = list(entries)
+        # Frames reported by a student's process name whatever files they like: the
+        # grader resolves them through the map only, never by reading a file it names.
+        self.files = files
 
     @classmethod
     def of(cls, *objs: Any, limit: int = MAX_FUNCTIONS) -> SourceMap:
         """The map of every function reachable from `objs`, read from this process."""
         entries, seen = [], set()
         for func in _callables(objs, limit):
+            if not isinstance(func, types.FunctionType):
+                entries += func.source_map.entries
+                continue
             for code in _code_objects(func.__code__):
                 key = (code.co_filename, code.co_name, code.co_firstlineno)
                 if key in seen or is_library(code.co_filename):
@@ -118,7 +127,7 @@ class SourceMap:
         return cls(entries)
 
     def __add__(self, other: SourceMap) -> SourceMap:
-        return SourceMap(self.entries + other.entries)
+        return SourceMap(self.entries + other.entries, self.files and other.files)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -129,7 +138,7 @@ class SourceMap:
         The file is tried first (code run in this process, or a real file on this host);
         then the map, by function name and a line range that holds `lineno`.
         """
-        if filename and not filename.startswith("<"):
+        if self.files and filename and not filename.startswith("<"):
             line = linecache.getline(filename, lineno).strip()
             if line:
                 return line

@@ -1,0 +1,209 @@
+"""A throw-away copy of the nbgrader course, with submissions: what the tests and the
+autograde benchmark grade.
+
+    root = make_course(tmp, ["lab00-mpi-basics"])       # labs/ + autograder/, generated
+    submit(root, "lab00-mpi-basics", "ada", solutions("lab00-mpi-basics"))
+    nbgrader(root, "autograde", "lab00-mpi-basics", "--force")
+    scores(root, "lab00-mpi-basics", ["ada"])           # {'ada': {'test_ring_pass': 3.0, ...}}
+
+:func:`hostile` builds the submission an instructor can grade to see that the sandbox and
+the grader's kernel hold on their machine: its first answer is correct and then
+patches everything it can in its kernel (the grading helpers, NumPy, ``importlib``,
+builtins), its second is the unanswered stub, its third kills its own kernel right after
+defining a correct answer, the rest is correct. It must score exactly what the honest
+parts earn.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["REPO", "LABS", "nbgrader", "make_course", "solutions", "submit", "full",
+           "scores", "checks_of", "hostile", "PATCH_EVERYTHING", "graded_seconds"]
+
+REPO = Path(__file__).resolve().parents[2]
+LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
+        "lab05-collectives", "lab06-allgather"]
+
+
+def _read(lab: str, repo: Path = REPO):
+    import nbformat
+
+    return nbformat.read(repo / "labs" / lab / f"{lab}.ipynb", 4)
+
+
+def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
+    """``python -m nbgrader ARGS`` in the course copy's autograder/ folder."""
+    env = dict(os.environ)
+    # nbgrader runs the `alembic` command of its own environment
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.pop("JPY_SESSION_NAME", None)
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course / "autograder",
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def make_course(root: Path, labs, repo: Path = REPO) -> Path:
+    """Copy the given labs and autograder/ into ``root`` and generate those labs there.
+
+    Only the given labs are copied and generated (release/ and gradebook), so a lab another
+    author is still writing cannot break the tests of the others. Returns ``root``.
+    """
+    root = Path(root)
+    for lab in labs:
+        shutil.copytree(repo / "labs" / lab, root / "labs" / lab,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(repo / "autograder", root / "autograder",
+                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
+                                                  "feedback", "gradebook.db", "__pycache__"))
+    for lab in labs:
+        res = nbgrader(root, "generate_assignment", lab, "--force")
+        if res.returncode != 0 or not (root / "autograder" / "release" / lab).is_dir():
+            raise RuntimeError(f"nbgrader generate_assignment {lab} failed:\n"
+                               f"{res.stdout}{res.stderr}")
+    return root
+
+
+def solutions(lab: str, repo: Path = REPO) -> dict[str, str]:
+    """The source notebook's solution cells, delimiters removed: a correct submission."""
+    out = {}
+    for cell in _read(lab, repo).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [ln for ln in cell.source.splitlines()
+                     if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln]
+            out[meta["grade_id"]] = "\n".join(lines)
+    return out
+
+
+def submit(course: Path, lab: str, student: str, answers: dict[str, str]) -> Path:
+    """Write a submission: the released notebook with its solution cells filled in."""
+    import nbformat
+
+    release = course / "autograder" / "release" / lab
+    dest = course / "autograder" / "submitted" / student / lab
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(release, dest)
+    nb = nbformat.read(dest / f"{lab}.ipynb", 4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in answers:
+            cell.source = answers[gid]
+    nbformat.write(nb, dest / f"{lab}.ipynb")
+    return dest
+
+
+def full(lab: str, repo: Path = REPO) -> dict[str, float]:
+    """Every graded test cell of the lab, with its points."""
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+            for c in _read(lab, repo).cells if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def scores(course: Path, lab: str, students) -> dict[str, dict[str, float]]:
+    """The gradebook's score of each graded test cell, by student (KeyError-free: a
+    student without a graded notebook is left out)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
+        for student in students:
+            try:
+                sub = gb.find_submission_notebook(lab, lab, student)
+            except MissingEntry:
+                continue
+            out[student] = {g.name: g.score for g in sub.grades if g.max_score}
+    return out
+
+
+def graded_seconds(log: str) -> list[float]:
+    """What each notebook took, from the autograder's "Graded X in N s" log lines."""
+    return [float(t) for t in re.findall(r"Graded \S+ in ([0-9.]+) s", log)]
+
+
+def _top_level_names(source: str) -> set[str]:
+    """The names a cell defines at top level (functions, classes, assignments)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def checks_of(lab: str, solution_id: str, repo: Path = REPO) -> list[str]:
+    """The test cells that check what the solution cell `solution_id` defines."""
+    defined, order = {}, []
+    for cell in _read(lab, repo).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            defined[meta["grade_id"]] = _top_level_names(cell.source)
+        elif meta.get("grade") and cell.cell_type == "code":
+            order.append((meta["grade_id"], cell.source))
+    names = defined[solution_id]
+    return [gid for gid, src in order if any(re.search(rf"\b{n}\b", src) for n in names)]
+
+
+PATCH_EVERYTHING = '''
+import builtins
+import importlib
+import sys
+import types
+
+import numpy as np
+
+import mpilab
+import mpilab.grading as _g
+
+
+def _yes(*args, **kwargs):
+    return None
+
+
+for _mod in [m for n, m in list(sys.modules.items()) if n.startswith("mpilab")]:
+    for _name in dir(_mod):
+        if _name.startswith(("expect", "check_", "run_on", "call_local", "try_on")):
+            setattr(_mod, _name, _yes)
+_fake = types.ModuleType("mpilab.grading")
+_fake.__dict__.update({n: _yes for n in dir(_g) if not n.startswith("_")})
+sys.modules["mpilab.grading"] = _fake
+importlib.reload = lambda m: m
+np.array_equal = np.allclose = lambda *a, **k: True
+np.isclose = lambda a, b, *r, **k: np.ones(np.shape(a), dtype=bool)
+np.testing.assert_array_equal = np.testing.assert_allclose = _yes
+builtins.AssertionError = type("AssertionError", (Exception,), {})
+get_ipython().showtraceback = _yes  # nbgrader's own exploit (its PR 1324)
+sys.excepthook = _yes
+'''
+
+
+def hostile(lab: str, repo: Path = REPO) -> tuple[dict[str, str], dict[str, float]]:
+    """A hostile submission of `lab` and the scores its honest parts earn.
+
+    The first answer is correct and then patches everything it can in its kernel; the
+    second is left as the released stub (wrong), so the patch is all that could earn its
+    points; the third, where the lab has one, is correct but kills its kernel right
+    after; the rest are correct. Expected: the first and the rest full marks, the second
+    and third nothing.
+    """
+    sol = solutions(lab, repo)
+    ids = list(sol)
+    answers = dict(sol)
+    answers[ids[0]] = sol[ids[0]] + "\n" + PATCH_EVERYTHING
+    answers[ids[1]] = "# YOUR CODE HERE\nraise NotImplementedError()\n"
+    lost = checks_of(lab, ids[1], repo)
+    if len(ids) > 2:
+        answers[ids[2]] = sol[ids[2]] + "\n\nimport os\nos._exit(0)\n"
+        lost += checks_of(lab, ids[2], repo)
+    want = full(lab, repo)
+    for gid in lost:
+        want[gid] = 0.0
+    return answers, want
