@@ -34,7 +34,18 @@ def course(tmp_path_factory) -> Path:
     return make_course(tmp_path_factory.mktemp("course"), LABS)
 
 
-def leftover_processes(course: Path) -> list:
+def leftover_processes(course: Path, grace: float = 10.0) -> list:
+    """:func:`_leftovers`, after waiting up to `grace` seconds for processes that were
+    killed (SIGKILL is asynchronous) to be gone."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = _leftovers(course)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _leftovers(course: Path) -> list:
     """What an autograde of this course copy left behind: processes of its MPI clusters
     (validate runs the notebook in its own kernel), processes of the grading sandboxes
     (anything of the sandbox user ``nobody``, ``bwrap``, the grader's kernel, the
