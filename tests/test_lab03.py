@@ -29,17 +29,14 @@ import numpy as np
 import pytest
 from test_labs import (
     HOSTILE_PATCH,
-    REPO,
     check_run,
     errors_of,
-    full,
     graded_notebook,
     leftover_processes,
-    make_course,
-    nbgrader,
     printed_by,
-    solutions,
 )
+
+from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
 
 pytestmark = pytest.mark.slow
 

@@ -18,18 +18,14 @@ from pathlib import Path
 import nbformat
 import pytest
 from test_labs import (
-    REPO,
     autograde,
     errors_of,
-    full,
     graded_notebook,
     leftover_processes,
-    make_course,
-    nbgrader,
     printed_by,
-    solutions,
-    submit,
 )
+
+from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions, submit
 
 pytestmark = pytest.mark.slow
 
