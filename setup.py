@@ -27,16 +27,13 @@ CFLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wno-unused-function"]
 os.environ["CC"] = MPICC
 os.environ["LDSHARED"] = f"{MPICC} -shared"
 
-# kernel -> its C sources (besides <name>.pyx); a kernel whose folder is absent is skipped
-KERNELS = {
-    "pingpong": ["c_pingpong.c"],
-    "memcopy": ["c_memcopy.c"],
-    "stencil": ["c_stencil.c"],
-    "wave": ["c_wave.c"],
-    "collectives": ["c_collectives.c"],
-    "onesided": ["c_onesided.c"],
-}
-STANDALONE = {"mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"]}
+# the one list of kernels lives in the package (mpilab/kernels/__init__.py), read from the
+# file as runtime.py is, before anything is built; a kernel whose folder is absent is skipped
+_spec = importlib.util.spec_from_file_location("_kernels", HERE / "mpilab" / "kernels" /
+                                               "__init__.py")
+_kernels = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_kernels)
+KERNELS, STANDALONE = _kernels.KERNELS, _kernels.STANDALONE
 # MPILAB_KERNELS=stencil,wave builds only those (to work on one kernel at a time).
 _ONLY = {k.strip() for k in os.environ.get("MPILAB_KERNELS", "").split(",") if k.strip()}
 

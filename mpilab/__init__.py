@@ -1,14 +1,31 @@
 """mpilab: measure how MPI communication performs.
 
-Modules: ``runtime`` (what MPI this machine has and how to launch it), ``cluster``
-(ipyparallel MPI engines with timeouts and one-call restart), ``timing`` (one protocol,
-tidy records), ``models`` (Hockney fits, labelled predictions), ``plots``, ``plots_halo``
-and ``plots_collectives`` (the lectures' figures), ``halo`` (the heat and wave problems,
-decomposition, serial references, kernel drivers), ``collectives`` (collective algorithms,
-the library's forced algorithms, cost models, auto-tuner), ``tracing`` (message schedules
-from what ranks sent), ``grading`` (every graded check of the labs) with ``grading_halo``
-and ``grading_collectives`` (the labs' harnesses), ``build`` (Cython compiled from a
-notebook), ``bench`` (``python -m mpilab.bench``), ``kernels`` (compiled C + Cython).
+A map of the package, lowest layer first (ARCHITECTURE.md; ``tests/test_layers.py``
+checks that every import points down):
+
+Foundations
+    ``kernels`` (compiled C + Cython: ping-pong, stencil, one-sided, collectives),
+    ``runtime`` (which MPI this machine has, how to launch it: root flags,
+    oversubscription, transports), ``validate`` (argument checks with one wording: counts,
+    name lists, sizes, the wave's parameters), ``models`` (Hockney fits, labelled predictions),
+    ``tracing`` (message schedules from what ranks sent), ``coarray_view``, ``plots``
+    (shared figure helpers).
+Running jobs
+    ``jobs`` (the one way to start an MPI job and end it, with every process and
+    shared-memory segment), ``cluster`` (ipyparallel MPI engines: timeouts, one-call
+    restart), ``timing`` (one timing protocol, tidy records), ``build`` (Cython compiled
+    from a notebook), ``magics``, ``notebooks``.
+Teaching API (one module per topic)
+    ``halo`` (heat and wave problems, decomposition, serial references, exchanges),
+    ``collectives`` (collective algorithms: run, trace, time, predict), ``tuning`` (the
+    library's choice: measure every algorithm, compare, tune), ``coarrays`` (Coarray
+    Fortran and MPI Fortran programs); ``plots.<topic>`` (the lectures' figures);
+    ``grading`` (the graded-check policy and the autograder) with ``grading.<topic>``
+    (the labs' checks: ``halo``, ``onesided``, ``collectives``, ``allgather``).
+Front ends
+    ``bench`` (``python -m mpilab.bench <name>``: every experiment as JSON from the
+    command line, all with the same arguments, timeout and exit codes), ``grading.course`` and ``grading.bench`` (a course to autograde, and
+    what autograding costs).
 """
 
 __version__ = "0.1.0"

@@ -37,7 +37,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import runtime
 
@@ -139,6 +139,36 @@ class CythonModule:
         how = ("compiled when first used: autograding" if self._deferred is not None
                else "cached" if self.cached else f"compiled in {self.seconds:.1f} s")
         return f"<Cython module {self.module_name} ({how}): {self.path}>"
+
+
+class SandboxedCompiler(Protocol):
+    """How the grader compiles a student's Cython: in its sandbox (set by the grader)."""
+
+    def folder(self) -> str:
+        """The build folder the sandbox may write."""
+
+    def compile(self, source: str, module_name: str, final: str,
+                timeout: float) -> tuple[int, str]:
+        """Compile `source` into the folder `final`; exit status and the report."""
+
+
+_SANDBOXED: list[SandboxedCompiler] = []
+
+
+def use_sandboxed_compiler(compiler: SandboxedCompiler) -> None:
+    """Compile through `compiler` from now on in this process (the grader's kernel).
+
+    :mod:`mpilab.grading.isolated` calls this when it is imported in the grader: this
+    module, below the grading layer, never imports it.
+    """
+    _SANDBOXED[:] = [compiler]
+
+
+def _sandboxed() -> SandboxedCompiler:
+    if not _SANDBOXED:
+        raise RuntimeError("autograding (MPILAB_GRADER is set) without the sandboxed "
+                           "compiler: import mpilab.grading.isolated in the grader first")
+    return _SANDBOXED[0]
 
 
 def load(path: str, module_name: str):
@@ -278,9 +308,7 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
     module_name = f"{name}_{digest[:12]}"
     root = Path(cache) if cache is not None else cache_dir()
     if os.environ.get("MPILAB_GRADER"):  # autograde: compiled in the sandbox, never here
-        from .grading import isolated
-
-        root = Path(isolated.config()["build"])
+        root = Path(_sandboxed().folder())
     final = root / digest[:16]
     so = final / f"{module_name}{_ext_suffix()}"
     if so.exists():
@@ -292,7 +320,7 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
                             deferred=(name, root, final, timeout))
     t0 = time.perf_counter()
     if os.environ.get("MPILAB_GRADER"):
-        status, report = isolated.compile_cython(source, module_name, str(final), timeout)
+        status, report = _sandboxed().compile(source, module_name, str(final), timeout)
         if not so.exists():
             raise CompileError(report.strip() or f"the compiler exited with {status}")
     else:
@@ -304,7 +332,7 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
 def _main(argv: list[str] | None = None) -> int:
     """``python -m mpilab.build SOURCE_FILE MODULE_NAME FINAL_DIR``: compile one module.
 
-    What the grader runs in the sandbox (:func:`mpilab.grading.isolated.compile_cython`);
+    What the grader runs in the sandbox (:func:`use_sandboxed_compiler`);
     a compile error is printed and the exit status is 1.
     """
     src, module_name, final = (argv or sys.argv[1:])[:3]

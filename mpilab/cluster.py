@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import sys
 import time
@@ -30,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import runtime
+from . import jobs, runtime
 
 DEFAULT_TIMEOUT = 30.0
 # Defined on every engine, so cells run with execute() or %%mpi can use them at once.
@@ -117,49 +116,27 @@ def cluster_processes(cluster_id: str | None = None) -> list:
     """Live processes of a cluster (all mpilab clusters when `cluster_id` is None).
 
     Every process ipyparallel starts for a cluster (controller, mpiexec, engines)
-    carries ``IPP_CLUSTER_ID`` in its environment; that is what is matched.
+    carries ``IPP_CLUSTER_ID`` in its environment; that is what is matched
+    (:func:`mpilab.jobs.tagged`).
     """
-    import psutil
-
-    me = os.getpid()
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        if p.pid == me:
-            continue
-        try:
-            cid = p.environ().get("IPP_CLUSTER_ID")
-        except (psutil.Error, OSError):
-            continue
-        if cid and (cid == cluster_id if cluster_id else cid.startswith("mpilab-")):
-            found.append(p)
-    return found
+    return jobs.tagged("IPP_CLUSTER_ID",
+                       cluster_id if cluster_id else (lambda cid: cid.startswith("mpilab-")))
 
 
 def kill_cluster_processes(cluster_id: str | None = None, grace: float = 2.0) -> int:
     """Stop every process of a cluster at once; returns how many were found.
 
-    Engines get SIGKILL: they hold nothing worth saving, and a graceful engine shutdown
-    takes ~3 s. The controller and mpiexec get SIGTERM, so Open MPI still removes its
-    session files; whatever is left after `grace` seconds gets SIGKILL.
+    The kill policy of every MPI job (:func:`mpilab.jobs.end`): engines get SIGKILL (they
+    hold nothing worth saving, and a graceful engine shutdown takes ~3 s); the
+    controller and mpiexec get SIGTERM, so Open MPI still removes its session files, and
+    SIGKILL after `grace` seconds; then stale shared-memory segments are removed.
     Safe to call when nothing runs.
     """
-    import psutil
 
-    procs = cluster_processes(cluster_id)
-    for p in procs:
-        try:
-            engine = "ipyparallel.engine" in " ".join(p.cmdline())
-            p.send_signal(signal.SIGKILL if engine else signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    return len(procs)
+    def gentle(p) -> bool:
+        return "ipyparallel.engine" not in " ".join(p.cmdline())
+
+    return jobs.end(cluster_processes(cluster_id), gentle=gentle, grace=grace)
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,7 +285,8 @@ class MPICluster:
         launcher.engine_args = ["--IPEngine.enable_nanny=False"]
         self._cluster = cl
         try:
-            self.client = cl.start_and_connect_sync(activate=False)
+            with runtime.without_mpi_singleton_env():  # ipyparallel copies os.environ
+                self.client = cl.start_and_connect_sync(activate=False)
             self._wire_up(timeout=self.start_timeout)
         except Exception as exc:
             log = self._engine_log_tail()

@@ -50,16 +50,15 @@ import math
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from . import halo, runtime
+from . import halo, jobs, runtime, validate
 
-__all__ = ["MODES", "PROGRAMS", "CoarraysUnavailable", "available", "build", "dims_create",
+__all__ = ["MODES", "PROGRAMS", "CoarraysUnavailable", "available", "build",
            "run_wave", "time_wave", "reference"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,45 +201,14 @@ def build(force: bool = False) -> dict[str, Path]:
 # Arguments
 
 
-def dims_create(ranks: int) -> tuple[int, int]:
-    """The process grid ``(py, px)`` ``MPI_Dims_create(ranks, 2)`` gives, computed here.
-
-    ``py >= px``, as square as the factors allow (1 -> (1, 1), 2 -> (2, 1), 4 -> (2, 2),
-    6 -> (3, 2)): the programs then use the grid of :func:`mpilab.halo.time_halo` without
-    this process initialising MPI.
-    """
-    ranks = halo._check_size(ranks, "ranks")
-    px = max(p for p in range(1, math.isqrt(ranks) + 1) if ranks % p == 0)
-    return ranks // px, px
-
-
-def _check_mode(mode) -> str:
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return mode
-
-
-def _modes(mode) -> list[str]:
-    if isinstance(mode, str):
-        mode = list(MODES) if mode == "all" else [m.strip() for m in mode.split(",")]
-    try:
-        out = list(mode)
-    except TypeError:
-        raise TypeError(f"mode must be a name or a list of names, not "
-                        f"{type(mode).__name__}") from None
-    if not out:
-        raise ValueError("no mode given")
-    return [_check_mode(m) for m in out]
-
-
 def _check_dims(dims, ranks: int, nx: int, ny: int) -> tuple[int, int]:
     if dims is None:
-        dims = dims_create(ranks)
+        dims = halo.process_grid(ranks)
     try:
         py, px = dims
     except (TypeError, ValueError):
         raise TypeError(f"dims must be a pair (py, px), got {dims!r}") from None
-    py, px = halo._check_size(py, "py"), halo._check_size(px, "px")
+    py, px = validate.count(py, "py"), validate.count(px, "px")
     if py * px != ranks:
         raise ValueError(f"dims {(py, px)} do not multiply to ranks={ranks}")
     if py > ny or px > nx:
@@ -250,10 +218,10 @@ def _check_dims(dims, ranks: int, nx: int, ny: int) -> tuple[int, int]:
 
 
 def _problem(nx, ny, steps, f0, courant, source):
-    nx = halo._check_size(nx, "nx")
-    ny = halo._check_size(ny, "ny")
-    steps = halo._check_size(steps, "steps", 0)
-    f0, courant, sx, sy = halo._check_wave(nx, ny, f0, courant, source)
+    nx = validate.count(nx, "nx")
+    ny = validate.count(ny, "ny")
+    steps = validate.count(steps, "steps", 0)
+    f0, courant, sx, sy = validate.wave_params(nx, ny, f0, courant, source)
     return nx, ny, steps, f0, courant, sx, sy
 
 
@@ -269,52 +237,25 @@ def _timeout(timeout) -> float:
 # Running
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the run's process group and every descendant that left it; reap them."""
-    import psutil
-
-    try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        kids = []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for k in kids:
-        try:
-            k.kill()
-        except psutil.Error:
-            pass
-    proc.wait()
-    psutil.wait_procs(kids, timeout=10)
-
-
 def _launch(program: str, args: dict, ranks: int, timeout: float,
             transport: str = "shm") -> subprocess.CompletedProcess:
-    """Run `program` (a name in :data:`PROGRAMS`' values) on `ranks` processes."""
+    """Run `program` (a name in :data:`PROGRAMS`' values) on `ranks` processes.
+
+    Through :mod:`mpilab.jobs`: on a timeout or a crash every process of the run is
+    killed and its shared-memory segments removed.
+    """
     exe = build()[program]
     launch = runtime.launch(ranks, transport)
     extra = ["--mca", "osc", "pt2pt"] if program == "wave_caf" and ranks == 1 else []
-    argv = [*launch.command, *extra, str(exe), *(f"{k}={v}" for k, v in args.items())]
-    proc = subprocess.Popen(argv, env=launch.full_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        proc.communicate()
+        return jobs.run(launch, [str(exe), *(f"{k}={v}" for k, v in args.items())],
+                        mpi_args=extra, timeout=timeout)
+    except jobs.JobTimeout:
         raise TimeoutError(f"{program} on {ranks} processes did not finish in {timeout:g} s "
                            "(killed)") from None
-    except BaseException:
-        _kill_group(proc)
-        raise
-    # a rank that aborted may leave its peers behind for a moment: none may outlive us
-    _kill_group(proc)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{program} on {ranks} processes failed (exit {proc.returncode}):"
-                           f"\n{' '.join(argv)}\n{(err or out)[-3000:]}")
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    except jobs.JobFailed as exc:
+        raise RuntimeError(f"{program} on {ranks} processes failed (exit {exc.returncode}):"
+                           f"\n{' '.join(exc.argv)}\n{(exc.stderr or exc.stdout)[-3000:]}") from None
 
 
 def _read_times(path: Path) -> dict:
@@ -347,7 +288,7 @@ def run_wave(nx: int, ny: int, steps: int, *, mode: str = "nonblocking", ranks: 
     ranks : int
         MPI processes / coarray images (more than the cores oversubscribe them).
     dims : (py, px), optional
-        Process grid; default :func:`dims_create`.
+        Process grid; default :func:`mpilab.halo.process_grid`.
     ftz : bool
         Flush denormals to zero, as the C kernel does.
     transport : {"shm", "tcp"}
@@ -371,9 +312,9 @@ def run_wave(nx: int, ny: int, steps: int, *, mode: str = "nonblocking", ranks: 
     CoarraysUnavailable
         No ``caf`` / ``mpif90`` here.
     """
-    mode = _check_mode(mode)
+    (mode,) = validate.names([mode], MODES, "mode", {})
     nx, ny, steps, f0, courant, sx, sy = _problem(nx, ny, steps, f0, courant, source)
-    ranks = halo._check_size(ranks, "ranks")
+    ranks = validate.count(ranks, "ranks")
     py, px = _check_dims(dims, ranks, nx, ny)
     timeout = _timeout(timeout)
     return _run(mode, nx, ny, steps, f0, courant, sx, sy, py, px, ranks, ftz, transport,
@@ -457,7 +398,7 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
     warmup : int, optional
         Untimed steps before the repetitions (default ``min(iters, 10)``).
     dims : (py, px), optional
-        Process grid; default :func:`dims_create`.
+        Process grid; default :func:`mpilab.halo.process_grid`.
     transport : {"shm", "tcp"}
     check_steps : int
         If > 0, the first round's launches first run this many steps from rest, and each
@@ -484,22 +425,22 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
     """
     from .timing import record
 
-    modes = _modes(mode)
+    modes = validate.names(mode, MODES, "mode")
     for name, v in (("reps", reps), ("rounds", rounds)):
-        halo._check_size(v, name)
+        validate.count(v, name)
     if iters is not None:
-        halo._check_size(iters, "iters")
+        validate.count(iters, "iters")
     if warmup is not None:
-        halo._check_size(warmup, "warmup", 0)
-    check_steps = halo._check_size(check_steps, "check_steps", 0)
+        validate.count(warmup, "warmup", 0)
+    check_steps = validate.count(check_steps, "check_steps", 0)
     if isinstance(min_time, bool) or not isinstance(min_time, (int, float)) \
             or not 0 < min_time < 60:
         raise ValueError(f"min_time must be in (0, 60) seconds, got {min_time!r}")
-    ranks = halo._check_size(ranks, "ranks")
+    ranks = validate.count(ranks, "ranks")
     if sub is not None:
         if nx is not None or ny is not None:
             raise ValueError("give either sub or nx and ny, not both")
-        sub = halo._check_size(sub, "sub")
+        sub = validate.count(sub, "sub")
         py, px = _check_dims(dims, ranks, ranks, ranks)
         nx, ny = sub * px, sub * py
     elif nx is None or ny is None:

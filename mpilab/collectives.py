@@ -1,4 +1,4 @@
-"""Collective algorithms: run, trace, time, predict and tune them.
+"""Collective algorithms: run, trace, time and predict them.
 
 The algorithms themselves are C on point-to-point messages (``kernels/collectives``):
 broadcast (linear, DECK's binary tree, MPI's binomial tree), reduce (gather then reduce
@@ -12,9 +12,8 @@ on the engines, ``cluster.run(collectives.trace, None, "allgather", "bruck", 102
 ``comm=None`` means ``MPI.COMM_WORLD``) and every rank gets the same answer.
 
 :func:`predict` gives Hockney-model costs (α + n/β per message), always labelled as
-predictions (:class:`mpilab.models.Prediction`). :func:`tune` measures every admissible
-allgather algorithm of the library, writes a decision table, compares it with the
-library's choice and turns it into an Open MPI rules file (:func:`write_ompi_rules`).
+predictions (:class:`mpilab.models.Prediction`). Measuring the library's own algorithms
+against each other and against its choice, and tuning it, is :mod:`mpilab.tuning`.
 
 Examples
 --------
@@ -26,18 +25,13 @@ prediction: 6.07 µs for 1,024 B (ring allgather on 4 ranks, Hockney α = 1 µs,
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import os
-import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import runtime
-from .models import Prediction, _params_label
+from .models import Prediction, params_label
 
 __all__ = [
     "ALGORITHMS",
@@ -45,20 +39,12 @@ __all__ = [
     "Algorithm",
     "admissible",
     "calibrate",
-    "decision_table",
     "events",
-    "library_has",
-    "library_default",
-    "library_env",
-    "observe_library",
     "predict",
     "predict_table",
-    "rules_env",
     "run",
     "time_alg",
     "trace",
-    "tune",
-    "write_ompi_rules",
 ]
 
 OPS = ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather", "allgather")
@@ -295,12 +281,11 @@ OMPI_NAMES = {
     "scatter": {1: "basic_linear", 2: "binomial"},
     "gather": {1: "basic_linear", 2: "binomial"},
 }
-# Open MPI's enum COLLTYPE_T (coll_base_functions.h): the collective ids of a rules file.
-_OMPI_COLL_ID = {"allgather": 0, "allreduce": 2, "barrier": 6, "bcast": 7, "gather": 9,
-                 "reduce": 11, "scatter": 15}
 
 
-def _algorithm(op: str, alg: str) -> Algorithm:
+
+def algorithm(op: str, alg: str) -> Algorithm:
+    """The :class:`Algorithm` `alg` of `op`; a ValueError naming the choices if unknown."""
     if op not in ALGORITHMS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if alg not in ALGORITHMS[op]:
@@ -326,7 +311,8 @@ def _comm(comm):
     return comm
 
 
-def _kernel():
+def kernel_module():
+    """The compiled collectives kernel (``mpilab.kernels.collectives``), imported here."""
     from .kernels import collectives
 
     return collectives
@@ -366,7 +352,7 @@ def run(comm, op: str, alg: str, sendbuf=None, recvbuf=None, *, root: int = 0,
         (recursive doubling allgather needs a power of two, ...), a bad root, or a bad
         buffer on any rank.
     """
-    _kernel().run(_comm(comm), op, alg, sendbuf, recvbuf, root=root, redop=redop)
+    kernel_module().run(_comm(comm), op, alg, sendbuf, recvbuf, root=root, redop=redop)
     return recvbuf
 
 
@@ -377,7 +363,7 @@ def events(comm, op: str, alg: str, nbytes: int, *, root: int = 0) -> list[list[
     order (a Sendrecv gives its send, then its receive); collected on every rank.
     """
     comm = _comm(comm)
-    mine = _kernel().trace(comm, op, alg, nbytes, dtype="uint8", root=root)
+    mine = kernel_module().trace(comm, op, alg, nbytes, dtype="uint8", root=root)
     return comm.allgather(mine)
 
 
@@ -415,7 +401,7 @@ def _library_label(op: str) -> str:
 def calibrate(comm, op: str, alg: str, nbytes: int, *, min_time: float = 0.005,
               max_iters: int = 100_000, root: int = 0) -> int:
     """Calls per timed repetition for one repetition to last about `min_time` s (collective)."""
-    k = _kernel()
+    k = kernel_module()
     iters = 1
     while True:
         t = k.time(_comm(comm), op, alg, nbytes, root=root, warmup=1, iters=iters, reps=3).min()
@@ -445,7 +431,7 @@ def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
     from .timing import record
 
     comm = _comm(comm)
-    k = _kernel()
+    k = kernel_module()
     label = impl or (_library_label(op) if alg == LIBRARY else f"mpilab:{alg}")
     out = []
     for n in sizes:
@@ -488,7 +474,7 @@ def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = Non
         Printed as ``prediction: ...``; the model ignores contention, the copies and
         reductions in memory, and oversubscription.
     """
-    spec = _algorithm(op, alg)
+    spec = algorithm(op, alg)
     if fit is not None:
         alpha_us, beta_MBps = fit.alpha_us, fit.beta_MBps
     if alpha_us is None or beta_MBps is None:
@@ -503,7 +489,7 @@ def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = Non
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     t = spec.time_us(p, float(nbytes), float(alpha_us), float(beta_MBps))
-    label = f"{alg.replace('_', ' ')} {op} on {p} ranks, Hockney {_params_label(alpha_us, beta_MBps)}"
+    label = f"{alg.replace('_', ' ')} {op} on {p} ranks, Hockney {params_label(alpha_us, beta_MBps)}"
     return Prediction(float(t), int(nbytes), label)
 
 
@@ -520,324 +506,3 @@ def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None 
                          "size_bytes": int(n), "t_us": pr.t_us, "kind": "prediction",
                          "model": pr.model})
     return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------- the library
-
-
-def library_env(op: str, alg: str | None, lib: str | None = None) -> dict:
-    """Environment that makes the library run `alg` for `op` (None: its default choice).
-
-    Open MPI: ``coll_tuned`` dynamic rules with the algorithm forced
-    (``OMPI_MCA_coll_tuned_use_dynamic_rules=1``, ``OMPI_MCA_coll_tuned_<op>_algorithm``);
-    it is read once at ``MPI_Init``, so each forced algorithm needs its own MPI job.
-    MPICH: the ``MPIR_CVAR_<OP>_INTRA_ALGORITHM`` control variables (not tested here:
-    only Open MPI is installed on the course machine).
-
-    Raises
-    ------
-    ValueError
-        When the library has no such algorithm (e.g. MPICH has no linear allgather).
-    """
-    lib = lib or runtime.selected_library()
-    if alg is None or alg == "default":
-        return {}
-    spec = _algorithm(op, alg)
-    if lib == "openmpi":
-        return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-                f"OMPI_MCA_coll_tuned_{op}_algorithm": str(spec.ompi)}
-    if lib == "mpich":
-        if not spec.mpich:
-            raise ValueError(f"MPICH has no {alg} {op} to select")
-        return dict(spec.mpich)
-    raise ValueError(f"unknown MPI library {lib!r}")
-
-
-def library_has(op: str, alg: str, lib: str | None = None) -> bool:
-    """Whether the library can be made to run `alg` (see :func:`library_env`)."""
-    try:
-        library_env(op, alg, lib)
-    except ValueError:
-        return False
-    return True
-
-
-def library_default(op: str, p: int, nbytes: int) -> dict:
-    """The allgather algorithm Open MPI 4.1 picks by default: its documented rule.
-
-    Derived by reading Open MPI 4.1's ``coll_tuned_decision_fixed.c``
-    (``ompi_coll_tuned_allgather_intra_dec_fixed``), not asked from the library: a
-    label for comparison with measurements, which is where to check it. ``nbytes`` is
-    the per-rank block (the rule's ``dsize * scount``).
-
-    Returns
-    -------
-    dict
-        ``{"decision": alg, "runs": alg, "source": ...}``: ``runs`` differs from
-        ``decision`` where the library falls back (recursive doubling on a
-        non-power-of-two count runs Bruck, neighbor exchange on an odd count runs ring).
-    """
-    if op != "allgather":
-        raise ValueError("only the allgather rule is encoded (op='allgather')")
-    n = int(nbytes)
-    if p == 2:
-        alg = "two_proc"
-    elif p < 32:
-        alg = "recursive_doubling"
-    else:
-        # (communicator-size bound, [(size bound, alg), ...]) for p < 1024
-        table = [
-            (64, [(1024, 3), (65536, 5), (None, 4)]),
-            (128, [(512, 3), (65536, 5), (None, 4)]),
-            (256, [(512, 3), (131072, 5), (524288, 4), (1048576, 5), (None, 4)]),
-            (512, [(32, 3), (128, 2), (1024, 3), (131072, 5), (524288, 4), (1048576, 5),
-                   (None, 4)]),
-            (1024, [(64, 3), (256, 2), (2048, 3), (None, 5)]),
-        ]
-        names = {2: "bruck", 3: "recursive_doubling", 4: "ring", 5: "neighbor_exchange"}
-        alg = "neighbor_exchange"  # p >= 1024 and large blocks; small blocks not encoded
-        for bound, rules in table:
-            if p < bound:
-                alg = next(names[a] for lim, a in rules if lim is None or n < lim)
-                break
-    runs = alg
-    if alg == "recursive_doubling" and p & (p - 1):
-        runs = "bruck"
-    if alg == "neighbor_exchange" and p % 2:
-        runs = "ring"
-    return {"decision": alg, "runs": runs,
-            "source": "library's documented default: derived from Open MPI 4.1 "
-                      "coll_tuned_decision_fixed.c, not queried from the library"}
-
-
-# --------------------------------------------------------------------------- tuning
-
-
-def decision_table(records: Sequence[dict], *, op: str = "allgather",
-                   prefix: str = "library:") -> dict:
-    """Best algorithm per (ranks, size) from measured records; with the library's choice.
-
-    Only records whose impl starts with `prefix` and names an algorithm take part
-    (``library:<alg>``: what a rules file can apply); ``library:default`` is the
-    library's own choice, compared against the best.
-    """
-    by: dict[tuple[int, int], dict[str, float]] = {}
-    for r in records:
-        by.setdefault((int(r["ranks"]), int(r["size_bytes"])), {})[r["impl"]] = r["t_us_median"]
-    rules = []
-    for (p, n), row in sorted(by.items()):
-        cands = {k.removeprefix(prefix): v for k, v in row.items()
-                 if k.startswith(prefix) and k.removeprefix(prefix) in ALGORITHMS[op]}
-        if not cands:
-            continue
-        best = min(cands, key=cands.get)
-        entry = {"ranks": p, "size_bytes": n, "best": best, "t_us_best": cands[best],
-                 "t_us": cands}
-        if "library:default" in row:
-            d = row["library:default"]
-            entry["t_us_library_default"] = d
-            entry["library_default_vs_best"] = d / cands[best] if cands[best] > 0 else None
-        if op == "allgather":
-            entry["library_documented_choice"] = library_default(op, p, n)["runs"]
-        rules.append(entry)
-    return {"op": op, "library": runtime.selected_library(), "rules": rules,
-            "note": "best = lowest median time among the library's forced algorithms"}
-
-
-def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
-    """Write a decision table as an Open MPI ``coll_tuned`` dynamic rules file.
-
-    Open MPI matches the largest listed communicator size not above the job's, then
-    the largest message size not above the call's; for allgather that size is the
-    whole result (block x ranks), so block sizes are scaled here. Use it with
-    :func:`rules_env`.
-    """
-    op = table["op"]
-    if op not in _OMPI_COLL_ID:
-        raise ValueError(f"no Open MPI collective id for {op!r}")
-    by_p: dict[int, list[tuple[int, int]]] = {}
-    for r in table["rules"]:
-        p = int(r["ranks"])
-        msg = int(r["size_bytes"]) * (p if op in ("allgather", "gather", "scatter") else 1)
-        by_p.setdefault(p, []).append((msg, ALGORITHMS[op][r["best"]].ompi))
-    lines = ["1  # collectives in this file", f"{_OMPI_COLL_ID[op]}  # {op}",
-             f"{len(by_p)}  # communicator sizes"]
-    for p, rules in sorted(by_p.items()):
-        rules.sort()
-        rules[0] = (0, rules[0][1])  # the smallest size rule covers everything below it
-        lines += [f"{p}  # communicator size", f"{len(rules)}  # message sizes"]
-        lines += [f"{m} {a} 0 0  # bytes, algorithm, fan-in/out, segment size"
-                  for m, a in rules]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Open MPI's reader skips text after the numbers it needs on a line.
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def rules_env(path: str | os.PathLike) -> dict:
-    """Environment that makes Open MPI use a rules file written by :func:`write_ompi_rules`."""
-    return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-            "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(Path(path).resolve())}
-
-
-def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *,
-         out: str | os.PathLike | None = None, rules: str | os.PathLike | None = None,
-         reps: int = 5, rounds: int = 1, min_time: float = 0.003, timeout: float = 600,
-         transport: str = "shm", mode: str | None = None) -> dict:
-    """Measure every admissible allgather algorithm per (ranks, size); the decision table.
-
-    Runs the allgather benchmark (:mod:`mpilab.bench.allgather`) for each rank count:
-    every library algorithm forced in turn (with Open MPI in one job, each on its own
-    communicator; otherwise one job each), our C version beside it, and the library's
-    default. Picks the fastest library algorithm per size
-    (:func:`decision_table`) and compares it with the library's default choice, both
-    measured (``library_default_vs_best``) and documented
-    (``library_documented_choice``, see :func:`library_default`).
-
-    Parameters
-    ----------
-    ranks : sequence of int
-        Process counts to tune for (each run oversubscribes when above the cores).
-    sizes : sequence of int
-        Block sizes per rank, in bytes.
-    out : path, optional
-        Write the table, with the measurements behind it, as JSON here.
-    rules : path, optional
-        Open MPI only: also write a ``coll_tuned`` rules file that applies the table;
-        ``table["rules_env"]`` is then the environment that makes a job use it.
-    reps, rounds, min_time, timeout, transport, mode
-        Passed to :func:`mpilab.bench.allgather.run` (``mode="jobs"``: one MPI job per
-        forced algorithm, forced through the environment at ``MPI_Init``; the default
-        with Open MPI, ``"cvar"``, forces each on its own communicator in one job).
-
-    Returns
-    -------
-    dict
-        ``{"op", "library", "rules": [{"ranks", "size_bytes", "best", "t_us_best",
-        "t_us", "t_us_library_default", "library_default_vs_best",
-        "library_documented_choice"}, ...], "measured", ...}``. Times are measured
-        medians (µs), not predictions.
-    """
-    from .bench import allgather as bench
-
-    records, metas = [], []
-    for p in ranks:
-        m, recs = bench.run(p, list(sizes), reps=reps, rounds=rounds, min_time=min_time,
-                            timeout=timeout, transport=transport, mode=mode)
-        records += recs
-        metas.append(m)
-    table = decision_table(records)
-    table["measured"] = {"meta": metas, "records": records}
-    if rules is not None:
-        if table["library"] != "openmpi":
-            raise ValueError("rules files are Open MPI's; MPICH takes MPIR_CVAR_* settings")
-        table["rules_file"] = str(write_ompi_rules(table, rules))
-        table["rules_env"] = rules_env(rules)
-    if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(table, indent=2, default=str) + "\n")
-    return table
-
-
-# --------------------------------------------------------------------------- observing
-
-
-def _sent_blocks(events_of_rank: Sequence[tuple], rank: int) -> dict:
-    out: dict[str, int] = {}
-    for kind, peer, nbytes in events_of_rank:
-        if kind == "send" and nbytes and peer != rank:
-            out[f"{rank}->{peer}"] = out.get(f"{rank}->{peer}", 0) + nbytes
-    return out
-
-
-def _observe_worker(args_path: str, out_path: str) -> int:
-    from mpi4py import MPI
-
-    k = _kernel()
-    a = json.loads(Path(args_path).read_text())
-    comm = MPI.COMM_WORLD
-    n = int(a["nbytes"])
-    on = comm
-    if a.get("force") is not None:  # as the benchmark forces: MPI_T, then a new communicator
-        k.set_cvar("coll_tuned_allgather_algorithm", a["force"])
-        on = comm.Dup()
-    # the calls in one C loop: no per-call argument checks adding their own messages
-    k.time(on, "allgather", LIBRARY, n, warmup=0, iters=a["calls"], reps=1)
-    expected = {}
-    for alg in admissible("allgather", comm.Get_size()):
-        # one-byte blocks: bytes sent = blocks sent (our messages are user-level, so the
-        # monitoring counts them apart from the library's internal ones)
-        mine = _sent_blocks(k.trace(comm, "allgather", alg, 1), comm.Get_rank())
-        every = comm.gather(mine)
-        if comm.rank == 0:
-            expected[alg] = {key: v for d in every for key, v in d.items()}
-    if comm.rank == 0:
-        Path(out_path).write_text(json.dumps({"expected": expected}))
-    return 0
-
-
-def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
-                    force: str | None = None, calls: int = 2, transport: str = "shm",
-                    timeout: float = 120) -> dict:
-    """Which allgather algorithm the library really ran, seen from its messages.
-
-    Runs ``calls`` MPI_Allgather of `nbytes` per rank (more for small blocks, so that
-    they carry at least 64 KiB) under Open MPI's ``pml monitoring``
-    (which counts the bytes each rank sends each peer inside collectives), converts the
-    counts to blocks, and compares that pattern with the blocks each of our algorithms
-    sends (from their traces). `env` forces an algorithm or a rules file
-    (:func:`library_env`, :func:`rules_env`); `force` forces one inside the job, as
-    the allgather benchmark does (coll_tuned's MPI_T control variable, then a new
-    communicator); without either, this observes the default.
-
-    Returns
-    -------
-    dict
-        ``observed`` (``{"src->dst": blocks}``), ``matches`` (our algorithms with the
-        same pattern; empty when the library did something else, e.g. its linear
-        allgather, which gathers and broadcasts with its own tree algorithms), ``ranks``,
-        ``nbytes``, ``env``.
-    """
-    from .bench import run_mpi
-
-    if runtime.selected_library() != "openmpi":
-        raise ValueError("observing the library's messages needs Open MPI's pml monitoring")
-    if not isinstance(nbytes, int) or nbytes < 1:
-        raise ValueError(f"nbytes must be a positive integer, got {nbytes!r}")
-    # enough calls that the allgather's bytes stand far above the job's other traffic
-    calls = max(int(calls), -(-65536 // nbytes))
-    launch = runtime.launch(ranks, transport)
-    extra = {**(env or {}), "OMPI_MCA_pml_monitoring_enable": "2",
-             "OMPI_MCA_pml_monitoring_enable_output": "1"}
-    number = None
-    if force is not None:
-        number = _algorithm("allgather", force).ompi
-        extra["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
-    with tempfile.TemporaryDirectory(prefix="mpilab-observe-") as d:
-        a, o, logs = Path(d) / "args.json", Path(d) / "out.json", Path(d) / "logs"
-        a.write_text(json.dumps({"nbytes": int(nbytes), "calls": int(calls), "force": number}))
-        # one output file per rank: the ranks' reports would interleave on one stream
-        job = dataclasses.replace(launch, env={**launch.env, **extra},
-                                  args=(*launch.args, "--output-filename", str(logs)))
-        run_mpi(job, [sys.executable, "-m", "mpilab.collectives", "--observe", str(a),
-                      str(o)], timeout)
-        expected = json.loads(o.read_text())["expected"]
-        text = "\n".join(f.read_text() for f in sorted(logs.rglob("stdout")))
-    unit = calls * int(nbytes)
-    observed = {}
-    for line in text.splitlines():
-        f = line.split("\t")
-        if len(f) >= 4 and f[0] == "I" and f[3].endswith(" bytes"):
-            b = int(f[3].split()[0])
-            if b >= unit / 2:  # below: the job's own small collectives, not the allgather
-                observed[f"{f[1]}->{f[2]}"] = round(b / unit)
-    matches = [alg for alg, pattern in expected.items() if pattern == observed]
-    return {"ranks": ranks, "nbytes": int(nbytes), "observed": observed, "matches": matches,
-            "env": env or {}, "force": force}
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--observe":
-        sys.exit(_observe_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m mpilab.collectives --observe ARGS.json OUT.json")

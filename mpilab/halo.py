@@ -52,7 +52,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["split", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
+from . import validate
+
+__all__ = ["split", "process_grid", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
            "MODES", "ONESIDED_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
            "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "timeline",
            "timeline_frame"]
@@ -66,6 +68,8 @@ MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
 ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", "shm", "shm-nc")
 #: Every mode of the heat problem.
 ALL_MODES = MODES + ONESIDED_MODES
+#: Names that stand for several modes: "all" for the two-sided ones, "onesided".
+MODE_GROUPS = {"all": MODES, "onesided": ONESIDED_MODES}
 #: How column ghosts travel: an MPI vector datatype, or packed by hand.
 PACKS = ("datatype", "manual")
 #: The two problems.
@@ -74,12 +78,19 @@ APPS = ("heat", "wave")
 PHASES = ("exchange", "interior", "wait", "boundary")
 
 
-def _check_size(value, name: str, lowest: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    if value < lowest:
-        raise ValueError(f"{name} must be >= {lowest}, got {value}")
-    return int(value)
+def process_grid(ranks: int) -> tuple[int, int]:
+    """The process grid ``(py, px)`` ``MPI_Dims_create(ranks, 2)`` gives, without MPI.
+
+    The most square factorisation, larger factor first (Open MPI and MPICH agree):
+    1 -> (1, 1), 2 -> (2, 1), 4 -> (2, 2), 6 -> (3, 2), 7 -> (7, 1). The Fortran programs
+    and the lab checks use it where this process must not initialise MPI.
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    px = math.isqrt(int(ranks))
+    while ranks % px:
+        px -= 1
+    return int(ranks) // px, px
 
 
 def split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -89,8 +100,8 @@ def split(n: int, parts: int) -> list[tuple[int, int]]:
     (``split(10, 4) == [(0, 3), (3, 3), (6, 2), (8, 2)]``). Every owner needs at least
     one point.
     """
-    n = _check_size(n, "n")
-    parts = _check_size(parts, "parts")
+    n = validate.count(n, "n")
+    parts = validate.count(parts, "parts")
     if parts > n:
         raise ValueError(f"cannot split {n} points over {parts} owners (each needs one)")
     base, extra = divmod(n, parts)
@@ -108,8 +119,8 @@ def heat_sources(nx: int, ny: int) -> list[tuple[int, int]]:
     ``(nx/2, ny/2)``, ``(nx/3, ny/3)`` and ``(4nx/5, 8ny/9)``, rounded down; on very small
     grids two may coincide (they then add their heat to the same point).
     """
-    nx = _check_size(nx, "nx")
-    ny = _check_size(ny, "ny")
+    nx = validate.count(nx, "nx")
+    ny = validate.count(ny, "ny")
     return [(nx // 2, ny // 2), (nx // 3, ny // 3), (nx * 4 // 5, ny * 8 // 9)]
 
 
@@ -153,9 +164,9 @@ def serial_heat(nx: int, ny: int, steps: int, *, energy: float = 1.0,
     numpy.ndarray
         Shape ``(ny, nx)``, float64.
     """
-    nx = _check_size(nx, "nx")
-    ny = _check_size(ny, "ny")
-    steps = _check_size(steps, "steps", 0)
+    nx = validate.count(nx, "nx")
+    ny = validate.count(ny, "ny")
+    steps = validate.count(steps, "steps", 0)
     srcs = heat_sources(nx, ny) if sources is None else list(sources)
     for x, y in srcs:
         if not (0 <= x < nx and 0 <= y < ny):
@@ -179,29 +190,6 @@ def ricker(t: float, f0: float) -> float:
     q = math.pi * f0 * (t - 1.0 / f0)
     a = q * q
     return (1.0 - 2.0 * a) * math.exp(-a)
-
-
-def _check_wave(nx, ny, f0, courant, source):
-    for name, v in (("f0", f0), ("courant", courant)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-        if not math.isfinite(v):
-            raise ValueError(f"{name} must be finite, got {v}")
-    if f0 <= 0:
-        raise ValueError(f"f0 must be > 0, got {f0}")
-    if not 0 < courant <= 1 / math.sqrt(2):
-        raise ValueError(f"courant must be in (0, 1/sqrt(2)] for stability, got {courant}")
-    if source is None:
-        source = (nx // 2, ny // 2)
-    try:
-        sx, sy = source
-    except (TypeError, ValueError):
-        raise TypeError(f"source must be a pair (x, y), got {source!r}") from None
-    sx = _check_size(sx, "source x", 0)
-    sy = _check_size(sy, "source y", 0)
-    if sx >= nx or sy >= ny:
-        raise ValueError(f"source {tuple(source)} is outside the {nx} x {ny} grid")
-    return float(f0), float(courant), sx, sy
 
 
 def serial_wave(nx: int, ny: int, steps: int, *, f0: float = 0.05, courant: float = 0.5,
@@ -257,10 +245,10 @@ def serial_wave(nx: int, ny: int, steps: int, *, f0: float = 0.05, courant: floa
     >>> p.shape
     (48, 64)
     """
-    nx = _check_size(nx, "nx")
-    ny = _check_size(ny, "ny")
-    steps = _check_size(steps, "steps", 0)
-    f0, dt, sx, sy = _check_wave(nx, ny, f0, courant, source)
+    nx = validate.count(nx, "nx")
+    ny = validate.count(ny, "ny")
+    steps = validate.count(steps, "steps", 0)
+    f0, dt, sx, sy = validate.wave_params(nx, ny, f0, courant, source)
     px, py, vx, vy = (np.zeros((ny + 2, nx + 2)) for _ in range(4))
     for n in range(steps):
         p = px + py
@@ -315,40 +303,7 @@ def _check_app(app) -> str:
     return app
 
 
-def _names(value, allowed: Sequence[str], what: str) -> list[str]:
-    if isinstance(value, str):
-        value = list(allowed) if value == "all" else [v.strip() for v in value.split(",")]
-    try:
-        out = list(value)
-    except TypeError:
-        raise TypeError(f"{what} must be a name or a list of names, not "
-                        f"{type(value).__name__}") from None
-    if not out:
-        raise ValueError(f"no {what} given")
-    for v in out:
-        if not isinstance(v, str) or v not in allowed:
-            raise ValueError(f"{what} must be among {allowed} (or 'all'), got {v!r}")
-    return out
-
-
-def _mode_names(value) -> list[str]:
-    """Modes from a name, a list or a comma-separated string; ``"all"`` is the two-sided
-    :data:`MODES`, ``"onesided"`` the :data:`ONESIDED_MODES`."""
-    groups = {"all": MODES, "onesided": ONESIDED_MODES}
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",")]
-    try:
-        value = list(value)
-    except TypeError:
-        raise TypeError(f"mode must be a name or a list of names, not "
-                        f"{type(value).__name__}") from None
-    out = []
-    for v in value:
-        out.extend(groups[v] if isinstance(v, str) and v in groups else [v])
-    return _names(out, ALL_MODES, "mode")
-
-
-def _check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None:
+def check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None:
     """The one-sided modes exist for the heat problem and its datatype packing only."""
     one = [m for m in modes if m in ONESIDED_MODES]
     if not one:
@@ -426,8 +381,8 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
             assert np.allclose(u, halo.serial_heat(17, 11, 20))
     """
     mode = _single_mode(mode, ALL_MODES)
-    _names(pack, PACKS, "pack")
-    _check_onesided("heat", [mode], [pack])
+    validate.names(pack, PACKS, "pack")
+    check_onesided("heat", [mode], [pack])
     return _kernel("heat", mode).heat(comm, nx, ny, steps, mode=mode, pack=pack,
                                       energy=energy, dims=dims)
 
@@ -459,9 +414,9 @@ def run_wave(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
         if comm.rank == 0:
             assert np.allclose(full, halo.serial_wave(40, 30, 80), rtol=1e-12, atol=1e-12)
     """
-    _check_onesided("wave", [mode] if isinstance(mode, str) else [], [])
-    _names(mode, MODES, "mode")
-    _names(pack, PACKS, "pack")
+    check_onesided("wave", [mode] if isinstance(mode, str) else [], [])
+    validate.names(mode, MODES, "mode")
+    validate.names(pack, PACKS, "pack")
     return _kernel("wave").wave(comm, nx, ny, steps, mode=mode, pack=pack, f0=f0,
                                 courant=courant, source=source, dims=dims)
 
@@ -521,11 +476,11 @@ def _grid(comm, sub, nx, ny, dims):
     if sub is not None:
         if nx is not None or ny is not None:
             raise ValueError("give either sub or nx and ny, not both")
-        sub = _check_size(sub, "sub")
+        sub = validate.count(sub, "sub")
         return sub * px, sub * py, (py, px)
     if nx is None or ny is None:
         raise ValueError("give sub (points per rank and axis) or both nx and ny")
-    return _check_size(nx, "nx"), _check_size(ny, "ny"), (py, px)
+    return validate.count(nx, "nx"), validate.count(ny, "ny"), (py, px)
 
 
 def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | None = None,
@@ -586,15 +541,15 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     from .timing import record
 
     app = _check_app(app)
-    modes = _mode_names(mode)
-    packs = _names(pack, PACKS, "pack")
-    _check_onesided(app, modes, packs)
-    _check_size(reps, "reps")
-    _check_size(rounds, "rounds")
+    modes = validate.names(mode, ALL_MODES, "mode", MODE_GROUPS)
+    packs = validate.names(pack, PACKS, "pack")
+    check_onesided(app, modes, packs)
+    validate.count(reps, "reps")
+    validate.count(rounds, "rounds")
     if iters is not None:
-        _check_size(iters, "iters")
+        validate.count(iters, "iters")
     if warmup is not None:
-        _check_size(warmup, "warmup", 0)
+        validate.count(warmup, "warmup", 0)
     allowed = {"heat": {"energy"}, "wave": {"f0", "courant", "source"}}[app]
     extra = set(problem) - allowed
     if extra:
@@ -687,8 +642,8 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
     if isinstance(mode, str) and mode in ONESIDED_MODES:
         raise ValueError(f"timeline has no one-sided modes ({mode!r}): the one-sided kernel "
                          f"records no phases; use one of {MODES}")
-    _names(mode, MODES, "mode")
-    _names(pack, PACKS, "pack")
+    validate.names(mode, MODES, "mode")
+    validate.names(pack, PACKS, "pack")
     if root is not None:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
             raise TypeError(f"root must be an integer or None, not {type(root).__name__}")

@@ -53,7 +53,8 @@ def _format_bandwidth(mbps: float) -> str:
     return f"{mbps / 1e3:.3g} GB/s" if mbps >= 1e3 else f"{mbps:.3g} MB/s"
 
 
-def _params_label(alpha_us: float, beta_MBps: float) -> str:
+def params_label(alpha_us: float, beta_MBps: float) -> str:
+    """``α = 1 µs, β = 1 GB/s``: a model's parameters as the figures label them."""
     return f"α = {_format_us(alpha_us)}, β = {_format_bandwidth(beta_MBps)}"
 
 
@@ -146,7 +147,7 @@ class HockneyFit:
     @property
     def model(self) -> str:
         """Human label, e.g. ``"Hockney fit: α = 0.42 µs, β = 11.2 GB/s"``."""
-        return f"Hockney fit: {_params_label(self.alpha_us, self.beta_MBps)}"
+        return f"Hockney fit: {params_label(self.alpha_us, self.beta_MBps)}"
 
     def time_us(self, n):
         """Model time in µs for ``n`` bytes: a float for a scalar, an array otherwise."""
@@ -218,8 +219,8 @@ class PiecewiseHockney:
         low, high = self.segments
         return (
             f"Hockney fit with switch at {self.switch_bytes:,} B: "
-            f"{_params_label(low.alpha_us, low.beta_MBps)} below it; "
-            f"{_params_label(high.alpha_us, high.beta_MBps)} from it"
+            f"{params_label(low.alpha_us, low.beta_MBps)} below it; "
+            f"{params_label(high.alpha_us, high.beta_MBps)} from it"
         )
 
     def time_us(self, n):

@@ -10,6 +10,7 @@ to find the compiler wrapper.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -197,7 +198,7 @@ class Launch:
         environment, and so does every child started without an explicit environment. An
         ``mpiexec`` that inherits them exits 1 without a word; they are dropped here.
         """
-        env = {k: v for k, v in os.environ.items() if not _mpi_singleton_var(k)}
+        env = clean_env()
         env.update(self.env)
         return env
 
@@ -226,6 +227,28 @@ def _mpi_singleton_var(name: str) -> bool:
     return name in _SINGLETON_NAMES or name.startswith(_SINGLETON_PREFIXES)
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment less what an initialised MPI left in it (see
+    :meth:`Launch.full_env`): for any child that will start MPI processes itself."""
+    return {k: v for k, v in os.environ.items() if not _mpi_singleton_var(k)}
+
+
+@contextlib.contextmanager
+def without_mpi_singleton_env():
+    """Within the block, this process's environment lacks its MPI singleton's settings.
+
+    For launchers that copy ``os.environ`` into the processes they start (ipyparallel's):
+    an ``mpiexec`` that inherits a singleton's ``PMIX_*`` settings exits 1 without a word.
+    A notebook kernel that imported a compiled kernel (mpi4py initialises MPI on import)
+    and then starts a cluster would otherwise fail.
+    """
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if _mpi_singleton_var(k)}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def _mapped_paths() -> set[str]:
     """Files some live process maps or holds open (scanning /proc; only what we may read)."""
     seen: set[str] = set()
@@ -247,18 +270,22 @@ def _mapped_paths() -> set[str]:
     return seen
 
 
+# Open MPI's shared-memory transport: vader in 4.x, sm in 5.x
+SEGMENT_PREFIXES = ("vader_segment.", "sm_segment.")
+
+
 def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
     """Delete Open MPI shared-memory segments that no live process uses; how many.
 
     A job that is killed (a timeout, a deadlock demo, a crashed engine) leaves its
-    ``vader_segment.<host>.<jobid>.<rank>`` files behind. Job ids are reused, and a new
-    job whose segment name matches a stale file fails to start, now and then and without
-    a word (Open MPI issue #7308): after a day of killed jobs this machine had 3,396 such
+    ``vader_segment.<host>.<jobid>.<rank>`` files (``sm_segment.*`` in Open MPI 5)
+    behind. Job ids are reused, and a new job whose segment name matches a stale file
+    fails to start, now and then and without a word (Open MPI issue #7308): after a day of killed jobs this machine had 3,396 such
     files and one launch in a hundred failed. Only this user's files that no process
     maps or holds open are removed, so running jobs are never touched.
     """
     try:
-        names = [n for n in os.listdir(directory) if n.startswith("vader_segment.")]
+        names = [n for n in os.listdir(directory) if n.startswith(SEGMENT_PREFIXES)]
     except OSError:
         return 0
     if not names:

@@ -14,6 +14,8 @@ pandas DataFrame carrying where it was measured.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterable, Sequence
 
@@ -312,3 +314,18 @@ def _on_self_rank0(sizes, **kwargs):
     if err is not None:
         raise err
     return recs
+
+
+def run_meta(launch: runtime.Launch, settings: dict, library: dict) -> dict:
+    """What produced a measurement run: machine, MPI library (as a rank reported it),
+    launcher, settings and the command line (``python -m mpilab.bench ...`` or the
+    notebook kernel's)."""
+    m = context(ranks=launch.ranks, transport=launch.transport, library=library)
+    m["launcher"] = " ".join(launch.command)
+    m["launcher_env"] = launch.env
+    m["settings"] = settings
+    argv = list(sys.argv) or [""]
+    if argv[0].endswith(os.path.join("bench", "__main__.py")):
+        argv = ["-m", "mpilab.bench", *argv[1:]]
+    m["command"] = " ".join([os.path.basename(sys.executable), *argv])
+    return m

@@ -58,7 +58,8 @@ def _integer(x: Any) -> int | None:
         return None
 
 
-def _as_table(events_by_rank: Sequence | Mapping) -> list[list[tuple[str, int, int]]]:
+def as_table(events_by_rank: Sequence | Mapping) -> list[list[tuple[str, int, int]]]:
+    """Events by rank (a list, or a mapping rank -> events) as a list indexed by rank."""
     if isinstance(events_by_rank, Mapping):
         p = len(events_by_rank)
         if sorted(events_by_rank) != list(range(p)):
@@ -112,7 +113,7 @@ def schedule(events_by_rank: Sequence | Mapping) -> list[dict[str, int]]:
         ranks that wait for each other in a cycle (a deadlock). The message names the
         rank and the event.
     """
-    table = _as_table(events_by_rank)
+    table = as_table(events_by_rank)
     p = len(table)
     clock = [0] * p
     pos = [0] * p

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpilab import runtime
+from mpilab import jobs, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,11 +29,14 @@ needs_mpi = pytest.mark.skipif(NO_MPI is not None, reason=f"no MPI: {NO_MPI}")
 
 def mpirun(script: str, ranks: int, *args: str, transport: str = "shm",
            timeout: float = 180) -> subprocess.CompletedProcess:
-    """Run tests/mpi/<script> on `ranks` processes; the completed process."""
-    launch = runtime.launch(ranks, transport)
-    argv = launch.argv([sys.executable, str(ROOT / "tests" / "mpi" / script), *args])
-    return subprocess.run(argv, env=launch.full_env(), capture_output=True, text=True,
-                          timeout=timeout, start_new_session=True)
+    """Run tests/mpi/<script> on `ranks` processes; the completed process.
+
+    Through :mod:`mpilab.jobs`, as the course runs its own jobs: a hung script is killed
+    with every rank (:class:`mpilab.jobs.JobTimeout`), and nothing outlives the call.
+    """
+    return jobs.run(runtime.launch(ranks, transport),
+                    [sys.executable, str(ROOT / "tests" / "mpi" / script), *args],
+                    timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,6 @@ import sys
 import pytest
 from conftest import needs_mpi
 
-from mpilab.bench import parse_sizes
-
 pytestmark = needs_mpi
 
 
@@ -68,12 +66,6 @@ def test_bad_arguments_fail_cleanly():
     res = bench("pingpong", "--impls", "kernel,abacus", "--sizes", "8")
     assert res.returncode == 2 and "impl must be one of" in res.stderr
     assert bench("nosuchbench").returncode == 2
-
-
-def test_parse_sizes():
-    assert parse_sizes("8, 1K,4M") == [8, 1024, 4 << 20]
-    with pytest.raises(ValueError):
-        parse_sizes("")
 
 
 def test_cluster_lifecycle_benchmark(tmp_path):

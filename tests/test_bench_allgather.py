@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import needs_mpi
 
-from mpilab import collectives
+from mpilab import collectives, tuning
 
 pytestmark = needs_mpi
 
@@ -45,7 +45,7 @@ def test_json_shape(two_ranks):
     # the library's rows: every algorithm it can be forced to (MPICH has no linear,
     # neighbor exchange or two-proc allgather)
     want |= {(f"library:{a}", n) for a in algs for n in (8, 1024)
-             if collectives.library_has("allgather", a, m["mpi_library"])}
+             if tuning.library_has("allgather", a, m["mpi_library"])}
     assert {(r["impl"], r["size_bytes"]) for r in doc["records"]} == want
     for r in doc["records"]:
         for key in ("impl", "alg", "ranks", "size_bytes", "t_us_min", "t_us_median", "iters"):
@@ -59,7 +59,7 @@ def test_json_shape(two_ranks):
                 number = collectives.ALGORITHMS["allgather"][r["alg"]].ompi
                 assert r["library_env"]["MPI_T:coll_tuned_allgather_algorithm"] == str(number)
             else:  # MPICH: one job per algorithm, forced through its MPIR_CVAR_* variables
-                assert r["library_env"] == collectives.library_env("allgather", r["alg"],
+                assert r["library_env"] == tuning.library_env("allgather", r["alg"],
                                                                    m["mpi_library"])
 
 
@@ -68,7 +68,7 @@ def test_ratios_finite_positive_and_printed(two_ranks):
     ratios = doc["meta"]["summary"]["own_vs_library"]
     lib = doc["meta"]["mpi_library"]
     assert set(ratios) == {a for a in collectives.admissible("allgather", 2)
-                           if collectives.library_has("allgather", a, lib)}
+                           if tuning.library_has("allgather", a, lib)}
     for r in ratios.values():
         for v in [*r["by_size"].values(), r["geomean"], r["max"]]:
             assert math.isfinite(v) and v > 0
@@ -92,7 +92,7 @@ def test_one_job_per_forced_algorithm_mode(tmp_path):
     lib = doc["meta"]["mpi_library"]
     want = ({"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
              "OMPI_MCA_coll_tuned_allgather_algorithm": "4"} if lib == "openmpi"
-            else collectives.library_env("allgather", "ring", lib))
+            else tuning.library_env("allgather", "ring", lib))
     assert impls["library:ring"]["library_env"] == want
     ratio = doc["meta"]["summary"]["own_vs_library"]["ring"]["by_size_paired"]["64"]
     assert math.isfinite(ratio) and ratio > 0
@@ -106,14 +106,14 @@ def test_inadmissible_algorithm_is_a_clear_error():
 
 def test_decision_table_and_rules_file(two_ranks, tmp_path):
     doc, _ = two_ranks
-    table = collectives.decision_table(doc["records"])
+    table = tuning.decision_table(doc["records"])
     assert [(r["ranks"], r["size_bytes"]) for r in table["rules"]] == [(2, 8), (2, 1024)]
     for r in table["rules"]:
         assert r["best"] in collectives.admissible("allgather", 2)
         assert r["t_us_best"] == min(r["t_us"].values())
         # measured in another job: the default may even beat the best forced one
         assert math.isfinite(r["library_default_vs_best"]) and r["library_default_vs_best"] > 0
-    path = collectives.write_ompi_rules(table, tmp_path / "rules.conf")
+    path = tuning.write_ompi_rules(table, tmp_path / "rules.conf")
     nums = [line.split("#")[0].split() for line in path.read_text().splitlines()]
     assert nums[:4] == [["1"], ["0"], ["1"], ["2"]]  # 1 collective, allgather, 1 size, p=2
     assert nums[4] == ["2"] and nums[5][0] == "0" and nums[6][0] == "2048"
@@ -121,11 +121,9 @@ def test_decision_table_and_rules_file(two_ranks, tmp_path):
 
 def test_library_run_keeps_the_given_iterations_and_environment():
     """library_run: the library's own choice in one job, at iteration counts given."""
-    from mpilab.bench import allgather as bench
-
     env = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
-    recs = bench.library_run(2, [8, 1024], env, iters={8: 40, "1024": 20}, reps=2, rounds=1,
-                             timeout=120, label="tuned")
+    recs = tuning.library_run(2, [8, 1024], env, iters={8: 40, "1024": 20}, reps=2, rounds=1,
+                              timeout=120, label="tuned")
     assert [(r["size_bytes"], r["iters"]) for r in recs] == [(8, 40), (1024, 20)]
     for r in recs:
         assert r["impl"] == "tuned" and r["library_env"] == env and r["ranks"] == 2

@@ -60,7 +60,7 @@ def test_halo_ratios_are_sane(halo_json):
 
 def test_halo_bad_arguments_are_clear():
     res = bench("halo", "--mode", "telepathy", "--sub", "8")
-    assert res.returncode == 2 and "mode must be among" in res.stderr
+    assert res.returncode == 2 and "mode must be one of" in res.stderr
     res = bench("halo", "--sub", "8,x")
     assert res.returncode == 2 and "--sub takes integers" in res.stderr
 

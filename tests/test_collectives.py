@@ -7,7 +7,7 @@ results and message schedules, never speed.
 import pytest
 from conftest import mpirun, needs_mpi
 
-from mpilab import runtime
+from mpilab import runtime, tuning
 
 pytestmark = needs_mpi
 
@@ -22,29 +22,27 @@ def test_collectives_match_the_library(ranks):
 
 @pytest.mark.skipif(runtime.selected_library() != "openmpi", reason="Open MPI pml monitoring")
 def test_library_runs_its_documented_default_and_the_forced_algorithm():
-    from mpilab import collectives as C
 
     for p, n in ((4, 8), (3, 65536)):
-        seen = C.observe_library(p, n)
-        assert seen["matches"] == [C.library_default("allgather", p, n)["runs"]], seen
-    seen = C.observe_library(4, 4096, env=C.library_env("allgather", "ring"))
+        seen = tuning.observe_library(p, n)
+        assert seen["matches"] == [tuning.library_default("allgather", p, n)["runs"]], seen
+    seen = tuning.observe_library(4, 4096, env=tuning.library_env("allgather", "ring"))
     assert seen["matches"] == ["ring"], seen
     # forced inside the job, as the allgather benchmark does it
-    seen = C.observe_library(4, 4096, force="neighbor_exchange")
+    seen = tuning.observe_library(4, 4096, force="neighbor_exchange")
     assert seen["matches"] == ["neighbor_exchange"], seen
 
 
 @pytest.mark.skipif(runtime.selected_library() != "openmpi", reason="Open MPI rules files")
 def test_a_written_rules_file_is_what_the_library_runs(tmp_path):
-    from mpilab import collectives as C
 
     table = {"op": "allgather", "rules": [
         {"ranks": 4, "size_bytes": 8, "best": "bruck"},
         {"ranks": 4, "size_bytes": 16384, "best": "ring"}]}
-    path = C.write_ompi_rules(table, tmp_path / "rules.conf")
-    env = C.rules_env(path)
-    assert C.observe_library(4, 1024, env=env)["matches"] == ["bruck"]
-    assert C.observe_library(4, 32768, env=env)["matches"] == ["ring"]
+    path = tuning.write_ompi_rules(table, tmp_path / "rules.conf")
+    env = tuning.rules_env(path)
+    assert tuning.observe_library(4, 1024, env=env)["matches"] == ["bruck"]
+    assert tuning.observe_library(4, 32768, env=env)["matches"] == ["ring"]
 
 
 def test_models_are_labelled_predictions_and_steps_match_the_registry():
@@ -61,17 +59,17 @@ def test_models_are_labelled_predictions_and_steps_match_the_registry():
     with pytest.raises(ValueError, match="power-of-two"):
         C.predict("allgather", "recursive_doubling", 6, 8, 1.0, 1.0)
     assert C.ALGORITHMS["bcast"]["binomial"].steps(8) == 3
-    assert C.library_default("allgather", 2, 8)["runs"] == "two_proc"
-    assert C.library_default("allgather", 6, 8)["runs"] == "bruck"
-    assert C.library_default("allgather", 48, 100000)["runs"] == "ring"
-    assert "derived from Open MPI" in C.library_default("allgather", 4, 8)["source"]
-    assert C.library_env("allgather", "neighbor_exchange", "openmpi") == {
+    assert tuning.library_default("allgather", 2, 8)["runs"] == "two_proc"
+    assert tuning.library_default("allgather", 6, 8)["runs"] == "bruck"
+    assert tuning.library_default("allgather", 48, 100000)["runs"] == "ring"
+    assert "derived from Open MPI" in tuning.library_default("allgather", 4, 8)["source"]
+    assert tuning.library_env("allgather", "neighbor_exchange", "openmpi") == {
         "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
         "OMPI_MCA_coll_tuned_allgather_algorithm": "5"}
-    assert C.library_env("allgather", "bruck", "mpich")[
+    assert tuning.library_env("allgather", "bruck", "mpich")[
         "MPIR_CVAR_ALLGATHER_INTRA_ALGORITHM"] == "brucks"
     with pytest.raises(ValueError, match="MPICH has no"):
-        C.library_env("allgather", "neighbor_exchange", "mpich")
+        tuning.library_env("allgather", "neighbor_exchange", "mpich")
 
 
 def test_collectives_on_the_cluster_engines(lab):

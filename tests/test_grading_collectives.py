@@ -1,11 +1,11 @@
-"""mpilab.grading_collectives, Labs 05 and 06's checks: messages on hand-made outputs, reloads.
+"""mpilab.grading.collectives, Lab 05's checks: messages on hand-made outputs, reloads.
 
 The pure-Python parts (step checks on schedules built from hand-written events, which
-ranks a wrong sum is made of, whose block a wrong block holds, refusals, the Cython
-source check) are tested without MPI; each message must name the rank, the block or the
-step that is off. A few tests run the checks on the shared 4-engine cluster (``lab`` in
-conftest.py): the harnesses are imported from disk there. The labs' notebooks under
-nbgrader are tests/test_lab05_06.py.
+ranks a wrong sum is made of, the cases, the note of a skipped check) are tested without
+MPI; each message must name the rank or the step that is off. A few tests run the checks
+on the shared 4-engine cluster (``lab`` in conftest.py): the harnesses are imported from
+disk there. Lab 06's checks are tests/test_grading_allgather.py; the labs' notebooks
+under nbgrader are tests/test_lab05_06.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-import mpilab.grading_collectives as gc
+import mpilab.grading.collectives as gc
 from mpilab import grading, tracing
 from mpilab.grading import CheckFailed
 
@@ -151,102 +151,13 @@ def test_sum_problems_say_which_ranks_are_missing_or_counted_twice():
     assert gc.sum_problems(outs) == []  # no combination of the data: nothing to say
 
 
-# --------------------------------------------------------------------------------------
-# allgather: wrong blocks, ring and log schedules
-
-
-def allgather_outs(recvs, n):
-    p = len(recvs)
-    ref = (np.arange(p)[:, None] * gc.OWNER + np.arange(n)).ravel().astype(float)
-    return [{"recv": np.asarray(r, dtype=float), "ref": ref} for r in recvs]
-
-
-def blocks(*owners, n=3):
-    """A recvbuf made of these ranks' blocks (None: never written)."""
-    return np.concatenate([np.full(n, -1.0) if o is None else o * gc.OWNER + np.arange(n)
-                           for o in owners])
-
-
-def test_block_problems_name_rank_block_and_owner():
-    outs = allgather_outs([blocks(0, 1, 2), blocks(0, 1, None), blocks(1, 1, 2)], 3)
-    assert gc.block_problems(outs, 3) == [
-        "rank 1: block 2 was never written, expected rank 2's",
-        "rank 2: block 0 holds rank 1's block, expected rank 0's",
-    ]
-    shifted = blocks(0, 1, 2)
-    shifted[3:] = np.roll(shifted[3:], 1)
-    outs = allgather_outs([blocks(0, 1, 2), shifted, blocks(0, 1, 2)], 3)
-    assert gc.block_problems(outs, 3) == [
-        "rank 1: block 1 holds a mix of blocks, or a shifted one, expected rank 1's",
-        "rank 1: block 2 holds a mix of blocks, or a shifted one, expected rank 2's"]
-    assert gc.block_problems(allgather_outs([[], []], 0), 0) == []  # empty blocks
-
-
-def ring(p, k=None, to=1):
-    return [[(r, (r + to) % p) for r in range(p)] for _ in range(p - 1 if k is None else k)]
-
-
-def test_a_ring_passes_and_a_wrong_neighbour_is_named_with_its_step():
-    assert gc.check_ring_schedule(info_of(rounds(4, *ring(4), nbytes=24)), 4, 3) == 3
-    left = rounds(3, *ring(3, to=-1), nbytes=24)
-    text = message(gc.check_ring_schedule, info_of(left), 3, 3)
-    assert text.startswith("allgather_ring on 3 ranks: rank 0 sent to rank 2 in step 1; rank 1 "
-                           "sent to rank 0 in step 1; rank 2 sent to rank 1 in step 1. In the "
-                           "ring every rank sends only to its right neighbour, (rank + 1) % 3.")
-
-
-def test_a_short_ring_and_a_fat_message_are_named():
-    short = rounds(4, *ring(4, k=2), nbytes=24)
-    assert message(gc.check_ring_schedule, info_of(short), 4, 3).startswith(
-        "allgather_ring on 4 ranks took 2 steps; the ring takes p - 1 = 3")
-    fat = rounds(2, [(0, 1), (1, 0)], nbytes=48)
-    assert ("rank 0 sent 48 B in step 1; each message of the ring carries one block (24 B "
-            "here)") in message(gc.check_ring_schedule, info_of(fat), 2, 3)
-
-
-def test_log_schedules_count_steps_and_bytes():
-    bruck3 = rounds(3, *ring(3, k=1, to=-1), nbytes=24)  # one step, then stops
-    ev = rounds(3, *ring(3, k=1, to=-1), *ring(3, k=1, to=-2), nbytes=24)
-    assert gc.check_log_schedule(info_of(ev), 3, 3, name="allgather_bruck") == 2
-    text = message(gc.check_log_schedule, info_of(bruck3), 3, 3, name="allgather_bruck")
-    assert text.startswith("allgather_bruck on 3 ranks moved 72 B in all; each of the 3 blocks "
-                           "must reach each of the other 2 ranks once: 144 B here")
-    text = message(gc.check_log_schedule, info_of(rounds(4, *ring(4), nbytes=24)), 4, 3,
-                   name="allgather_recursive_doubling")
-    assert text.startswith("allgather_recursive_doubling on 4 ranks took 3 steps; it should "
-                           "take 2 (ceil(log2 4))")
-
-
-# --------------------------------------------------------------------------------------
-# refusals and the Cython source
-
-
-def test_refusals_name_the_ranks_that_did_not_raise_or_sent_first():
-    ok = [("ValueError: needs a power of two", 0)] * 3
-    assert gc.check_refusals(ok, "rd on 3 ranks", "3 is not a power of two") == ok[0][0]
-    text = message(gc.check_refusals, [ok[0], ok[0], ("no error", 2)], "rd on 3 ranks",
-                   "3 is not a power of two")
-    assert text == ("rd on 3 ranks should raise ValueError on every rank (3 is not a power of "
-                    "two), but:\n  rank 2: no error")
-    assert message(gc.check_refusals, [ok[0], ("ValueError: x", 1), ok[0]], "rd", "why") == (
-        "rd: raise before any message: rank 1 sent or received 1 message")
-
-
-def test_ring_source_must_call_c_functions_and_no_collective():
-    gc.check_ring_source("MPI_Sendrecv(&rb[0], n, MPI_DOUBLE, 1, 0, &rb[n], n, ...)")
-    assert "should call the C functions" in message(
-        gc.check_ring_source, "# MPI_Sendrecv( in a comment only\ncomm.Sendrecv(a, 1)")
-    assert message(gc.check_ring_source, "MPI_Sendrecv(a)\nMPI_Allgather(a)") == (
-        "write the ring yourself: no library collective")
-
-
 def test_cases_are_checked_before_anything_runs():
-    assert gc._cases([(4, 10, 1)], "p n root dtype", ("float64",)) == [(4, 10, 1, "float64")]
-    assert gc._cases([2, 3], "p") == [(2,), (3,)]
+    assert gc.parse_cases([(4, 10, 1)], "p n root dtype", ("float64",)) == [(4, 10, 1, "float64")]
+    assert gc.parse_cases([2, 3], "p") == [(2,), (3,)]
     with pytest.raises(ValueError, match="root 4 is not a rank of 4"):
-        gc._cases([(4, 10, 4)], "p n root dtype", ("float64",))
+        gc.parse_cases([(4, 10, 4)], "p n root dtype", ("float64",))
     with pytest.raises(ValueError, match="a case is"):
-        gc._cases([(4,)], "p n dtype", ("float64",))
+        gc.parse_cases([(4,)], "p n dtype", ("float64",))
 
 
 # --------------------------------------------------------------------------------------
@@ -266,12 +177,11 @@ def test_checks_use_mpilab_grading_and_tracing_as_they_are_at_call_time():
 
 
 def test_reload_restores_patched_checks():
-    gc.check_ring_source = lambda *a, **k: None
-    gc.block_problems = lambda *a, **k: []
+    linear = info_of(rounds(4, [(1, 0)], [(1, 2)], [(1, 3)]))
+    gc.check_bcast_schedule = lambda *a, **k: 2
     fresh = importlib.reload(gc)
     assert fresh is gc
-    assert "should call the C functions" in message(gc.check_ring_source, "pass")
-    assert gc.block_problems(allgather_outs([blocks(0, None), blocks(0, 1)], 3), 3)
+    assert "took 3 steps" in message(gc.check_bcast_schedule, linear, 4, 1)
 
 
 def test_a_skipped_check_points_at_the_cell_that_timed_out():
@@ -279,7 +189,7 @@ def test_a_skipped_check_points_at_the_cell_that_timed_out():
         raise grading.Skipped("bcast_binomial timed out in an earlier check ...")
 
     with pytest.raises(grading.Skipped) as info:
-        with gc._explained("bcast_binomial"):
+        with gc.explained("bcast_binomial"):
             stuck()
     assert str(info.value).endswith(
         "(That earlier run may have been a try-it cell above, not a check: the first cell "
@@ -301,24 +211,8 @@ def bcast_right(comm, buf, root):
         mask <<= 1
 
 
-def ring_one_short(comm, sendbuf, recvbuf):
-    r, p = comm.Get_rank(), comm.Get_size()
-    n = len(sendbuf)
-    recvbuf[r * n:(r + 1) * n] = sendbuf
-    for k in range(p - 2):
-        out, into = (r - k) % p, (r - k - 1) % p
-        comm.Sendrecv(recvbuf[out * n:(out + 1) * n], dest=(r + 1) % p,
-                      recvbuf=recvbuf[into * n:(into + 1) * n], source=(r - 1) % p)
-
-
 def test_a_right_bcast_passes_on_the_engines(lab):
     gc.check_bcast(bcast_right, [(4, 10, 1), (3, 7, 2, "int32")])
     assert gc.check_bcast_steps(bcast_right, [(4, 1), (3, 0)]) == [2, 2]
 
 
-def test_a_short_ring_fails_on_the_engines_naming_rank_and_block(lab):
-    text = message(gc.check_allgather, ring_one_short, [(3, 4)])
-    assert text.startswith("ring_one_short on 3 ranks, 4 float64 per rank: 3 of 3 ranks are "
-                           "wrong"), text
-    assert "rank 0: block 1 was never written, expected rank 1's" in text, text
-    assert "step 1: 0->1 (32 B)" in text, text

@@ -72,3 +72,13 @@ def test_serial_wave_rejects_bad_arguments():
         halo.serial_wave(10, 10, 5, f0=None)
     with pytest.raises(ValueError):
         halo.serial_wave(10, 10, -1)
+
+
+def test_process_grid_is_what_mpi_dims_create_gives():
+    # MPI_Dims_create(n, 2) of Open MPI and MPICH: as square as possible, larger factor first
+    known = {1: (1, 1), 2: (2, 1), 3: (3, 1), 4: (2, 2), 5: (5, 1), 6: (3, 2), 7: (7, 1),
+             8: (4, 2), 9: (3, 3), 12: (4, 3), 16: (4, 4), 18: (6, 3), 32: (8, 4), 36: (6, 6)}
+    assert {n: halo.process_grid(n) for n in known} == known
+    for bad in (0, -1, 2.0, True, "4"):
+        with pytest.raises(ValueError, match="ranks must be a positive integer"):
+            halo.process_grid(bad)

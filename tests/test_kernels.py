@@ -3,6 +3,8 @@
 import pytest
 from conftest import mpirun, needs_mpi
 
+from mpilab import runtime
+
 pytestmark = needs_mpi
 
 
@@ -26,3 +28,51 @@ def test_missing_kernel_is_a_clear_error():
         k.no_such_kernel  # noqa: B018
     with pytest.raises(FileNotFoundError, match="make kernels"):
         k.program("no-such-program")
+
+
+SIGNATURES = """
+import inspect, json, sys, importlib
+mod = importlib.import_module("mpilab.kernels." + sys.argv[1])
+out = {}
+for n, f in vars(mod).items():
+    if callable(f) and not n.startswith("_") and not inspect.isclass(f) \\
+            and getattr(f, "__module__", None) == mod.__name__:
+        ps = inspect.signature(f).parameters.values()
+        out[n] = [[p.name for p in ps if p.kind is p.POSITIONAL_OR_KEYWORD],
+                  [p.name for p in ps if p.kind is p.KEYWORD_ONLY],
+                  [repr(p.default) for p in ps if p.default is not p.empty]]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("name", ["pingpong", "memcopy", "stencil", "wave", "collectives",
+                                  "onesided"])
+def test_the_type_stub_matches_the_compiled_module(name):
+    """mpilab/kernels/<name>.pyi declares exactly the module's functions and parameters.
+
+    The module is inspected in a child process: importing it starts MPI (mpi4py), which
+    this test process must not.
+    """
+    import ast
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import mpilab.kernels
+
+    assert name in mpilab.kernels.NAMES
+    res = subprocess.run([sys.executable, "-c", SIGNATURES, name], capture_output=True,
+                         text=True, timeout=120, env=runtime.clean_env())
+    assert res.returncode == 0, res.stderr
+    real = json.loads(res.stdout)
+    stub = ast.parse((Path(mpilab.kernels.__file__).parent / f"{name}.pyi").read_text())
+    declared = {}
+    for f in stub.body:
+        if isinstance(f, ast.FunctionDef):
+            a = f.args
+            declared[f.name] = [[x.arg for x in a.args], [x.arg for x in a.kwonlyargs],
+                                [repr(ast.literal_eval(d)) for d in a.defaults]
+                                + [repr(ast.literal_eval(d)) for d in a.kw_defaults
+                                   if d is not None]]
+    assert declared == real

@@ -5,9 +5,9 @@ from the released notebook are autograded with real MPI engines: a correct one g
 marks, a wrong one (east and west swapped; an "overlap" that waits before computing)
 loses those parts with messages that name the wrong ghost edge, one whose fixed exchange
 deadlocks loses only that part and is graded within its timeout, and a hostile one
-(patched ``mpilab.grading``, patched ``mpilab.grading_halo`` checks, helpers redefined in
+(patched ``mpilab.grading``, patched ``mpilab.grading.halo`` checks, helpers redefined in
 the notebook, an object that equals everything returned) gets no marks for its wrong
-answers. The test cells only call ``mpilab.grading_halo``: no harness is defined in the
+answers. The test cells only call ``mpilab.grading.halo``: no harness is defined in the
 notebook. No process of the notebook's MPI cluster outlives an autograde.
 
 Wall times of autograding are printed (``pytest -s``), not asserted.
@@ -297,9 +297,9 @@ def same(a, b):
     return True
 '''
 
-# the lab's checks replaced in mpilab.grading_halo: the hidden tests reload the module
+# the lab's checks replaced in mpilab.grading.halo: the hidden tests reload the module
 GRADING_HALO_PATCH = '''
-import mpilab.grading_halo as _gh
+import mpilab.grading.halo as _gh
 
 
 def _passes(*args, **kwargs):
@@ -363,7 +363,7 @@ def test_released_stubs_fail_every_test(course):
              and "raise NotImplementedError()" in c.source]
     assert "BEGIN SOLUTION" not in text and len(stubs) == 4
     assert "def exchange_naive(" in text  # the given code stays
-    # the checks live in mpilab.grading_halo: no harness in the notebook, short test cells
+    # the checks live in mpilab.grading.halo: no harness in the notebook, short test cells
     assert "def halo_harness" not in text and "def ghost_problems" not in text
     tests = [c.source for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert len(tests) == 4 and all("grading_halo.check_" in t for t in tests)

@@ -13,7 +13,7 @@ autograded with real MPI engines:
   yet written) and one with no closing synchronisation (it reads a neighbour's next
   values);
 - a hostile one (an epoch that hangs, ``sys.exit`` on the engines and in a cell, the
-  checks' scratch files deleted, ``mpilab.grading`` and ``mpilab.grading_onesided``
+  checks' scratch files deleted, ``mpilab.grading`` and ``mpilab.grading.onesided``
   patched) is graded within its timeouts and gets no marks.
 
 No process of the notebook's MPI cluster outlives an autograde. Wall times of
@@ -115,7 +115,7 @@ sys.exit("no more of this notebook")
 
 # hostile: deletes the checks' scratch files on the engines and patches the checks
 MAILBOX_DELETES = '''
-import mpilab.grading_onesided as _go
+import mpilab.grading.onesided as _go
 
 
 def _passes(*args, **kwargs):
@@ -222,7 +222,7 @@ def test_points_are_as_documented():
 
 def test_slow_ranks_form_a_checkerboard():
     """Every neighbour of a slow rank is fast, so every edge crosses a speed difference."""
-    from mpilab.grading_onesided import slow_rank
+    from mpilab.grading.onesided import slow_rank
 
     for cy in range(4):
         for cx in range(4):
@@ -232,8 +232,8 @@ def test_slow_ranks_form_a_checkerboard():
 
 def test_probe_problems_say_when_a_rank_read():
     """Pure Python: an empty edge and a scribbled one get the timing hint that fits."""
-    from mpilab.grading_halo import numbered
-    from mpilab.grading_onesided import SCRIBBLE, probe_problems
+    from mpilab.grading.halo import numbered
+    from mpilab.grading.onesided import SCRIBBLE, probe_problems
 
     grid = numbered(4, 2)  # 4 x 2 grid over 1 x 2 ranks: rank 0 columns 0-1, rank 1 2-3
     probes = []

@@ -185,7 +185,7 @@ def test_lecture_06_counts_how_often_the_library_chose_the_best():
 
 def test_lecture_06_tunes_and_applies_the_rules():
     nb = executed("06-allgather")
-    progress = text_of(cell_with(nb, "collectives.tune("))
+    progress = text_of(cell_with(nb, "tuning.tune("))
     assert "p=4: tuning 8 sizes, 5 algorithms" in progress
     assert f"oversubscribed: {4 > runtime.usable_cores()}" in progress
     rules = text_of(cell_with(nb, 'read_text())'))

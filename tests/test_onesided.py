@@ -12,7 +12,7 @@ import pytest
 from conftest import mpirun, needs_mpi
 from test_bench import bench
 
-from mpilab import halo
+from mpilab import halo, validate
 
 
 @needs_mpi
@@ -27,10 +27,13 @@ def test_onesided_under_mpiexec(ranks):
 def test_mode_lists():
     assert halo.ONESIDED_MODES == ("put-fence", "put-pscw", "put-lock", "shm", "shm-nc")
     assert halo.ALL_MODES == halo.MODES + halo.ONESIDED_MODES
-    assert halo._mode_names("all") == list(halo.MODES)
-    assert halo._mode_names("sendrecv,onesided") == ["sendrecv", *halo.ONESIDED_MODES]
-    with pytest.raises(ValueError, match="mode must be among"):
-        halo._mode_names("put-fence,teleport")
+    def modes(text):
+        return validate.names(text, halo.ALL_MODES, "mode", halo.MODE_GROUPS)
+
+    assert modes("all") == list(halo.MODES)
+    assert modes("sendrecv,onesided") == ["sendrecv", *halo.ONESIDED_MODES]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        modes("put-fence,teleport")
 
 
 def test_onesided_argument_errors_without_mpi_calls():
@@ -76,6 +79,6 @@ def test_bench_halo_onesided_bad_arguments_are_clear():
     res = bench("halo", "--app", "wave", "--mode", "onesided", "--sub", "8")
     assert res.returncode == 2 and "heat problem only" in res.stderr, res.stderr
     res = bench("halo", "--mode", "put-sideways", "--sub", "8")
-    assert res.returncode == 2 and "mode must be among" in res.stderr, res.stderr
+    assert res.returncode == 2 and "mode must be one of" in res.stderr, res.stderr
     res = bench("halo", "--mode", "onesided", "--pack", "manual", "--sub", "8")
     assert res.returncode == 2 and "pack='manual' does not apply" in res.stderr, res.stderr

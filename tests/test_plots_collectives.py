@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mpilab.plots_collectives import (  # noqa: E402
+from mpilab.plots.collectives import (  # noqa: E402
     animate,
     knowledge,
     mark_best_worst,

@@ -14,7 +14,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from mpilab import halo, plots_halo  # noqa: E402
+from mpilab import halo  # noqa: E402
+from mpilab.plots import halo as plots_halo  # noqa: E402
 
 
 def texts(fig):

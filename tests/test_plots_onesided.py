@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from mpilab import plots_onesided  # noqa: E402
+from mpilab.plots import onesided as plots_onesided  # noqa: E402
 
 PAPER = pd.DataFrame({"SHM": [43.31 / 38.08, 2.77 / 5.64], "SHM-NC": [43.31 / 37.95,
                                                                       2.77 / 2.88]},

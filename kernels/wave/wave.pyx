@@ -8,7 +8,7 @@ import math
 import numpy as np
 # The problem's parameters (f0, courant, source) are checked where the problem is defined,
 # by the serial reference's own check: one rule and one set of messages for both.
-from mpilab.halo import _check_wave
+from mpilab.validate import wave_params
 
 include "mpilab_buffers.pxi"
 include "mpilab_halo.pxi"
@@ -43,7 +43,7 @@ def wave(MPI.Comm comm not None, nx, ny, steps, *, mode="nonblocking", pack="dat
     """
     lay = _layout(comm, nx, ny, dims, mode, pack)
     _check_count(steps, "steps", 0)
-    phys = _check_wave(nx, ny, f0, courant, source)
+    phys = wave_params(nx, ny, f0, courant, source)
     block = _block(lay)
     _run(comm, lay, mode, pack, phys, steps, 0, None, block, 0, 1, 0, None)
     return _placed(block, lay)
@@ -53,7 +53,7 @@ def time_wave(MPI.Comm comm not None, nx, ny, *, mode="nonblocking", pack="datat
               f0=0.05, courant=0.5, source=None, dims=None, warmup=2, iters=10, reps=5):
     """Seconds per step (both exchanges + updates), `reps` values, slowest rank."""
     lay = _layout(comm, nx, ny, dims, mode, pack)
-    phys = _check_wave(nx, ny, f0, courant, source)
+    phys = wave_params(nx, ny, f0, courant, source)
     _check_timing(warmup, iters, reps)
     times = np.empty(reps, dtype=np.float64)
     _run(comm, lay, mode, pack, phys, 0, 0, None, None, warmup, iters, reps, times)
@@ -70,7 +70,7 @@ def timeline_wave(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="ove
     """
     lay = _layout(comm, nx, ny, dims, mode, pack)
     last = _check_last(steps, last)
-    phys = _check_wave(nx, ny, f0, courant, source)
+    phys = wave_params(nx, ny, f0, courant, source)
     tl = np.zeros(last * 16, dtype=np.float64)
     _run(comm, lay, mode, pack, phys, steps, last, tl, None, 0, 1, 0, None)
     return tl.reshape(2 * last, 4, 2)

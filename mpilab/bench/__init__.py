@@ -9,11 +9,10 @@ are meaningful even on a noisy machine.
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import runtime
@@ -29,66 +28,69 @@ BENCHMARKS = {
 }
 
 
-def parse_sizes(text: str) -> list[int]:
-    """'8,1024,4M' -> [8, 1024, 4194304] (K, M, G are powers of 1024)."""
-    out = []
-    for tok in text.split(","):
-        tok = tok.strip().upper().removesuffix("B")
-        if not tok:
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(tok[-1], 1)
-        num = tok[:-1] if mult > 1 else tok
-        try:
-            value = int(num) * mult
-        except ValueError:
-            raise ValueError(f"not a size: {tok!r} (use bytes, e.g. 8,1024,4M)") from None
-        if value < 0:
-            raise ValueError(f"sizes must be >= 0, got {value}")
-        out.append(value)
-    if not out:
-        raise ValueError("no sizes given")
-    return out
+#: Seconds one MPI job of a benchmark may run before it is killed with all its processes
+#: (:mod:`mpilab.jobs`): a guard against a hang, not an expectation.
+TIMEOUT = 1800.0
+
+#: What a benchmark's measuring raises for bad arguments or a failed or hung job.
+ERRORS = (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound)
 
 
-def meta(launch: runtime.Launch, settings: dict, library: dict) -> dict:
-    """What produced a benchmark: machine, MPI library (as a rank reported it), launcher."""
-    from ..timing import context
+def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
+           reps: int | None = None, rounds: int | None = None,
+           min_time: float | None = None, timeout: bool = True) -> argparse.ArgumentParser:
+    """The arguments every benchmark shares, with the same names, help and defaults.
 
-    m = context(ranks=launch.ranks, transport=launch.transport, library=library)
-    m["launcher"] = " ".join(launch.command)
-    m["launcher_env"] = launch.env
-    m["settings"] = settings
-    m["command"] = " ".join([os.path.basename(sys.executable), "-m", "mpilab.bench",
-                             *sys.argv[1:]])
-    return m
+    ``--json OUT`` always; ``--transport``, ``--timeout`` (:data:`TIMEOUT`) unless turned
+    off; ``--reps``, ``--rounds``, ``--min-time`` with the benchmark's defaults when given;
+    ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``.
+    """
+    p = argparse.ArgumentParser(prog=f"python -m mpilab.bench {name}",
+                                description=doc.split("\n\n")[0])
+    if worker:
+        p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    if transport:
+        p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    if reps is not None:
+        p.add_argument("--reps", type=int, default=reps, help="timed repetitions per round")
+    if rounds is not None:
+        p.add_argument("--rounds", type=int, default=rounds,
+                       help="alternations of the implementations, measured side by side")
+    if min_time is not None:
+        p.add_argument("--min-time", type=float, default=min_time,
+                       help="seconds one repetition should last (sets iterations)")
+    if timeout:
+        p.add_argument("--timeout", type=float, default=TIMEOUT,
+                       help=f"seconds per MPI job before it is killed (default {TIMEOUT:g})")
+    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
+    return p
+
+
+def finish(name: str, out: str | None, measure: Callable[[], tuple[dict, list[dict]]],
+           show: Callable[[dict, list[dict]], str],
+           ok: Callable[[list[dict]], bool] = lambda records: True) -> int:
+    """Measure, write the JSON, print the report; the exit status.
+
+    0 when `ok(records)`, 1 when not (a result failed its check), 2 with a one-line
+    message on standard error when the measuring raised one of :data:`ERRORS`.
+    """
+    try:
+        m, records = measure()
+    except ERRORS as exc:
+        print(f"mpilab.bench {name}: {exc}", file=sys.stderr)
+        return 2
+    write(out, m, records)
+    print(show(m, records))
+    if out and out != "-":
+        print(f"# wrote {out}")
+    return 0 if ok(records) else 1
 
 
 def write(path: str | None, meta_: dict, records: list[dict]) -> dict:
+    """``{"meta", "records"}`` as JSON at `path` (not written for None or "-"); the doc."""
     doc = {"meta": meta_, "records": records}
     text = json.dumps(doc, indent=2, default=str)
     if path and path != "-":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text + "\n")
     return doc
-
-
-def run_mpi(launch: runtime.Launch, program: list[str], timeout: float) -> str:
-    """Run an MPI program to completion; its stdout. Raises with its stderr on failure."""
-    try:
-        res = subprocess.run(launch.argv(program), env=launch.full_env(), capture_output=True,
-                             text=True, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"{' '.join(program[:3])} did not finish in {timeout:g} s") from exc
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(launch.argv(program))} failed ({res.returncode}):\n"
-                           f"{res.stderr[-3000:]}")
-    return res.stdout
-
-
-def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: float) -> dict:
-    """Run ``python -m <module> --worker ARGS.json OUT.json`` under mpiexec; OUT's JSON."""
-    with tempfile.TemporaryDirectory(prefix="mpilab-bench-") as d:
-        a, o = Path(d) / "args.json", Path(d) / "out.json"
-        a.write_text(json.dumps(args))
-        run_mpi(launch, [sys.executable, "-m", module, "--worker", str(a), str(o)], timeout)
-        return json.loads(o.read_text())

@@ -13,15 +13,14 @@ engines were oversubscribed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 
 from .. import runtime
-from ..timing import record
-from . import meta, write
+from ..timing import record, run_meta
+from . import finish, parser
 
 PHASES = ("cold-start", "reconnect", "restart", "stop")
 
@@ -77,31 +76,23 @@ def run(n: int = 4, reps: int = 3, transport: str = "shm") -> tuple[dict, list[d
     for r in records:
         r["t_s_median"] = r["t_us_median"] / 1e6
     library = c.library or {}
-    return meta(launch, {"n": n, "reps": reps, "cluster_id": cid}, library), records
+    return run_meta(launch, {"n": n, "reps": reps, "cluster_id": cid}, library), records
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench cluster",
-                                description=__doc__.split("\n\n")[0])
+    p = parser("cluster", __doc__, reps=3, timeout=False)
     p.add_argument("-n", type=int, default=4, help="engines (MPI ranks)")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
-    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     a = p.parse_args(argv)
-    try:
-        m, recs = run(a.n, a.reps, a.transport)
-    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
-        print(f"mpilab.bench cluster: {exc}", file=sys.stderr)
-        return 2
-    write(a.json, m, recs)
-    print(f"# {a.n} engines over {a.transport} on {m['cores']} cores"
-          + (" (oversubscribed)" if m.get("oversubscribed") else ""))
-    print(f"{'phase':>12} {'min (s)':>9} {'median (s)':>11}")
-    for r in recs:
-        print(f"{r['impl']:>12} {r['t_us_min'] / 1e6:>9.2f} {r['t_s_median']:>11.2f}")
-    if a.json and a.json != "-":
-        print(f"# wrote {a.json}")
-    return 0
+
+    def show(m, recs):
+        lines = [f"# {a.n} engines over {a.transport} on {m['cores']} cores"
+                 + (" (oversubscribed)" if m.get("oversubscribed") else ""),
+                 f"{'phase':>12} {'min (s)':>9} {'median (s)':>11}"]
+        lines += [f"{r['impl']:>12} {r['t_us_min'] / 1e6:>9.2f} {r['t_s_median']:>11.2f}"
+                  for r in recs]
+        return "\n".join(lines)
+
+    return finish("cluster", a.json, lambda: run(a.n, a.reps, a.transport), show)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ two other coarray modes) from the medians and from the best repetitions.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 
-from .. import coarrays, runtime
-from . import meta, write
+from .. import coarrays, runtime, validate
+from ..timing import run_meta
+from . import TIMEOUT, finish, parser
 
 CHECK_STEPS = 20
 
@@ -58,7 +58,7 @@ def _compilers() -> dict:
 
 def run(subs, *, modes=coarrays.MODES, ranks=2, dims=None, transport="shm", reps=10,
         rounds=3, min_time=0.005, check_max=1 << 22,
-        timeout=600.0) -> tuple[dict, list[dict]]:
+        timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records). `dims` (py, px) defaults to MPI_Dims_create's."""
     modes = list(modes)
     for m in modes:
@@ -86,7 +86,7 @@ def run(subs, *, modes=coarrays.MODES, ranks=2, dims=None, transport="shm", reps
     settings = {"modes": modes, "subs": list(subs), "reps": reps, "rounds": rounds,
                 "min_time": min_time, "check_steps": CHECK_STEPS, "check_max": check_max,
                 "timeout": timeout, **_compilers()}
-    m = meta(launch, settings, _library(records))
+    m = run_meta(launch, settings, _library(records))
     m["dims"] = list(records[0]["dims"])
     return m, records
 
@@ -124,8 +124,7 @@ def table(records: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench coarray",
-                                description=__doc__.split("\n\n")[0])
+    p = parser("coarray", __doc__, reps=10, rounds=3, min_time=0.005)
     p.add_argument("--mode", default="all",
                    help="comma-separated modes among " + ", ".join(coarrays.MODES)
                         + ", or all")
@@ -135,24 +134,15 @@ def main(argv=None) -> int:
     p.add_argument("--dims", metavar="PYxPX",
                    help="process grid, rows x columns (default: as MPI_Dims_create; 1x2 "
                         "makes 2 processes exchange columns)")
-    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--min-time", type=float, default=0.005,
-                   help="seconds one repetition should last (sets iterations)")
     p.add_argument("--check-max", type=int, default=1 << 22,
                    help="largest global grid (cells) checked against the full NumPy "
                         "reference; larger ones against a window around the source")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per launch")
-    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     a = p.parse_args(argv)
-    try:
-        if a.mode.strip() == "all":
-            modes = list(coarrays.MODES)
-        else:
-            modes = [t.strip() for t in a.mode.split(",") if t.strip()]
+
+    def measure():
+        modes = validate.names(a.mode, coarrays.MODES, "mode")
         try:
-            subs = [int(s) for s in a.sub.split(",") if s.strip()]
+            subs = [validate.count(n, "sub") for n in validate.sizes(a.sub)]
         except ValueError:
             raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
         dims = None
@@ -161,20 +151,18 @@ def main(argv=None) -> int:
                 dims = tuple(int(v) for v in a.dims.lower().split("x"))
             except ValueError:
                 raise ValueError(f"--dims takes PYxPX, e.g. 1x2, got {a.dims!r}") from None
-        m, recs = run(subs, modes=modes, ranks=a.ranks, dims=dims, transport=a.transport,
-                      reps=a.reps, rounds=a.rounds, min_time=a.min_time,
-                      check_max=a.check_max, timeout=a.timeout)
-    except (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound) as exc:
-        print(f"mpilab.bench coarray: {exc}", file=sys.stderr)
-        return 2
-    write(a.json, m, recs)
-    print(f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} processes "
-          f"(grid {m['dims'][0]} x {m['dims'][1]}) on {m['cores']} cores"
-          + (" (oversubscribed)" if m.get("oversubscribed") else ""))
-    print(table(recs))
-    if a.json and a.json != "-":
-        print(f"# wrote {a.json}")
-    return 0 if all(r.get("valid") for r in recs) else 1
+        return run(subs, modes=modes, ranks=a.ranks, dims=dims, transport=a.transport,
+                   reps=a.reps, rounds=a.rounds, min_time=a.min_time, check_max=a.check_max,
+                   timeout=a.timeout)
+
+    def show(m, recs):
+        return (f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} processes "
+                f"(grid {m['dims'][0]} x {m['dims'][1]}) on {m['cores']} cores"
+                + (" (oversubscribed)" if m.get("oversubscribed") else "") + "\n"
+                + table(recs))
+
+    return finish("coarray", a.json, measure, show,
+                  ok=lambda recs: all(r.get("valid") for r in recs))
 
 
 if __name__ == "__main__":

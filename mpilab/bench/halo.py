@@ -24,17 +24,15 @@ SHM-windows paper's comparison of S/R with RMA and SHM.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from .. import runtime
-from ..halo import ONESIDED_MODES, _check_onesided
-from . import meta, python_worker, write
+from .. import runtime, validate
+from ..halo import ALL_MODES, MODE_GROUPS, MODES, ONESIDED_MODES, PACKS, check_onesided
+from ..jobs import python_worker
+from ..timing import run_meta
+from . import TIMEOUT, finish, parser
 
-MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
-ALL_MODES = MODES + ONESIDED_MODES
-PACKS = ("datatype", "manual")
 CHECK_STEPS = 20
 
 
@@ -96,22 +94,18 @@ def _worker(args_path: str, out_path: str) -> int:
 
 def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transport="shm",
         reps=10, rounds=3, min_time=0.005, check_max=1 << 22,
-        timeout=600.0) -> tuple[dict, list[dict]]:
+        timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
     if app not in ("heat", "wave"):
         raise ValueError(f"app must be 'heat' or 'wave', got {app!r}")
-    for m in modes:
-        if m not in ALL_MODES:
-            raise ValueError(f"mode must be among {ALL_MODES}, got {m!r}")
-    for p in packs:
-        if p not in PACKS:
-            raise ValueError(f"pack must be among {PACKS}, got {p!r}")
-    _check_onesided(app, modes, packs)
+    modes = validate.names(modes, ALL_MODES, "mode", MODE_GROUPS)
+    packs = validate.names(packs, PACKS, "pack")
+    check_onesided(app, modes, packs)
     for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if not subs or any(not isinstance(s, int) or s < 1 for s in subs):
-        raise ValueError(f"sub sizes must be integers >= 1, got {subs!r}")
+        validate.count(v, name)
+    if not subs:
+        raise ValueError("no sub sizes given")
+    subs = [validate.count(n, "sub") for n in subs]
     launch = runtime.launch(ranks, transport)
     args = {"app": app, "modes": list(modes), "packs": list(packs), "subs": list(subs),
             "reps": reps, "rounds": rounds, "min_time": min_time, "check_max": check_max}
@@ -121,7 +115,7 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
         r["transport"] = transport
         r["oversubscribed"] = launch.oversubscribed
     settings = {**args, "check_steps": CHECK_STEPS}
-    return meta(launch, settings, doc["library"]), records
+    return run_meta(launch, settings, doc["library"]), records
 
 
 def table(records: list[dict]) -> str:
@@ -185,28 +179,8 @@ def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
     return lines
 
 
-def _list(text: str, allowed: tuple[str, ...], what: str,
-          groups: dict[str, tuple[str, ...]] | None = None) -> list[str]:
-    """Comma-separated names; ``all`` (or a name of `groups`) stands for several."""
-    groups = {"all": allowed} if groups is None else groups
-    out: list[str] = []
-    for t in (t.strip() for t in text.split(",") if t.strip()):
-        if t in groups:
-            out.extend(g for g in groups[t] if g not in out)
-        elif t in allowed:
-            if t not in out:
-                out.append(t)
-        else:
-            raise ValueError(f"{what} must be among {allowed} or {tuple(groups)}, got {t!r}")
-    if not out:
-        raise ValueError(f"no {what} given")
-    return out
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench halo",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p = parser("halo", __doc__, worker=True, reps=10, rounds=3, min_time=0.005)
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
     p.add_argument("--mode", default="all",
                    help="comma-separated modes; all = the four two-sided ones, onesided = "
@@ -215,40 +189,28 @@ def main(argv=None) -> int:
     p.add_argument("--sub", default="16,64,256,1024",
                    help="subdomain edges N (N x N points per rank), comma-separated")
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--min-time", type=float, default=0.005,
-                   help="seconds one repetition should last (sets iterations); short "
-                        "repetitions, many of them, give a busy machine's scheduler fewer "
-                        "chances to spoil the best ones")
     p.add_argument("--check-max", type=int, default=1 << 22,
                    help="largest global grid (points) checked against the NumPy reference")
-    p.add_argument("--timeout", type=float, default=1800.0)
-    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
-    try:
-        modes = _list(a.mode, ALL_MODES, "mode", {"all": MODES, "onesided": ONESIDED_MODES})
-        packs = _list(a.pack, PACKS, "pack")
+
+    def measure():
         try:
-            subs = [int(s) for s in a.sub.split(",") if s.strip()]
+            subs = [validate.count(n, "sub") for n in validate.sizes(a.sub)]
         except ValueError:
             raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
-        m, recs = run(subs, app=a.app, modes=modes, packs=packs, ranks=a.ranks,
-                      transport=a.transport, reps=a.reps, rounds=a.rounds,
-                      min_time=a.min_time, check_max=a.check_max, timeout=a.timeout)
-    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
-        print(f"mpilab.bench halo: {exc}", file=sys.stderr)
-        return 2
-    write(a.json, m, recs)
-    print(f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} ranks on {m['cores']} "
-          "cores" + (" (oversubscribed)" if m.get("oversubscribed") else ""))
-    print(table(recs))
-    if a.json and a.json != "-":
-        print(f"# wrote {a.json}")
-    return 0 if all(r["valid"] for r in recs) else 1
+        return run(subs, app=a.app, modes=validate.names(a.mode, ALL_MODES, "mode", MODE_GROUPS),
+                   packs=validate.names(a.pack, PACKS, "pack"), ranks=a.ranks,
+                   transport=a.transport, reps=a.reps, rounds=a.rounds, min_time=a.min_time,
+                   check_max=a.check_max, timeout=a.timeout)
+
+    def show(m, recs):
+        return (f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} ranks on "
+                f"{m['cores']} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
+                + "\n" + table(recs))
+
+    return finish("halo", a.json, measure, show, ok=lambda recs: all(r["valid"] for r in recs))
 
 
 if __name__ == "__main__":

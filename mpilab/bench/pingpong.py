@@ -11,13 +11,13 @@ MPI and launcher produced them and whether the run was oversubscribed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from .. import runtime
-from ..timing import record
-from . import meta, parse_sizes, python_worker, run_mpi, write
+from .. import jobs, runtime, validate
+from ..jobs import python_worker
+from ..timing import record, run_meta
+from . import TIMEOUT, finish, parser
 
 IMPLS = ("kernel", "c-standalone", "mpi4py")
 
@@ -47,13 +47,13 @@ def _standalone(launch, sizes, iters, mode, reps, warmup, timeout):
     from ..kernels import program
 
     spec = [f"{n}:{iters[n]}" for n in sizes]
-    out = run_mpi(launch, [str(program("mpilab-pingpong")), mode, str(warmup), str(reps),
-                           *spec], timeout)
+    out = jobs.run(launch, [str(program("mpilab-pingpong")), mode, str(warmup), str(reps), *spec],
+                   timeout=timeout).stdout
     return {int(d["size_bytes"]): d["times"] for d in map(json.loads, out.splitlines())}
 
 
 def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds=2,
-        min_time=0.01, timeout=600.0) -> tuple[dict, list[dict]]:
+        min_time=0.01, timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
     for impl in impls:
         if impl not in IMPLS:
@@ -87,7 +87,7 @@ def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds
                               iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
                 "rounds": rounds, "min_time": min_time, "iters": iters}
-    return meta(launch, settings, first["library"]), records
+    return run_meta(launch, settings, first["library"]), records
 
 
 def table(records: list[dict]) -> str:
@@ -113,37 +113,26 @@ def table(records: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench pingpong",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    p.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
+    p = parser("pingpong", __doc__, worker=True, reps=7, rounds=2, min_time=0.01)
     p.add_argument("--sizes", default="8,1024,65536,1048576,4194304",
                    help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
     p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--mode", choices=("roundtrip", "oneway"), default="roundtrip")
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--min-time", type=float, default=0.01,
-                   help="seconds one repetition should last (sets iterations)")
-    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
-    try:
-        sizes = parse_sizes(a.sizes)
-        impls = [i.strip() for i in a.impls.split(",") if i.strip()]
-        m, recs = run(sizes, transport=a.transport, impls=impls, mode=a.mode, reps=a.reps,
-                      rounds=a.rounds, min_time=a.min_time)
-    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
-        print(f"mpilab.bench pingpong: {exc}", file=sys.stderr)
-        return 2
-    write(a.json, m, recs)
-    print(f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} cores"
-          + (" (oversubscribed)" if m.get("oversubscribed") else ""))
-    print(table(recs))
-    if a.json and a.json != "-":
-        print(f"# wrote {a.json}")
-    return 0
+
+    def measure():
+        return run(validate.sizes(a.sizes), transport=a.transport,
+                   impls=validate.names(a.impls, IMPLS, "impl"), mode=a.mode, reps=a.reps,
+                   rounds=a.rounds, min_time=a.min_time, timeout=a.timeout)
+
+    def show(m, recs):
+        return (f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} "
+                "cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
+                + "\n" + table(recs))
+
+    return finish("pingpong", a.json, measure, show)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ before any timing, so no repetition pays for faulting pages in.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from .. import runtime
-from ..timing import message_buffer, record
-from . import meta, python_worker, write
+from .. import runtime, validate
+from ..jobs import python_worker
+from ..timing import message_buffer, record, run_meta
+from . import TIMEOUT, finish, parser
 
 IMPLS = ("stencil", "memcopy", "store-copy")
 
@@ -84,7 +84,7 @@ def _worker(args_path: str, out_path: str) -> int:
 
 
 def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_time=0.01,
-        timeout=600.0) -> tuple[dict, list[dict]]:
+        timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
     for impl in impls:
         if impl not in IMPLS:
@@ -109,7 +109,7 @@ def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_ti
         rec["GBps_best"] = nbytes / (rec["t_us_min"] * 1e3)
         records.append(rec)
     settings = {**args, "bytes_counted": "read old + write new = 16 B per point"}
-    return meta(launch, settings, doc["library"]), records
+    return run_meta(launch, settings, doc["library"]), records
 
 
 def table(records: list[dict]) -> str:
@@ -128,36 +128,26 @@ def table(records: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench stencil-sweep",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p = parser("stencil-sweep", __doc__, worker=True, transport=False, reps=15, rounds=2,
+               min_time=0.01)
     p.add_argument("--nx", type=int, default=4096)
     p.add_argument("--ny", type=int, default=4096)
     p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--copy", choices=("loop", "memcpy"), default="loop",
                    help="the copy compared with: the compiled loop or libc memcpy")
-    p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--min-time", type=float, default=0.01,
-                   help="seconds one repetition should last (sets iterations)")
-    p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
-    try:
-        impls = [i.strip() for i in a.impls.split(",") if i.strip()]
-        m, recs = run(a.nx, a.ny, impls=impls, copy=a.copy, reps=a.reps, rounds=a.rounds,
-                      min_time=a.min_time)
-    except (ValueError, RuntimeError, runtime.MPINotFound) as exc:
-        print(f"mpilab.bench stencil-sweep: {exc}", file=sys.stderr)
-        return 2
-    write(a.json, m, recs)
-    print(f"# {m['mpi_library_version']} | 1 rank on {m['cores']} cores | "
-          f"{m.get('cpu_model', '')}")
-    print(table(recs))
-    if a.json and a.json != "-":
-        print(f"# wrote {a.json}")
-    return 0
+
+    def measure():
+        return run(a.nx, a.ny, impls=validate.names(a.impls, IMPLS, "impl"), copy=a.copy,
+                   reps=a.reps, rounds=a.rounds, min_time=a.min_time, timeout=a.timeout)
+
+    def show(m, recs):
+        return (f"# {m['mpi_library_version']} | 1 rank on {m['cores']} cores | "
+                f"{m.get('cpu_model', '')}\n" + table(recs))
+
+    return finish("stencil-sweep", a.json, measure, show)
 
 
 if __name__ == "__main__":

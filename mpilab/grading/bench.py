@@ -16,7 +16,6 @@ the grader's ranks were oversubscribed. Needs a checkout of the repository (the 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -97,23 +96,25 @@ def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..bench import write
+    from .. import validate
+    from ..bench import finish, parser
 
-    p = argparse.ArgumentParser(prog="python -m mpilab.bench autograde",
-                                description=__doc__.split("\n\n")[0])
+    p = parser("autograde", __doc__, transport=False, timeout=False)
     p.add_argument("--labs", default=",".join(C.LABS),
                    help="comma-separated labs (default: all)")
     p.add_argument("--reps", type=int, default=1, help="gradings of each submission")
-    p.add_argument("--json", default="-", help="output file ('-': stdout)")
     a = p.parse_args(argv)
-    try:
-        meta, records = run([x.strip() for x in a.labs.split(",") if x.strip()], a.reps)
-    except (ValueError, RuntimeError) as exc:
-        p.error(str(exc))
-    doc = write(a.json, meta, records)
-    if a.json == "-":
-        import json
 
-        print(json.dumps(doc, indent=2, default=str))
-    bad = [r for r in records if not (r["scores_as_expected"] and r["nbgrader_ok"])]
-    return 1 if bad else 0
+    def show(m, records):
+        lines = [f"# autograde on {m.get('cores')} cores, sandbox: {m.get('sandbox')}",
+                 f"{'lab':<22} {'submission':<10} {'s':>6} {'score':>9}  as expected"]
+        lines += [f"{r['lab']:<22} {r['impl']:<10} {r['t_s']:>6.1f} "
+                  f"{r['score'] if r['score'] is not None else float('nan'):>4g}/"
+                  f"{r['max_score']:<4g}  {r['scores_as_expected']}"
+                  for r in records]
+        return "\n".join(lines)
+
+    return finish("autograde", a.json,
+                  lambda: run(validate.names(a.labs, C.LABS, "lab"), a.reps), show,
+                  ok=lambda recs: all(r["scores_as_expected"] and r["nbgrader_ok"]
+                                      for r in recs))

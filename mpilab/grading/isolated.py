@@ -305,6 +305,23 @@ def compile_cython(source: str, module_name: str, final: str, timeout: float) ->
     return p.returncode, out[-20000:].decode(errors="replace")
 
 
+class _Compiler:
+    """:class:`mpilab.build.SandboxedCompiler` of this submission's sandbox."""
+
+    def folder(self) -> str:
+        return config()["build"]
+
+    def compile(self, source: str, module_name: str, final: str,
+                timeout: float) -> tuple[int, str]:
+        return compile_cython(source, module_name, final, timeout)
+
+
+if active():  # the grader's kernel: mpilab.build compiles in the sandbox
+    from .. import build as _build
+
+    _build.use_sandboxed_compiler(_Compiler())
+
+
 def shutdown() -> None:
     """Stop the ranks (the preprocessor also kills the whole sandbox afterwards)."""
     pool = _state.pop("pool", None)

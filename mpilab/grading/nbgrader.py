@@ -280,7 +280,8 @@ class IsolatedExecute(Execute):
                                   extra_arguments=self._gclient.extra_arguments)
         self._gclient.start_new_kernel_client()
         self._grader_exec("import warnings\nwarnings.simplefilter('ignore')\n"
-                          "import matplotlib\nmatplotlib.use('Agg')")
+                          "import matplotlib\nmatplotlib.use('Agg')\n"
+                          "import mpilab.grading.isolated  # mpilab.build compiles in the sandbox")
 
     # -- the main loop ------------------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):

@@ -7,7 +7,19 @@ is the kernel. Each takes an mpi4py communicator and never initialises MPI itsel
 import importlib
 from pathlib import Path
 
-NAMES = ("pingpong", "memcopy", "stencil", "wave", "collectives", "onesided")
+#: The one list of kernels: module name -> its C sources in ``kernels/<name>/`` (besides
+#: ``<name>.pyx``). setup.py builds exactly these; this package imports exactly these.
+KERNELS = {
+    "pingpong": ["c_pingpong.c"],
+    "memcopy": ["c_memcopy.c"],
+    "stencil": ["c_stencil.c"],
+    "wave": ["c_wave.c"],
+    "collectives": ["c_collectives.c"],
+    "onesided": ["c_onesided.c"],
+}
+#: Standalone MPI programs (into ``_bin/``): name -> sources under ``kernels/``.
+STANDALONE = {"mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"]}
+NAMES = tuple(KERNELS)
 BIN = Path(__file__).parent / "_bin"
 
 

@@ -3,7 +3,7 @@
 The lab's test cells call these functions; the checks, their harness and their messages
 live here, so grading policy changes in one place and students read short test cells::
 
-    from mpilab import grading_halo
+    from mpilab.grading import halo as grading_halo
     grading_halo.check_exchange(exchange_sendrecv, 16, 12, (2, 2), 10)
 
 Every check runs the student's function through :func:`halo_harness` on the notebook's
@@ -33,7 +33,6 @@ patches in its own kernel reaches a verdict.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 import textwrap
 from collections.abc import Callable, Sequence
@@ -45,8 +44,6 @@ from mpilab import grading, halo
 __all__ = [
     "SIDES",
     "halo_harness",
-    "process_grid",
-    "layout",
     "numbered",
     "same",
     "short",
@@ -150,27 +147,6 @@ def halo_harness(comm, func: Callable, kind: str, nx: int, ny: int, dims: Sequen
 # pure Python: what the ranks should hold, and what is wrong in words
 
 
-def process_grid(ranks: int) -> tuple[int, int]:
-    """``(py, px)`` as ``MPI.Compute_dims(ranks, 2)`` gives it, without starting MPI.
-
-    The most square factorisation, larger factor first: 4 -> (2, 2), 3 -> (3, 1),
-    6 -> (3, 2).
-    """
-    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    px = math.isqrt(int(ranks))
-    while ranks % px:
-        px -= 1
-    return int(ranks) // px, px
-
-
-def layout(nx: int, ny: int, dims: Sequence[int]) -> list[tuple[int, int, int, int]]:
-    """``(y0, rows, x0, cols)`` of every rank's block; rank r sits at ``(r // px, r % px)``."""
-    py, px = dims
-    ys, xs = halo.split(ny, py), halo.split(nx, px)
-    return [ys[r // px] + xs[r % px] for r in range(py * px)]
-
-
 def numbered(nx: int, ny: int) -> np.ndarray:
     """The numbered grid, shape ``(ny, nx)``: point ``(y, x)`` holds ``y * nx + x + 1``."""
     return np.arange(1.0, nx * ny + 1).reshape(ny, nx)
@@ -248,7 +224,7 @@ def ghost_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
     >>> want
     "rank 1's west edge (its east neighbour)"
     """
-    lay = layout(nx, ny, dims)
+    lay = halo.blocks(nx, ny, dims)
     grid = numbered(nx, ny)
     blocks = [grid[y0:y0 + rows, x0:x0 + cols] for y0, rows, x0, cols in lay]
     owned = {q: {"north": b[0], "south": b[-1], "west": b[:, 0], "east": b[:, -1]}
@@ -305,7 +281,7 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
     stepped = np.zeros_like(grid)
     halo.heat_step(grid, stepped)
     problems = []
-    for r, ((y0, rows, x0, cols), new) in enumerate(zip(layout(nx, ny, dims), probes,
+    for r, ((y0, rows, x0, cols), new) in enumerate(zip(halo.blocks(nx, ny, dims), probes,
                                                         strict=True)):
         if new.shape != (rows + 2, cols + 2):
             problems.append(f"rank {r}: new has shape {new.shape}, expected "
@@ -332,7 +308,7 @@ def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
              dims: Sequence[int]) -> np.ndarray:
     """The ranks' blocks (no frame, rank by rank) put together into one ``(ny, nx)`` field."""
     field = np.zeros((ny, nx))
-    for (y0, rows, x0, cols), block in zip(layout(nx, ny, dims), fields, strict=True):
+    for (y0, rows, x0, cols), block in zip(halo.blocks(nx, ny, dims), fields, strict=True):
         field[y0:y0 + rows, x0:x0 + cols] = block
     return field
 
@@ -519,7 +495,7 @@ def show_deadlock(exchange: Callable, nx: int, ny: int, dims: Sequence[int], *,
         print(f"As expected, {name} deadlocks on the {nx} × {ny} grid:\n"
               + textwrap.indent(str(exc), "  | ") + "\n")
         return True
-    edge = 8 * max(max(rows, cols) for _, rows, _, cols in layout(nx, ny, dims))
+    edge = 8 * max(max(rows, cols) for _, rows, _, cols in halo.blocks(nx, ny, dims))
     print(f"({name} did not deadlock here: this MPI sends {edge / 1000:.3g} KB edges "
           "eagerly.)")
     return False
@@ -544,9 +520,10 @@ def check_fixed(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps
 # trying code out (not graded): the same harness, printed
 
 
-def _dims(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
+def grid_of(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
+    """`dims`, checked against `ranks`; by default the grid MPI gives `ranks` (4 if None)."""
     if dims is None:
-        return process_grid(4 if ranks is None else ranks)
+        return halo.process_grid(4 if ranks is None else ranks)
     py, px = (int(d) for d in dims)
     if ranks is not None and ranks != py * px:
         raise ValueError(f"dims {(py, px)} need {py * px} ranks, not {ranks}")
@@ -558,12 +535,12 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     """Not graded: run `exchange` once on the numbered grid and print every rank's block.
 
     The blocks are printed with their frame. On `ranks` ranks (4 unless `dims` says),
-    `dims` defaults to what ``MPI.Compute_dims(ranks, 2)`` gives (:func:`process_grid`).
+    `dims` defaults to what ``MPI.Compute_dims(ranks, 2)`` gives (:func:`mpilab.halo.process_grid`).
     A failure (a deadlock, an exception) is printed, not raised.
     """
     if grading.not_while_grading():
         return None
-    dims = _dims(ranks, dims)
+    dims = grid_of(ranks, dims)
     try:
         outs = _run(exchange, "exchange", nx, ny, dims, 0, timeout)
     except grading.CheckFailed as exc:
@@ -587,7 +564,7 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
         return None
     if (exchange is None) == (step is None):
         raise ValueError("give either exchange= or step=")
-    dims = _dims(ranks, dims)
+    dims = grid_of(ranks, dims)
     kind, func = ("exchange", exchange) if step is None else ("step", step)
     try:
         outs = _run(func, kind, nx, ny, dims, steps, timeout)

@@ -1,10 +1,10 @@
 """Lab 03's graded checks (one-sided halo exchanges), on top of :mod:`mpilab.grading`.
 
 The lab's test cells call these functions; the checks, their harness and their messages
-live here, as lab 02's live in :mod:`mpilab.grading_halo`, whose pure-Python parts
-(the numbered grid, :func:`~mpilab.grading_halo.ghost_problems`, ...) they reuse::
+live here, as lab 02's live in :mod:`mpilab.grading.halo`, whose pure-Python parts
+(the numbered grid, :func:`~mpilab.grading.halo.ghost_problems`, ...) they reuse::
 
-    from mpilab import grading_onesided
+    from mpilab.grading import onesided as grading_onesided
     grading_onesided.check_put(exchange_put, 16, 12, (2, 2), 10)
 
 Every check runs the student's code through :func:`onesided_harness` on the notebook's
@@ -13,8 +13,8 @@ cluster (:func:`mpilab.grading.run_on_ranks`, with a timeout), in two runs:
 1. **a probe on the numbered grid, with slow ranks**: grid point ``(y, x)`` holds
    ``y * nx + x + 1``, and one exchange must fill every ghost edge with the neighbour's
    edge. Half the ranks (a checkerboard: every neighbour of a slow rank is fast) are made
-   slow on purpose: they write their block 0.3 s late, and they pause 0.3 s after every
-   synchronisation their code calls (``win.Fence``, ``win.Sync``, ``Barrier``, the PSCW
+   slow on purpose: they write their block :data:`SLOW_SECONDS` (0.15 s) late, and pause
+   as long after every synchronisation their code calls (``win.Fence``, ``win.Sync``, ``Barrier``, the PSCW
    and lock calls). The fast ranks overwrite their own block with -1.0 as soon as their
    exchange returns (what the next step would do). An exchange whose epochs are right
    does not notice; one that reads before the data is there (no opening synchronisation,
@@ -35,7 +35,7 @@ at the top of a cell) is not watched: the count is a help, not a proof.
 
 Where it runs
 -------------
-As in :mod:`mpilab.grading_halo`: the harness is a module-level function the ranks import
+As in :mod:`mpilab.grading.halo`: the harness is a module-level function the ranks import
 from disk, references are computed in the caller, and at autograde time the caller is
 the grader's kernel and the ranks are sandboxed.
 """
@@ -48,7 +48,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mpilab import grading, grading_halo, halo
+from mpilab import grading, halo
+from mpilab.grading import halo as grading_halo
 
 __all__ = [
     "SLOW_SECONDS",
@@ -364,7 +365,7 @@ def probe_problems(probes: Sequence[np.ndarray], nx: int, ny: int, dims: Sequenc
                    slow: bool = True) -> list[str]:
     """The wrong edges after the probe, each line naming rank, edge and neighbour.
 
-    :func:`mpilab.grading_halo.ghost_problems`, with a word on timing where the edge a
+    :func:`mpilab.grading.halo.ghost_problems`, with a word on timing where the edge a
     rank holds points to an epoch that closed too early or opened too late.
     """
     problems = grading_halo.ghost_problems(probes, nx, ny, dims)
@@ -555,11 +556,11 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
 
     Prints every rank's block (with `blocks`) and what is wrong; a failure (a deadlock,
     an exception) is printed, not raised. `ranks` and `dims` as in
-    :func:`mpilab.grading_halo.show_exchange` (4 ranks, 2 × 2, by default).
+    :func:`mpilab.grading.halo.show_exchange` (4 ranks, 2 × 2, by default).
     """
     if grading.not_while_grading():
         return None
-    dims = grading_halo._dims(ranks, dims)
+    dims = grading_halo.grid_of(ranks, dims)
     try:
         outs = _run("exchange", None, exchange, nx, ny, dims, 0, True, timeout)
     except grading.CheckFailed as exc:
@@ -574,7 +575,7 @@ def show_shared(setup: Callable, exchange: Callable, nx: int = 8, ny: int = 6,
     """Not graded: :func:`show_exchange` for ``setup(cart, rows, cols)`` + ``exchange(cart, win, u)``."""
     if grading.not_while_grading():
         return None
-    dims = grading_halo._dims(ranks, dims)
+    dims = grading_halo.grid_of(ranks, dims)
     try:
         outs = _run("shared", setup, exchange, nx, ny, dims, 0, True, timeout)
     except grading.CheckFailed as exc:
@@ -593,7 +594,7 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
     """
     if grading.not_while_grading():
         return None
-    dims = grading_halo._dims(ranks, dims)
+    dims = grading_halo.grid_of(ranks, dims)
     kind = "exchange" if setup is None else "shared"
     try:
         outs = _run(kind, setup, exchange, nx, ny, dims, steps, False, timeout)

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .halo import PHASES, blocks
+from ..halo import PHASES, blocks
 
 __all__ = ["decomposition", "timeline", "wavefield", "k1", "speedup", "PHASE_COLORS"]
 

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .plots import format_bytes
-from .tracing import _as_table, schedule
+from ..tracing import as_table, schedule
+from . import format_bytes
 
 __all__ = ["knowledge", "step_panels", "animate", "predicted_vs_measured", "mark_best_worst"]
 
@@ -61,7 +61,7 @@ def knowledge(events_by_rank: Sequence | Mapping) -> tuple[list[dict], list[list
     [[0], [0, 1], [0, 1, 2]]
     """
     sched = schedule(events_by_rank)  # validates, and raises the tracer's own messages
-    table = _as_table(events_by_rank)
+    table = as_table(events_by_rank)
     p = len(table)
     info = [{r} for r in range(p)]
     clock = [0] * p

@@ -1,0 +1,624 @@
+"""Lab 06's graded checks (the allgather family), on top of mpilab.grading.
+
+The lab's test cells call these functions::
+
+    from mpilab.grading import allgather as A
+    A.check_allgather(allgather_ring, [(4, 3), (5, 1000, "int32")])
+    A.check_ring_steps(allgather_ring, [3, 4, 5])          # p - 1 steps, one block each
+
+As for lab 05 (:mod:`mpilab.grading.collectives`, whose tracing and explaining helpers
+these checks share): every check runs the student's function through a harness of this
+module on the ranks, with the library's ``comm.Allgather`` on the same data as the
+reference and a :class:`mpilab.tracing.TracingComm` in the student's hands, then
+
+1. compares **the result** rank by rank and explains a wrong block by whose block it holds
+   (:func:`block_problems`: rank r's block is ``r * OWNER + 0, 1, 2, ...``);
+2. counts **the steps** of a right result from the messages: the ring's ``p - 1`` steps
+   of one block each (:func:`check_ring_schedule`), ``ceil(log2 p)`` steps of the
+   logarithmic algorithms (:func:`check_log_schedule`);
+3. checks that the compiled ring refuses what it cannot do (:func:`check_refusals`), that
+   the Cython source writes the ring itself (:func:`check_ring_source`), and times it
+   beside the library (:func:`time_compiled`, :func:`time_allgather`).
+
+The pure-Python parts take plain data and are tested without MPI
+(``tests/test_grading_allgather.py``).
+
+Where it runs
+-------------
+As in :mod:`mpilab.grading.halo`: module-level harnesses the ranks import from disk,
+references computed in the caller, which at autograde time is the grader's kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from mpilab import build, grading, tracing
+from mpilab.grading.collectives import (
+    check_traced,
+    explained,
+    label_of,
+    log_steps,
+    messages_hint,
+    parse_cases,
+    ranks_text,
+)
+
+__all__ = [
+    "allgather_harness",
+    "refuses_harness",
+    "cython_harness",
+    "time_allgather",
+    "block_problems",
+    "check_ring_schedule",
+    "check_log_schedule",
+    "check_refusals",
+    "check_ring_source",
+    "check_allgather",
+    "check_ring_steps",
+    "check_log_steps",
+    "check_refuses",
+    "check_compiled_ring",
+    "check_compiled_refuses",
+    "time_compiled",
+    "check_cython_ring",
+]
+
+# ---------------------------------------------------------------------------------------
+# engine side: the checks' own harnesses (imported from this file by the engines)
+
+#: Rank r's block in the allgather checks is ``r * OWNER + 0, 1, 2, ...``: a value says
+#: whose block it came from.
+OWNER = 1_000_000
+
+
+def allgather_harness(comm, allgather: Callable, n: int, dtype: str) -> dict:
+    """On every rank: ``comm.Allgather`` and `allgather` on the same blocks, traced.
+
+    Rank r's block is ``r * 1_000_000 + 0, 1, 2, ...`` (:data:`OWNER`): a value says whose
+    block it came from.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks of the check.
+    allgather : callable
+        The student's ``allgather(comm, sendbuf, recvbuf)``, called with a
+        :class:`mpilab.tracing.TracingComm`.
+    n : int
+        Elements per block.
+    dtype : str
+        NumPy type of the buffers.
+
+    Returns
+    -------
+    dict
+        ``recv`` (the student's recvbuf, which starts as -1 everywhere), ``ref`` (after
+        ``comm.Allgather``), ``unchanged`` (whether sendbuf was left as it was) and the
+        tracer's ``schedule``, ``error`` and ``untraced``.
+    """
+    r, p = comm.Get_rank(), comm.Get_size()
+    send = (r * OWNER + np.arange(n)).astype(dtype)
+    kept = send.copy()
+    ref = np.empty(p * n, dtype=dtype)
+    comm.Allgather(send, ref)
+    recv = np.full(p * n, -1, dtype=dtype)
+    out = tracing.trace(comm, allgather, send, recv)
+    return {"recv": recv, "ref": ref, "unchanged": bool(np.array_equal(send, kept)),
+            "schedule": out["schedule"], "error": out["error"], "untraced": out["untraced"]}
+
+
+def refuses_harness(comm, allgather: Callable, n: int) -> tuple[str, int]:
+    """On every rank: what ``allgather(comm, zeros(n), zeros(p * n))`` does, in words.
+
+    Returns
+    -------
+    (str, int)
+        ``"ValueError: <message>"``, ``"<OtherError>: <message>"`` or ``"no error"``, and
+        how many messages this rank sent or received before that.
+    """
+    tc = tracing.TracingComm(comm)
+    try:
+        allgather(tc, np.zeros(n), np.zeros(comm.Get_size() * n))
+    except ValueError as exc:
+        return f"ValueError: {exc}", len(tc.events)
+    except Exception as exc:  # noqa: BLE001 - any other error is reported as such
+        return f"{type(exc).__name__}: {exc}", len(tc.events)
+    return "no error", len(tc.events)
+
+
+def cython_harness(comm, kernel: Callable, n: int, extra: int) -> dict:
+    """On every rank: ``comm.Allgather`` and a compiled ``kernel(comm, sendbuf, recvbuf)``.
+
+    Float64 blocks as in :func:`allgather_harness`. With `extra` != 0 recvbuf has `extra`
+    numbers too many, which the kernel must refuse with ValueError.
+
+    Returns
+    -------
+    dict
+        ``recv``, ``ref`` and ``raised`` (``"ValueError: ..."`` or None).
+    """
+    r, p = comm.Get_rank(), comm.Get_size()
+    send = r * OWNER + np.arange(n, dtype=np.float64)
+    ref = np.empty(p * n)
+    comm.Allgather(send, ref)
+    recv = np.full(p * n + extra, -1.0)
+    try:
+        kernel(comm, send, recv)
+    except ValueError as exc:
+        return {"recv": recv, "ref": ref, "raised": f"ValueError: {exc}"}
+    return {"recv": recv, "ref": ref, "raised": None}
+
+
+def time_allgather(comm, impl: Callable | None, n: int, iters: int,
+                   reps: int) -> tuple[list[float], bool]:
+    """Time ``impl(comm, sendbuf, recvbuf)`` (None: ``comm.Allgather``), course protocol.
+
+    A warm-up call, then per repetition a barrier, `iters` calls between two
+    ``MPI.Wtime()``, and the slowest rank's time per call.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks to time on.
+    impl : callable or None
+        The allgather to time; None times the library's ``comm.Allgather``.
+    n : int
+        Float64 numbers per block.
+    iters, reps : int
+        Calls per repetition, repetitions.
+
+    Returns
+    -------
+    (list of float, bool)
+        Seconds per call of every repetition (the same on every rank), and whether the
+        result of the last call was right on this rank.
+    """
+    from mpi4py import MPI
+
+    r, p = comm.Get_rank(), comm.Get_size()
+    send = r * OWNER + np.arange(n, dtype=np.float64)
+    recv = np.full(p * n, -1.0)
+    if impl is None:
+        def call():
+            comm.Allgather(send, recv)
+    else:
+        def call():
+            impl(comm, send, recv)
+    call()
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(iters):
+            call()
+        times.append(comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX))
+    want = (np.arange(p)[:, None] * OWNER + np.arange(n)).ravel()
+    return times, bool(np.array_equal(recv, want))
+
+
+# ---------------------------------------------------------------------------------------
+# pure Python: what is wrong in words, step counts
+
+
+def block_problems(outs: Sequence[dict], n: int, limit: int = 5) -> list[str]:
+    """Whose block each wrong block of an allgather's recvbuf holds, in words.
+
+    ``"rank 2: block 0 holds rank 1's block, expected rank 0's"``, ``"rank 0: block 3
+    was never written, expected rank 3's"``. Blocks are those of
+    :func:`allgather_harness` (rank r's: ``r * 1_000_000 + 0, 1, ...``).
+
+    Parameters
+    ----------
+    outs : sequence of dict
+        The harness's output, rank by rank (``recv`` and ``ref``).
+    n : int
+        Elements per block.
+    limit : int
+        At most this many lines.
+    """
+    lines: list[str] = []
+    p = len(outs)
+    for r, o in enumerate(outs):
+        got, want = np.asarray(o["recv"]), np.asarray(o["ref"])
+        if n == 0 or got.shape != want.shape:
+            continue
+        for j in range(p):
+            seg = got[j * n:(j + 1) * n]
+            if np.array_equal(seg, want[j * n:(j + 1) * n]):
+                continue
+            owners = sorted({int(v) // OWNER for v in np.unique(seg) if v >= 0})
+            if np.all(seg == -1):
+                what = "was never written"
+            elif (len(owners) == 1 and owners[0] < p
+                  and np.array_equal(seg, want[owners[0] * n:(owners[0] + 1) * n])):
+                what = f"holds rank {owners[0]}'s block"
+            else:
+                what = "holds a mix of blocks, or a shifted one"
+            lines.append(f"rank {r}: block {j} {what}, expected rank {j}'s")
+            if len(lines) >= limit:
+                return lines
+    return lines
+
+
+def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ring",
+                        itemsize: int = 8) -> int:
+    """A right ring allgather's messages: to the right neighbour, ``p - 1`` steps, one block.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's :func:`allgather_harness` output.
+    p, n : int
+        Ranks, and elements per block.
+    name : str
+        What messages call the function.
+    itemsize : int
+        Bytes per element.
+
+    Returns
+    -------
+    int
+        The steps it took.
+    """
+    __tracebackhide__ = True
+    label = f"{name} on {p} ranks"
+    check_traced(info, label, "write the algorithm with point-to-point calls")
+    sched = info["schedule"]
+    by_step = tracing.format_schedule(sched)
+    off = [m for m in sched if m["dst"] != (m["src"] + 1) % p]
+    grading.expect(not off, f"{label}: " + "; ".join(
+        f"rank {m['src']} sent to rank {m['dst']} in step {m['step']}" for m in off[:3])
+        + f". In the ring every rank sends only to its right neighbour, (rank + 1) % {p}.\n"
+        + by_step)
+    took = tracing.steps(sched)
+    grading.expect(took == p - 1, f"{label} took {took} steps; the ring takes p - 1 = {p - 1}, "
+                   f"one block per rank in each.\n{by_step}")
+    block = n * itemsize
+    big = [m for m in sched if m["bytes"] != block]
+    grading.expect(not big, f"{label}: rank {big[0]['src'] if big else 0} sent "
+                   f"{big[0]['bytes'] if big else 0} B in step {big[0]['step'] if big else 0}; "
+                   f"each message of the ring carries one block ({block} B here).\n{by_step}")
+    return took
+
+
+def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int = 8) -> int:
+    """A right Bruck or recursive-doubling allgather's messages: ``ceil(log2 p)`` steps.
+
+    Every block must reach every other rank once: ``p (p - 1)`` blocks in all.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's :func:`allgather_harness` output.
+    p, n : int
+        Ranks, and elements per block.
+    name : str
+        What messages call the function.
+    itemsize : int
+        Bytes per element.
+
+    Returns
+    -------
+    int
+        The steps it took.
+    """
+    __tracebackhide__ = True
+    label = f"{name} on {p} ranks"
+    check_traced(info, label, "write the algorithm with point-to-point calls")
+    sched = info["schedule"]
+    by_step = tracing.format_schedule(sched)
+    took, allowed = tracing.steps(sched), log_steps(p)
+    grading.expect(took <= allowed, f"{label} took {took} steps; it should take {allowed} "
+                   f"(ceil(log2 {p})): the number of blocks a rank holds doubles in each "
+                   "step.\n" + by_step)
+    total, want = sum(m["bytes"] for m in sched), p * (p - 1) * n * itemsize
+    grading.expect(total == want, f"{label} moved {total} B in all; each of the {p} blocks "
+                   f"must reach each of the other {p - 1} ranks once: {want} B here (blocks "
+                   f"of {n * itemsize} B). Does a step send more blocks than the receiver "
+                   "still misses?\n" + by_step)
+    return took
+
+
+def check_refusals(outs: Sequence[Sequence], label: str, why: str) -> str:
+    """Every rank raised ValueError, and before any message.
+
+    Parameters
+    ----------
+    outs : sequence of (str, int)
+        :func:`refuses_harness`'s output, rank by rank.
+    label : str
+        What the message calls the run.
+    why : str
+        Why it must refuse, e.g. ``"3 is not a power of two"``.
+
+    Returns
+    -------
+    str
+        What rank 0 raised, e.g. ``"ValueError: ..."``.
+    """
+    __tracebackhide__ = True
+    wrong = [f"rank {r}: {what}" for r, (what, _) in enumerate(outs)
+             if not what.startswith("ValueError")]
+    grading.expect(not wrong, f"{label} should raise ValueError on every rank ({why}), "
+                   "but:\n  " + "\n  ".join(wrong))
+    sent = [f"rank {r} sent or received {k} message{'s' * (k != 1)}"
+            for r, (_, k) in enumerate(outs) if k]
+    grading.expect(not sent, f"{label}: raise before any message: " + "; ".join(sent))
+    return outs[0][0]
+
+
+def check_ring_source(source: str, *, name: str = "the ring") -> None:
+    """Cython source of a ring: calls MPI's C functions, no library collective.
+
+    Comments do not count.
+    """
+    __tracebackhide__ = True
+    grading.expect(isinstance(source, str), f"the source of {name} should be a string")
+    code = re.sub(r"#[^\n]*", "", source)
+    grading.expect(bool(re.search(r"\bMPI_(Sendrecv|Send|Isend|Ssend)\s*\(", code)
+                        and re.search(r"\bMPI_(Sendrecv|Recv|Irecv)\s*\(", code)),
+                   f"{name} should call the C functions (MPI_Sendrecv, from mpi4py.libmpi), "
+                   "not mpi4py's comm.Sendrecv")
+    grading.expect(not re.search(r"\bMPI_(Allgather|Iallgather|Allgatherv|Bcast|Allreduce)\s*\(",
+                                 code), "write the ring yourself: no library collective")
+
+
+# ---------------------------------------------------------------------------------------
+# the graded checks
+
+
+def _allgather_run(allgather, p, n, dtype, name, timeout):
+    __tracebackhide__ = True
+    with explained(name):
+        out = grading.run_on_ranks(allgather_harness, allgather, n, str(dtype), ranks=p,
+                                   timeout=timeout, blame=allgather)
+    label = f"{name} on {p} ranks, {n:,} {dtype} per rank"
+    changed = [r for r, o in enumerate(out) if not o["unchanged"]]
+    grading.expect(not changed, f"{label}: sendbuf changed on rank {ranks_text(changed)}: leave it "
+                   "as it is (comm.Allgather does not touch it)")
+    hint = block_problems(out, n) + [messages_hint(out[0], p)]
+    grading.expect_per_rank([o["recv"] for o in out], [o["ref"] for o in out], what="holds",
+                            label=label, hint="\n".join(hint))
+    return out
+
+
+def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = None,
+                    timeout: float = 10) -> None:
+    """Every rank's recvbuf holds all blocks in rank order, as after ``comm.Allgather``.
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``, run on every rank.
+    cases : iterable of tuple
+        ``(p, n)`` or ``(p, n, dtype)``: ranks, elements per block, NumPy type
+        (``"float64"`` by default).
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When sendbuf changed, or naming each wrong rank and block and whose block it
+        holds (:func:`block_problems`), with the messages step by step.
+    """
+    __tracebackhide__ = True
+    name = label_of(allgather, name)
+    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
+        _allgather_run(allgather, p, n, dtype, name, timeout)
+
+
+def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
+                     name: str | None = None, timeout: float = 10) -> list[int]:
+    """A right allgather of `n` float64 per rank, then a ring's steps (right neighbour only).
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int
+        Float64 per block (each message must carry one block).
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count (:func:`check_ring_schedule`).
+    """
+    __tracebackhide__ = True
+    name = label_of(allgather, name)
+    took = []
+    for (p,) in parse_cases(ranks, "p"):
+        info = _allgather_run(allgather, p, n, "float64", name, timeout)[0]
+        took.append(check_ring_schedule(info, p, n, name=name))
+    return took
+
+
+def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
+                    name: str | None = None, timeout: float = 10) -> list[int]:
+    """A right allgather, then ``ceil(log2 p)`` steps moving ``p (p - 1)`` blocks in all.
+
+    For Bruck's algorithm and recursive doubling.
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int
+        Float64 per block.
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count (:func:`check_log_schedule`).
+    """
+    __tracebackhide__ = True
+    name = label_of(allgather, name)
+    took = []
+    for (p,) in parse_cases(ranks, "p"):
+        info = _allgather_run(allgather, p, n, "float64", name, timeout)[0]
+        took.append(check_log_schedule(info, p, n, name=name))
+    return took
+
+
+def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,
+                  name: str | None = None, timeout: float = 10) -> str:
+    """On `ranks` ranks (not a power of two), `allgather` raises ValueError everywhere, first.
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    sizes : iterable of int
+        Elements per block of each run.
+    ranks : int
+        Ranks of the runs.
+    name, timeout
+        As for :func:`check_bcast`.
+
+    Returns
+    -------
+    str
+        What rank 0 raised in the last run.
+    """
+    __tracebackhide__ = True
+    name = label_of(allgather, name)
+    said = ""
+    for n in sizes:
+        with explained(name):
+            out = grading.run_on_ranks(refuses_harness, allgather, n, ranks=ranks,
+                                       timeout=timeout, blame=allgather)
+        said = check_refusals(out, f"{name} on {ranks} ranks, {n} float64 per rank",
+                              f"{ranks} is not a power of two")
+    return said
+
+
+def check_compiled_ring(kernel: Callable, cases: Iterable, *, name: str,
+                        timeout: float = 10) -> None:
+    """A compiled ``kernel(comm, sendbuf, recvbuf)`` of float64 equals ``comm.Allgather``.
+
+    Parameters
+    ----------
+    kernel : mpilab.build.CompiledFunction
+        The compiled ring.
+    cases : iterable of (int, int)
+        ``(p, n)``: ranks, float64 per block.
+    name : str
+        What messages call the kernel, e.g. ``"allgather_cy.allgather_ring"``.
+    timeout : float
+        Seconds before a case fails as stuck; the message then says that the line shown
+        is where Python called the compiled function.
+    """
+    __tracebackhide__ = True
+    for p, n in parse_cases(cases, "p n"):
+        label = f"{name} on {p} ranks, {n:,} float64 per rank"
+        try:
+            with explained(name):
+                out = grading.run_on_ranks(cython_harness, kernel, n, 0, ranks=p,
+                                           timeout=timeout, blame=kernel)
+        except grading.Skipped:
+            raise
+        except grading.TimedOut as exc:  # the stack dump stops where Python called into C
+            raise type(exc)(f"{exc}\nThe line above is only where Python called the compiled "
+                            f"function; the ranks were stuck inside it ({label}). Does every "
+                            "rank call MPI_Send before MPI_Recv? Past the eager limit that "
+                            "deadlocks; MPI_Sendrecv pairs the two.") from None
+        raised = [f"rank {r}: {o['raised']}" for r, o in enumerate(out) if o["raised"]]
+        grading.expect(not raised, f"{label} raised:\n  " + "\n  ".join(raised))
+        grading.expect_per_rank([o["recv"] for o in out], [o["ref"] for o in out],
+                                what="holds", label=label,
+                                hint="\n".join(block_problems(out, n)))
+
+
+def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
+                           timeout: float = 10) -> None:
+    """A recvbuf one number too long makes the compiled kernel raise ValueError everywhere.
+
+    Parameters
+    ----------
+    kernel : mpilab.build.CompiledFunction
+        The compiled ring.
+    p, n : int
+        Ranks, and float64 per block.
+    name : str
+        What the message calls the kernel.
+    timeout : float
+        Seconds before the run fails as stuck.
+    """
+    __tracebackhide__ = True
+    with explained(name):
+        out = grading.run_on_ranks(cython_harness, kernel, n, 1, ranks=p, timeout=timeout,
+                                   blame=kernel)
+    quiet = [r for r, o in enumerate(out) if o["raised"] is None]
+    grading.expect(not quiet, f"{name} on {p} ranks with a recvbuf of {p * n + 1} numbers for "
+                   f"{p} blocks of {n}: ranks {ranks_text(quiet)} did not raise ValueError. Keep "
+                   "the given checks before any MPI call.")
+
+
+def time_compiled(kernel: Callable, *, name: str, n: int = 1024, iters: int = 5,
+                  reps: int = 3, timeout: float = 10) -> float:
+    """Lenient: the kernel runs when timed and stays right; its times are real numbers.
+
+    The time itself is never judged. Returns the fastest repetition, in µs per call.
+    """
+    __tracebackhide__ = True
+    with explained(name):
+        times, right = grading.run_on_ranks(time_allgather, kernel, n, iters, reps,
+                                            timeout=timeout, blame=kernel)[0]
+    grading.expect(right, f"{name} gave a wrong result when called {iters * reps + 1} times "
+                   "in a row")
+    grading.expect(type(times) is list and len(times) == reps
+                   and all(type(x) is float and 0 < x < 10 for x in times),
+                   f"the timings of {name} are not plausible: {times}")
+    return min(times) * 1e6
+
+
+def check_cython_ring(source: str, cases: Iterable, *, refuse: tuple[int, int] = (4, 5),
+                      module: str = "allgather_cy", function: str = "allgather_ring",
+                      timeout: float = 10) -> float:
+    """Lab 06 Part D: compile `source`, check the ring it defines, time it (not graded).
+
+    Parameters
+    ----------
+    source : str
+        The student's Cython source (``ALLGATHER_PYX``); it must call MPI's C functions
+        and no library collective (:func:`check_ring_source`).
+    cases : iterable of (int, int)
+        ``(p, n)`` for :func:`check_compiled_ring`.
+    refuse : (int, int)
+        ``(p, n)`` for :func:`check_compiled_refuses`.
+    module, function : str
+        The module's name for :func:`mpilab.build.cython` (the same name finds the
+        notebook's cached build), and the function checked.
+    timeout : float
+        Seconds before a run fails as stuck.
+
+    Returns
+    -------
+    float
+        The fastest time per call of blocks of 8 KiB on the cluster's ranks, in µs
+        (:func:`time_compiled`): shown, never graded.
+    """
+    __tracebackhide__ = True
+    name = f"{module}.{function}"
+    check_ring_source(source, name=name)
+    try:
+        kernel = getattr(build.cython(source, name=module), function)
+    except build.CompileError as exc:
+        raise grading.CheckFailed(f"the source does not compile:\n{exc}") from None
+    grading.expect(type(kernel).__name__ == "CompiledFunction",
+                   f"{name} should be a function of the compiled module")
+    check_compiled_ring(kernel, cases, name=name, timeout=timeout)
+    check_compiled_refuses(kernel, *refuse, name=name, timeout=timeout)
+    return time_compiled(kernel, name=name, timeout=timeout)

@@ -1,0 +1,264 @@
+"""One way to start an MPI job and one way to end it.
+
+:func:`mpilab.runtime.launch` says *how* to start ranks on this machine (launcher,
+options, the environment: root flags, oversubscription, transport); this module starts
+them and makes sure they end. Everything in the course that runs MPI processes goes
+through here: the benchmarks (``python -m mpilab.bench``), the Fortran/coarray programs
+(:mod:`mpilab.coarrays`), the tuner's jobs (:mod:`mpilab.collectives`), the tests'
+``mpirun`` and the ipyparallel cluster (:mod:`mpilab.cluster`, whose engines
+ipyparallel starts under the same launcher and which ends them with :func:`end`).
+The one exception is the autograder's pool of ranks (:mod:`mpilab.grading.pool`): it
+starts the same launch inside a sandbox, whose PID namespace and cgroup end everything in
+it at once (:mod:`mpilab.grading.sandbox`).
+
+The kill policy, the same on every path:
+
+1. every process of a job carries a tag in its environment (``MPILAB_JOB=<id>`` for a
+   :class:`Job`, ``IPP_CLUSTER_ID`` for a cluster); ``mpiexec`` passes it to its ranks
+   and they to their children. That is how the ranks are found: Open MPI puts each rank
+   in a process group of its own, so killing the launcher's group does not reach them,
+   and a child that left the session (``setsid``) is reached by nothing else;
+2. the launcher's process group gets SIGKILL (nothing new starts after that), then every
+   tagged process; the call waits until they are gone (SIGKILL is asynchronous);
+3. shared-memory segments that no live process maps any more are removed
+   (:func:`mpilab.runtime.remove_stale_shm_segments`), so a killed job leaves no
+   ``/dev/shm`` file behind.
+
+A job that ends by itself is ended the same way, since a rank that aborted can leave its
+peers running for a moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import runtime
+
+TAG = "MPILAB_JOB"
+
+
+class JobFailed(RuntimeError):
+    """The job ended with a non-zero exit status."""
+
+    def __init__(self, message: str, argv: Sequence[str], returncode: int, stdout: str,
+                 stderr: str):
+        super().__init__(message)
+        self.argv, self.returncode = list(argv), returncode
+        self.stdout, self.stderr = stdout, stderr
+
+
+class JobTimeout(TimeoutError, RuntimeError):
+    """The job did not finish in time; it was killed (a TimeoutError and a RuntimeError)."""
+
+    def __init__(self, message: str, stdout: str, stderr: str):
+        super().__init__(message)
+        self.stdout, self.stderr = stdout, stderr
+
+
+def tagged(var: str, match: str | Callable[[str], bool]) -> list:
+    """Live processes whose environment has `var` equal to `match` (or passing it).
+
+    Only processes this user may read are seen; this process never is.
+    """
+    import psutil
+
+    ok = match if callable(match) else (lambda v: v == match)
+    me, found = os.getpid(), []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        try:
+            value = p.environ().get(var)
+        except (psutil.Error, OSError):
+            continue
+        if value and ok(value):
+            found.append(p)
+    return found
+
+
+def end(procs: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
+        grace: float = 2.0, wait: float = 10.0) -> int:
+    """End `procs` (psutil processes); how many there were. Then remove stale segments.
+
+    Processes for which `gentle(p)` is true get SIGTERM first and SIGKILL after `grace`
+    seconds (an ``mpiexec`` that may still remove its session files); the rest get
+    SIGKILL at once. Returns after every one is gone or `wait` seconds have passed.
+    """
+    import psutil
+
+    procs = list(procs)
+    soft = []
+    for p in procs:
+        try:
+            if gentle(p):
+                p.terminate()
+                soft.append(p)
+            else:
+                p.kill()
+        except psutil.Error:
+            pass
+    if soft:
+        _, alive = psutil.wait_procs(soft, timeout=grace)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+    _wait_gone(procs, wait)
+    runtime.remove_stale_shm_segments()
+    return len(procs)
+
+
+def reap_orphans() -> int:
+    """End the jobs whose starting process is gone; how many processes that ended.
+
+    A process that starts a job and is then killed itself (SIGKILL, a crashed kernel)
+    cannot end it; its job id starts with its process id, so the next job started on
+    this machine finds such a job and ends it (:class:`Job` calls this on every start).
+    """
+    import psutil
+
+    def orphan(job_id: str) -> bool:
+        owner = job_id.partition("-")[0]
+        return owner.isdigit() and not psutil.pid_exists(int(owner))
+
+    found = tagged(TAG, orphan)
+    return end(found) if found else 0
+
+
+def _wait_gone(procs: Sequence, wait: float) -> None:
+    """Until every process is gone or a zombie nobody reaps (not ours to wait for)."""
+    import psutil
+
+    deadline = time.monotonic() + wait
+    left = list(procs)
+    while left and time.monotonic() < deadline:
+        _, left = psutil.wait_procs(left, timeout=0.1)
+        left = [p for p in left if _running(p)]
+
+
+def _running(p) -> bool:
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class Job:
+    """An MPI job started in a session of its own and tagged: :meth:`kill` ends it all.
+
+    >>> with Job(runtime.launch(2), ["./a.out"]) as job:      # doctest: +SKIP
+    ...     out = job.wait(timeout=60)                        # CompletedProcess
+
+    Leaving the ``with`` block (or :meth:`wait` returning, failing or timing out) ends
+    every process of the job and removes its stale shared-memory segments.
+    """
+
+    def __init__(self, launch: runtime.Launch, program: Sequence[str], *,
+                 mpi_args: Sequence[str] = (), env: dict | None = None,
+                 cwd: str | os.PathLike | None = None, capture: bool = True):
+        reap_orphans()
+        self.launch = launch
+        self.id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.program = [str(a) for a in program]
+        self.argv = [*launch.command, *mpi_args, *self.program]
+        full = launch.full_env()
+        full.update(env or {})
+        full[TAG] = self.id
+        pipe = subprocess.PIPE if capture else None
+        self.proc = subprocess.Popen(self.argv, env=full, cwd=cwd, stdout=pipe, stderr=pipe,
+                                     stdin=subprocess.DEVNULL, text=True,
+                                     start_new_session=True)
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    @property
+    def name(self) -> str:
+        """The program, short: ``wave_caf``, ``python -m mpilab.tuning``, ``python x.py``."""
+        if not self.program:
+            return "?"
+        words, rest = [os.path.basename(self.program[0])], self.program[1:]
+        if rest[:1] == ["-m"]:
+            words += rest[:2]
+        elif rest[:1] == ["-c"]:
+            words += ["-c"]
+        elif rest and rest[0].endswith(".py"):
+            words.append(os.path.basename(rest[0]))
+        return " ".join(words)
+
+    def processes(self) -> list:
+        """The job's live processes (launcher, daemons, ranks)."""
+        return tagged(TAG, self.id)
+
+    def kill(self) -> int:
+        """End every process of the job (see the module's kill policy); how many were found."""
+        try:  # first the launcher's group: nothing new is started after this
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        n = end(self.processes())  # then the ranks (own groups) and whatever they started
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILLed above
+            pass
+        return n
+
+    def wait(self, timeout: float, *, check: bool = True) -> subprocess.CompletedProcess:
+        """Wait for the job to end; its output. Ends all its processes in every case.
+
+        Raises :class:`JobTimeout` after `timeout` seconds (the job is killed first) and,
+        with `check`, :class:`JobFailed` if it exited with a non-zero status.
+        """
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate()
+            raise JobTimeout(f"{self.name} on {self.launch.ranks} ranks did not finish in {timeout:g} s (killed)",
+                             out or "", err or "") from None
+        except BaseException:
+            self.kill()
+            raise
+        self.kill()  # a rank that aborted may leave its peers behind for a moment
+        res = subprocess.CompletedProcess(self.argv, self.proc.returncode, out or "", err or "")
+        if check and res.returncode != 0:
+            raise JobFailed(f"{' '.join(self.argv)} failed (exit {res.returncode}):\n"
+                            f"{(res.stderr or res.stdout)[-3000:]}",
+                            self.argv, res.returncode, res.stdout, res.stderr)
+        return res
+
+
+def run(launch: runtime.Launch, program: Sequence[str], *, timeout: float,
+        check: bool = True, mpi_args: Sequence[str] = (), env: dict | None = None,
+        cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """Run an MPI program to completion under `launch`; its output (see :meth:`Job.wait`)."""
+    return Job(launch, program, mpi_args=mpi_args, env=env, cwd=cwd).wait(timeout, check=check)
+
+
+def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: float) -> dict:
+    """Run ``python -m <module> --worker ARGS.json OUT.json`` under `launch`; OUT's JSON.
+
+    The module's ``--worker`` entry point runs on every rank and rank 0 writes the JSON.
+    """
+    with tempfile.TemporaryDirectory(prefix="mpilab-job-") as d:
+        a, o = Path(d) / "args.json", Path(d) / "out.json"
+        a.write_text(json.dumps(args))
+        run(launch, [sys.executable, "-m", module, "--worker", str(a), str(o)],
+            timeout=timeout)
+        return json.loads(o.read_text())

@@ -1,0 +1,26 @@
+"""Type stub of the compiled collectives kernel (kernels/collectives/collectives.pyx)."""
+
+import numpy as np
+from mpi4py import MPI
+from numpy.typing import NDArray
+
+Event = tuple[str, int, int]  # (kind, peer, nbytes)
+
+def admissible(op: str, alg: str, p: int) -> str | None:
+    """Why `alg` cannot run `op` on `p` processes, or None when it can."""
+
+def run(comm: MPI.Comm, op: str, alg: str, sendbuf: object = None, recvbuf: object = None, *,
+        root: int = 0, redop: str = "sum", trace: bool = False) -> list[Event] | None:
+    """One collective `op` with algorithm `alg` ("library": MPI's own) over `comm`."""
+
+def trace(comm: MPI.Comm, op: str, alg: str, count: int, *, dtype: str = "uint8",
+          root: int = 0, redop: str = "sum") -> list[Event]:
+    """This rank's messages ``(kind, peer, nbytes)`` for one call on `count` elements."""
+
+def time(comm: MPI.Comm, op: str, alg: str, count: int, *, dtype: str = "uint8", root: int = 0,
+         redop: str = "sum", warmup: int = 3, iters: int = 10,
+         reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per call, the slowest rank's, timed inside C (collective)."""
+
+def set_cvar(name: str, value: int) -> None:
+    """Write the integer MPI_T control variable `name` (local to this process)."""

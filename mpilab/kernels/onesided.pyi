@@ -1,0 +1,32 @@
+"""Type stub of the compiled one-sided heat kernel (kernels/onesided/onesided.pyx)."""
+
+import numpy as np
+from mpi4py import MPI
+from numpy.typing import NDArray
+
+Block = tuple[NDArray[np.float64], tuple[int, int]]
+
+def layout(comm: MPI.Comm, nx: int, ny: int, dims: tuple[int, int] | None = None,
+           mode: str = "nonblocking",
+           pack: str = "datatype") -> tuple[int, int, int, int, int, int]:
+    """``(py, px, rows, cols, y0, x0)`` of this rank, after checking the decomposition."""
+
+def check_layout(comm: MPI.Comm, nx: int, ny: int, dims: tuple[int, int] | None = None,
+                 mode: str = "put-fence",
+                 pack: str = "datatype") -> tuple[int, int, int, int, int, int]:
+    """``(py, px, rows, cols, y0, x0)`` of this rank, after checking the arguments."""
+
+def heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, mode: str = "put-fence",
+         pack: str = "datatype", energy: float = 1.0,
+         dims: tuple[int, int] | None = None) -> Block:
+    """``(block, (y0, x0))`` of this rank after `steps` heat steps (collective)."""
+
+def time_heat(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "put-fence",
+              pack: str = "datatype", energy: float = 1.0,
+              dims: tuple[int, int] | None = None, warmup: int = 2, iters: int = 10,
+              reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per step (exchange + update), the slowest rank's (collective)."""
+
+def shm_layout(comm: MPI.Comm, nbytes: int,
+               noncontig: bool = False) -> list[tuple[int, int]]:
+    """``(address, size)`` of every rank's segment of a shared window, as rank 0 sees it."""

@@ -1,0 +1,36 @@
+"""Type stub of the compiled heat-equation kernel (kernels/stencil/stencil.pyx)."""
+
+import numpy as np
+from mpi4py import MPI
+from numpy.typing import NDArray
+
+Block = tuple[NDArray[np.float64], tuple[int, int]]
+
+def layout(comm: MPI.Comm, nx: int, ny: int, dims: tuple[int, int] | None = None,
+           mode: str = "nonblocking",
+           pack: str = "datatype") -> tuple[int, int, int, int, int, int]:
+    """``(py, px, rows, cols, y0, x0)`` of this rank, after checking the decomposition."""
+
+def heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
+         pack: str = "datatype", energy: float = 1.0,
+         dims: tuple[int, int] | None = None) -> Block:
+    """``(block, (y0, x0))`` of this rank after `steps` heat steps (collective)."""
+
+def time_heat(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "nonblocking",
+              pack: str = "datatype", energy: float = 1.0,
+              dims: tuple[int, int] | None = None, warmup: int = 2, iters: int = 10,
+              reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per step (exchange + update), the slowest rank's (collective)."""
+
+def timeline_heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, last: int | None = None,
+                  mode: str = "overlap", pack: str = "datatype", energy: float = 1.0,
+                  dims: tuple[int, int] | None = None) -> NDArray[np.float64]:
+    """``(last, 4, 2)`` phase (start, end) times of this rank's last steps (collective)."""
+
+def sweep(comm: MPI.Comm, nx: int, ny: int, *, warmup: int = 2, iters: int = 10,
+          reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per stencil sweep of an `nx` x `ny` grid, no exchange (collective)."""
+
+def store_copy(comm: MPI.Comm, dst: NDArray[np.float64], src: NDArray[np.float64], *,
+               warmup: int = 2, iters: int = 10, reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per copy ``dst[:] = src`` with ordinary stores (collective)."""

@@ -1,0 +1,169 @@
+"""The one job layer (mpilab.jobs): jobs end with every process and segment, on every path.
+
+Real MPI jobs, killed for real: a job killed mid-run, a job that times out, a rank that
+left the launcher's process group, a benchmark that times out, a benchmark whose own
+process is killed, and a cluster stopped while its engines are busy. After each, no
+process of the job and no shared-memory segment it made may remain.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, needs_mpi
+
+from mpilab import jobs, runtime
+
+pytestmark = needs_mpi
+
+SHM = Path("/dev/shm")
+
+# Every rank joins the shared-memory transport, says so, then waits forever. With an
+# argument, rank 1 first starts a child that leaves the job's session (setsid): neither
+# the launcher's process group nor its session reaches that one; its tag does.
+HANG = """
+import os, sys, time
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+if comm.rank == 1 and len(sys.argv) > 1 and os.fork() == 0:
+    os.setsid()
+    while True:
+        time.sleep(1)
+comm.Barrier()
+buf = bytearray(1 << 16)
+if comm.rank == 0:
+    comm.Send(buf, dest=1)
+elif comm.rank == 1:
+    comm.Recv(buf, source=0)
+print("ready", comm.rank, flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def segments() -> set[str]:
+    return {p.name for p in SHM.iterdir() if p.name.startswith(runtime.SEGMENT_PREFIXES)}
+
+
+def ranks_of(job: jobs.Job) -> list:
+    """The job's Python processes (the ranks, and a child that left the session)."""
+    return [p for p in job.processes() if "python" in os.path.basename(p.cmdline()[0])]
+
+
+def wait_for(pred, timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        time.sleep(0.2)
+
+
+def test_a_job_runs_to_completion_and_returns_its_output():
+    res = jobs.run(runtime.launch(2), [sys.executable, "-c",
+                   "from mpi4py import MPI; c = MPI.COMM_WORLD; "
+                   "print(f'rank{c.rank}={c.allreduce(c.rank + 1)};', flush=True)"],
+                   timeout=120)
+    assert res.returncode == 0
+    # the ranks' lines arrive through mpiexec, and may interleave
+    assert sorted(re.findall(r"rank(\d)=(\d+);", res.stdout)) == [("0", "3"), ("1", "3")]
+
+
+def test_a_failed_job_raises_with_its_stderr_and_leaves_nothing():
+    before = segments()
+    with pytest.raises(jobs.JobFailed, match="rank 1 gives up") as info:
+        jobs.run(runtime.launch(2), [sys.executable, "-c",
+                 "import os, sys, time; from mpi4py import MPI; c = MPI.COMM_WORLD\n"
+                 "c.Barrier()\n"
+                 "if c.rank == 1: print('rank 1 gives up', file=sys.stderr, flush=True); "
+                 "os._exit(3)\n"
+                 "time.sleep(600)"], timeout=120)
+    assert info.value.returncode != 0
+    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert segments() - before == set()
+
+
+@pytest.mark.parametrize("escape", [False, True], ids=["ranks", "child-left-session"])
+def test_a_job_killed_mid_run_leaves_no_process_and_no_segment(escape):
+    before = segments()
+    launch = runtime.launch(3)  # oversubscribed on 2 cores
+    job = jobs.Job(launch, [sys.executable, "-c", HANG, *(["escape"] if escape else [])])
+    try:
+        wait_for(lambda: len(ranks_of(job)) == 3 + escape, what="3 ranks")
+        if launch.family == "openmpi":
+            wait_for(lambda: segments() - before, what="the job's shared-memory segments")
+        time.sleep(1.0)  # past the barrier and the message
+        if escape:
+            escaped = [p for p in ranks_of(job) if os.getsid(p.pid) != job.proc.pid]
+            assert len(escaped) == 1, "rank 1's child should have left the job's session"
+    finally:
+        n = job.kill()
+    assert n >= 3
+    assert job.processes() == []
+    assert segments() - before == set(), "the killed job left shared-memory segments"
+
+
+def test_a_timed_out_job_is_killed_with_every_rank():
+    before = segments()
+    with pytest.raises(jobs.JobTimeout,
+                       match=r"python\S* -c on 2 ranks did not finish in 8 s") as info:
+        jobs.run(runtime.launch(2), [sys.executable, "-c", HANG, "escape"], timeout=8)
+    assert "ready" in info.value.stdout  # what it printed before it was killed
+    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert segments() - before == set()
+
+
+def test_a_benchmark_that_times_out_leaves_nothing():
+    from mpilab.bench import pingpong
+
+    before = segments()
+    with pytest.raises(jobs.JobTimeout):
+        # 64 MiB messages for at least 10 s each: far past the 3 s allowed
+        pingpong.run([64 << 20], impls=("kernel",), min_time=10.0, timeout=3.0)
+    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert segments() - before == set()
+
+
+def test_a_killed_benchmark_process_leaves_a_job_the_next_start_ends():
+    before = segments()
+    env = runtime.clean_env()
+    bench = subprocess.Popen([sys.executable, "-m", "mpilab.bench", "pingpong", "--sizes",
+                              "64M", "--impls", "kernel", "--min-time", "30", "--json", "-"],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    mine = f"{bench.pid}-"
+
+    def its_job() -> list:
+        return jobs.tagged(jobs.TAG, lambda v: v.startswith(mine))
+
+    try:
+        wait_for(lambda: len(its_job()) >= 3, what="the benchmark's MPI job")
+    finally:
+        bench.send_signal(signal.SIGKILL)  # the benchmark cannot clean up after itself
+        bench.wait()
+    assert its_job(), "the job should outlive the process that started it"
+    assert jobs.reap_orphans() >= 3
+    assert its_job() == []
+    assert segments() - before == set()
+
+
+def test_a_cluster_stopped_while_busy_leaves_no_process_and_no_segment():
+    from mpilab import cluster
+
+    before = segments()
+    c = cluster.start(3, cluster_id=f"mpilab-jobs-{os.getpid()}")
+    try:
+        ar = c.view.apply_async(time.sleep, 600)  # every engine busy
+        time.sleep(1.0)
+        assert not ar.ready()
+        assert len(cluster.cluster_processes(c.cluster_id)) >= 4  # controller, mpiexec, 3
+    finally:
+        c.stop()
+    assert cluster.cluster_processes(c.cluster_id) == []
+    assert segments() - before == set(), "the stopped cluster left shared-memory segments"

@@ -1,0 +1,138 @@
+"""The package's layers only point down (ARCHITECTURE.md).
+
+Every import inside ``mpilab`` is read from the source (module level and inside
+functions alike) and checked against the layer map below: a module may import from its
+own layer or a lower one, never a higher one. A new module must be given a layer here,
+or this test fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "mpilab"
+
+# lowest first; a name stands for the module or package and everything under it, unless a
+# longer name says otherwise ("mpilab" is the package's __init__ alone)
+LAYERS: list[tuple[str, list[str]]] = [
+    ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.validate",
+                     "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
+    ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
+                      "mpilab.magics", "mpilab.notebooks"]),
+    # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
+    ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning",
+                      "mpilab.coarrays", "mpilab.plots.halo", "mpilab.plots.onesided",
+                      "mpilab.plots.collectives", "mpilab.grading"]),
+    ("front ends", ["mpilab.bench", "mpilab.grading.bench", "mpilab.grading.course"]),
+]
+
+
+def layer_of(module: str) -> int:
+    best, found = -1, None
+    for i, (_, names) in enumerate(LAYERS):
+        for name in names:
+            under = module.startswith(name + ".") and name != "mpilab"
+            if (module == name or under) and len(name) > best:
+                best, found = len(name), i
+    if found is None:
+        raise LookupError(f"{module} has no layer: add it to LAYERS in tests/test_layers.py")
+    return found
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path, text: str | None = None) -> list[tuple[int, str]]:
+    """(line, module) for every import of an mpilab module in `path` (or `text` as it)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = []
+    source = path.read_text() if text is None else text
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:  # "from . import halo" imports the module mpilab.halo
+                sub = f"{mod}.{a.name}"
+                is_module = ((PKG.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                             or (PKG.parent / sub.replace(".", "/")).is_dir())
+                found.append((node.lineno, sub if is_module else mod))
+    return [(line, m) for line, m in found if m == "mpilab" or m.startswith("mpilab.")]
+
+
+SOURCES = sorted(PKG.rglob("*.py"))
+
+
+def test_every_module_has_a_layer():
+    missing = []
+    for path in SOURCES:
+        try:
+            layer_of(module_name(path))
+        except LookupError as exc:
+            missing.append(str(exc))
+    assert not missing, "\n".join(missing)
+
+
+def upward(path: Path, text: str | None = None) -> list[str]:
+    """The imports in `path` of a module from a higher layer, described."""
+    mine = layer_of(module_name(path))
+    return [f"{path.relative_to(PKG.parent)}:{line} imports {m} "
+            f"({LAYERS[layer_of(m)][0]}, above {LAYERS[mine][0]})"
+            for line, m in imports(path, text) if layer_of(m) > mine]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=module_name)
+def test_imports_point_down(path):
+    up = upward(path)
+    assert not up, "\n".join(up)
+
+
+def test_a_module_without_a_layer_is_named():
+    with pytest.raises(LookupError, match="mpilab.lecture08 has no layer"):
+        layer_of("mpilab.lecture08")
+    assert layer_of("mpilab.grading.halo") == layer_of("mpilab.halo")
+    assert layer_of("mpilab.plots") < layer_of("mpilab.plots.halo")
+
+
+def test_the_check_sees_an_upward_import_inside_a_function():
+    halo = PKG / "halo.py"
+    text = halo.read_text() + "\n\ndef _f():\n    from .bench import pingpong\n"
+    assert upward(halo) == []
+    assert [u.split(" imports ")[1] for u in upward(halo, text)] == [
+        "mpilab.bench.pingpong (front ends, above teaching API)"]
+
+
+KERNEL_SOURCES = sorted((PKG.parent / "kernels").rglob("*.pyx")) + sorted(
+    (PKG.parent / "kernels").rglob("*.pxi"))
+
+
+@pytest.mark.parametrize("path", KERNEL_SOURCES, ids=lambda p: p.name)
+def test_compiled_kernels_import_only_foundations(path):
+    """The Cython kernels become mpilab.kernels.<name>: they may import foundations only."""
+    name = r"(mpilab(?:\.\w+)*)(?!\w)"  # mpilab.x.y, not the C module mpilab_halo
+    found = re.findall(rf"^\s*(?:from\s+{name}\s+c?import|c?import\s+{name})",
+                       path.read_text(), re.M)
+    mods = [a or b for a, b in found]
+    up = [m for m in mods if layer_of(m) > layer_of("mpilab.kernels")]
+    assert not up, f"{path.name} imports {up} from above the kernels' layer"
+
+
+def test_no_teaching_module_imports_the_bench():
+    """``python -m mpilab.bench`` sits on top: nothing below it imports it."""
+    bad = [f"{module_name(p)} imports {m}" for p in SOURCES
+           if layer_of(module_name(p)) < layer_of("mpilab.bench")
+           for _, m in imports(p) if m == "mpilab.bench" or m.startswith("mpilab.bench.")]
+    assert not bad, "\n".join(bad)
