@@ -120,8 +120,36 @@ def _as_sizes(sizes, name: str = "sizes") -> np.ndarray:
     return n
 
 
+class _Predicts:
+    """Predictions from a model's ``time_us`` and ``model`` label (both fit classes)."""
+
+    def predict(self, sizes) -> pd.DataFrame:
+        """Predicted times and bandwidths for the given message sizes.
+
+        Parameters
+        ----------
+        sizes : array_like of int
+            Message sizes in bytes.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``size_bytes``, ``t_us``, ``bandwidth_MBps``, ``kind`` (always
+            ``"prediction"``) and ``model`` (this fit's label).
+        """
+        n = _as_sizes(sizes)
+        return _prediction_table(n, self.time_us(n), self.model)
+
+    def predict_one(self, n) -> Prediction:
+        """The predicted time for one message size, as a labelled :class:`Prediction`."""
+        size = _as_sizes(n, "n")
+        if size.size != 1:
+            raise ValueError(f"predict_one takes one size, got {size.size}; use predict()")
+        return Prediction(self.time_us(size[0]), int(size[0]), self.model)
+
+
 @dataclass(frozen=True)
-class HockneyFit:
+class HockneyFit(_Predicts):
     """A Hockney model ``t(n) = alpha + n / beta`` fitted to measured times.
 
     Attributes
@@ -154,33 +182,9 @@ class HockneyFit:
         t = self.alpha_us + np.asarray(n, dtype=float) / self.beta_MBps
         return float(t) if t.ndim == 0 else t
 
-    def predict(self, sizes) -> pd.DataFrame:
-        """Predicted times and bandwidths for the given message sizes.
-
-        Parameters
-        ----------
-        sizes : array_like of int
-            Message sizes in bytes.
-
-        Returns
-        -------
-        pandas.DataFrame
-            Columns ``size_bytes``, ``t_us``, ``bandwidth_MBps``, ``kind`` (always
-            ``"prediction"``) and ``model`` (this fit's label).
-        """
-        n = _as_sizes(sizes)
-        return _prediction_table(n, self.time_us(n), self.model)
-
-    def predict_one(self, n) -> Prediction:
-        """The predicted time for one message size, as a labelled :class:`Prediction`."""
-        size = _as_sizes(n, "n")
-        if size.size != 1:
-            raise ValueError(f"predict_one takes one size, got {size.size}; use predict()")
-        return Prediction(self.time_us(size[0]), int(size[0]), self.model)
-
 
 @dataclass(frozen=True)
-class PiecewiseHockney:
+class PiecewiseHockney(_Predicts):
     """One Hockney line per protocol: below and from the size where the protocol switches.
 
     Attributes
@@ -233,18 +237,6 @@ class PiecewiseHockney:
             t = np.where(n_arr < self.switch_bytes, low.time_us(n_arr), high.time_us(n_arr))
         t = np.asarray(t, dtype=float)
         return float(t) if t.ndim == 0 else t
-
-    def predict(self, sizes) -> pd.DataFrame:
-        """Predicted times and bandwidths; same columns as :meth:`HockneyFit.predict`."""
-        n = _as_sizes(sizes)
-        return _prediction_table(n, self.time_us(n), self.model)
-
-    def predict_one(self, n) -> Prediction:
-        """The predicted time for one message size, as a labelled :class:`Prediction`."""
-        size = _as_sizes(n, "n")
-        if size.size != 1:
-            raise ValueError(f"predict_one takes one size, got {size.size}; use predict()")
-        return Prediction(self.time_us(size[0]), int(size[0]), self.model)
 
 
 # --------------------------------------------------------------------------- fitting
