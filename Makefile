@@ -3,7 +3,8 @@ SHELL := /bin/bash
 export MPILAB_MPI ?= openmpi
 PY := $(if $(and $(CONDA_PREFIX),$(wildcard $(CONDA_PREFIX)/bin/mpicc)),$(CONDA_PREFIX)/bin/python,.venv/bin/python)
 JUPYTER_ARGS := --no-browser --ip 127.0.0.1 --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root,)
-KERNEL_SRC := $(wildcard kernels/*/*.c kernels/*/*.h kernels/*/*.pyx kernels/*/*.pxd kernels/*/*.f90 kernels/common/*) setup.py
+KERNEL_SRC := $(wildcard kernels/*/*.c kernels/*/*.h kernels/*/*.pyx kernels/*/*.pxd kernels/*/*.f90 kernels/common/*) setup.py \
+              mpilab/kernels/__init__.py
 KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 # written by scripts/setup.sh; changes with the selected MPI, so the kernels are rebuilt
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
