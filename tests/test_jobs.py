@@ -52,6 +52,11 @@ def segments() -> set[str]:
     return {p.name for p in SHM.iterdir() if p.name.startswith(runtime.SEGMENT_PREFIXES)}
 
 
+def mine() -> list:
+    """Live processes of the jobs this test process started."""
+    return jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-"))
+
+
 def ranks_of(job: jobs.Job) -> list:
     """The job's Python processes (the ranks, and a child that left the session)."""
     return [p for p in job.processes() if "python" in os.path.basename(p.cmdline()[0])]
@@ -85,7 +90,7 @@ def test_a_failed_job_raises_with_its_stderr_and_leaves_nothing():
                  "os._exit(3)\n"
                  "time.sleep(600)"], timeout=120)
     assert info.value.returncode != 0
-    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert mine() == []
     assert segments() - before == set()
 
 
@@ -115,7 +120,7 @@ def test_a_timed_out_job_is_killed_with_every_rank():
                        match=r"python\S* -c on 2 ranks did not finish in 8 s") as info:
         jobs.run(runtime.launch(2), [sys.executable, "-c", HANG, "escape"], timeout=8)
     assert "ready" in info.value.stdout  # what it printed before it was killed
-    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert mine() == []
     assert segments() - before == set()
 
 
@@ -126,7 +131,7 @@ def test_a_benchmark_that_times_out_leaves_nothing():
     with pytest.raises(jobs.JobTimeout):
         # 64 MiB messages for at least 10 s each: far past the 3 s allowed
         pingpong.run([64 << 20], impls=("kernel",), min_time=10.0, timeout=3.0)
-    assert jobs.tagged(jobs.TAG, lambda v: v.startswith(f"{os.getpid()}-")) == []
+    assert mine() == []
     assert segments() - before == set()
 
 

@@ -86,6 +86,16 @@ def finish(name: str, out: str | None, measure: Callable[[], tuple[dict, list[di
     return 0 if ok(records) else 1
 
 
+def sub_sizes(text: str) -> list[int]:
+    """``--sub 16,64,256``: subdomain edges, positive integers (K/M suffixes allowed)."""
+    from .. import validate
+
+    try:
+        return [validate.count(n, "sub") for n in validate.sizes(text)]
+    except ValueError:
+        raise ValueError(f"--sub takes integers, got {text!r}") from None
+
+
 def write(path: str | None, meta_: dict, records: list[dict]) -> dict:
     """``{"meta", "records"}`` as JSON at `path` (not written for None or "-"); the doc."""
     doc = {"meta": meta_, "records": records}

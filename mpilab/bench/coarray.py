@@ -24,7 +24,7 @@ import sys
 
 from .. import coarrays, runtime, validate
 from ..timing import run_meta
-from . import TIMEOUT, finish, parser
+from . import TIMEOUT, finish, parser, sub_sizes
 
 CHECK_STEPS = 20
 
@@ -60,12 +60,7 @@ def run(subs, *, modes=coarrays.MODES, ranks=2, dims=None, transport="shm", reps
         rounds=3, min_time=0.005, check_max=1 << 22,
         timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records). `dims` (py, px) defaults to MPI_Dims_create's."""
-    modes = list(modes)
-    for m in modes:
-        if m not in coarrays.MODES:
-            raise ValueError(f"mode must be among {coarrays.MODES}, got {m!r}")
-    if not modes:
-        raise ValueError("no mode given")
+    modes = validate.names(modes, coarrays.MODES, "mode")
     for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -140,18 +135,14 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     def measure():
-        modes = validate.names(a.mode, coarrays.MODES, "mode")
-        try:
-            subs = [validate.count(n, "sub") for n in validate.sizes(a.sub)]
-        except ValueError:
-            raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
+        subs = sub_sizes(a.sub)
         dims = None
         if a.dims:
             try:
                 dims = tuple(int(v) for v in a.dims.lower().split("x"))
             except ValueError:
                 raise ValueError(f"--dims takes PYxPX, e.g. 1x2, got {a.dims!r}") from None
-        return run(subs, modes=modes, ranks=a.ranks, dims=dims, transport=a.transport,
+        return run(subs, modes=a.mode, ranks=a.ranks, dims=dims, transport=a.transport,
                    reps=a.reps, rounds=a.rounds, min_time=a.min_time, check_max=a.check_max,
                    timeout=a.timeout)
 

@@ -31,7 +31,7 @@ from .. import runtime, validate
 from ..halo import ALL_MODES, MODE_GROUPS, MODES, ONESIDED_MODES, PACKS, check_onesided
 from ..jobs import python_worker
 from ..timing import run_meta
-from . import TIMEOUT, finish, parser
+from . import TIMEOUT, finish, parser, sub_sizes
 
 CHECK_STEPS = 20
 
@@ -196,12 +196,7 @@ def main(argv=None) -> int:
         return _worker(*a.worker)
 
     def measure():
-        try:
-            subs = [validate.count(n, "sub") for n in validate.sizes(a.sub)]
-        except ValueError:
-            raise ValueError(f"--sub takes integers, got {a.sub!r}") from None
-        return run(subs, app=a.app, modes=validate.names(a.mode, ALL_MODES, "mode", MODE_GROUPS),
-                   packs=validate.names(a.pack, PACKS, "pack"), ranks=a.ranks,
+        return run(sub_sizes(a.sub), app=a.app, modes=a.mode, packs=a.pack, ranks=a.ranks,
                    transport=a.transport, reps=a.reps, rounds=a.rounds, min_time=a.min_time,
                    check_max=a.check_max, timeout=a.timeout)
 

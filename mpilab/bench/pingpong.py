@@ -55,9 +55,7 @@ def _standalone(launch, sizes, iters, mode, reps, warmup, timeout):
 def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds=2,
         min_time=0.01, timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
-    for impl in impls:
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    impls = validate.names(impls, IMPLS, "impl")
     launch = runtime.launch(2, transport)
     module = "mpilab.bench.pingpong"
     base = {"sizes": sizes, "mode": mode, "reps": reps, "min_time": min_time,
@@ -124,7 +122,7 @@ def main(argv=None) -> int:
 
     def measure():
         return run(validate.sizes(a.sizes), transport=a.transport,
-                   impls=validate.names(a.impls, IMPLS, "impl"), mode=a.mode, reps=a.reps,
+                   impls=a.impls, mode=a.mode, reps=a.reps,
                    rounds=a.rounds, min_time=a.min_time, timeout=a.timeout)
 
     def show(m, recs):

@@ -86,9 +86,7 @@ def _worker(args_path: str, out_path: str) -> int:
 def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_time=0.01,
         timeout=TIMEOUT) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records)."""
-    for impl in impls:
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    impls = validate.names(impls, IMPLS, "impl")
     if copy not in ("loop", "memcpy"):
         raise ValueError(f"copy must be 'loop' or 'memcpy', got {copy!r}")
     for name, v in (("nx", nx), ("ny", ny), ("reps", reps), ("rounds", rounds)):
@@ -140,7 +138,7 @@ def main(argv=None) -> int:
         return _worker(*a.worker)
 
     def measure():
-        return run(a.nx, a.ny, impls=validate.names(a.impls, IMPLS, "impl"), copy=a.copy,
+        return run(a.nx, a.ny, impls=a.impls, copy=a.copy,
                    reps=a.reps, rounds=a.rounds, min_time=a.min_time, timeout=a.timeout)
 
     def show(m, recs):
