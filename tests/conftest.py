@@ -67,6 +67,19 @@ def lab(_lab_session):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_stale_gradings():
+    """Start from a host without what killed gradings left (a run interrupted here, say):
+    the tests check that a grading leaves nothing, so they must not see an older one's
+    scratch folder or cgroup. The course's own clean-up does it, as the next autograde
+    would."""
+    from mpilab.grading.sandbox import remove_stale_cgroups, remove_stale_scratch
+
+    remove_stale_scratch()
+    if os.geteuid() == 0:
+        remove_stale_cgroups()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def no_cluster_left_behind():
     """After the whole session, no MPI cluster these tests started may still run.
 

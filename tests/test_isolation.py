@@ -322,6 +322,47 @@ def test_closing_leaves_no_cgroup_and_no_folder(tmp_path):
     assert not [p for p in sandbox.leftovers() if name in p]
 
 
+
+def test_scratch_of_a_killed_grading_is_removed_by_the_next(tmp_path):
+    """A grading killed before its clean-up leaves its scratch folder; the next grading
+    removes it, but never one a running grading still claims, nor one kept on purpose."""
+    base = tmp_path / "tmp"
+    base.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, tempfile, time
+tempfile.tempdir = {str(base)!r}
+from mpilab.grading.sandbox import make_scratch
+claims = []  # held open: a claim lasts while its file is open
+for keep in (False, True):
+    root, claim = make_scratch(keep=keep)
+    claims.append(claim)
+    print(root, flush=True)
+if sys.argv[1] == 'die':
+    import os, signal
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+""", "live"], stdout=subprocess.PIPE, text=True)
+    killed = subprocess.run([sys.executable, "-c", holder.args[2], "die"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        running, _kept_running = holder.stdout.readline().split()[0], holder.stdout.readline()
+        dead, kept = killed.stdout.split()
+        Path(dead, "home").mkdir()
+        Path(dead, "home", "notes.txt").write_text("left behind")
+        old_style = Path(base, "mpilab-grade-oldstyle")  # no claim file: by its age
+        old_style.mkdir()
+        young = Path(base, "mpilab-grade-young")
+        young.mkdir()
+        os.utime(old_style, (time.time() - 3600, time.time() - 3600))
+        removed = sandbox.remove_stale_scratch(str(base))
+        assert sorted(removed) == sorted([dead, str(old_style)])
+        assert Path(running).is_dir() and Path(kept).is_dir() and young.is_dir()
+        assert sandbox.remove_stale_scratch(str(base)) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sandbox.remove_stale_scratch(str(base)) == [running]
+
 # -- the pool of sandboxed ranks ----------------------------------------------------------
 def ranks_and_sum(comm, x):
     from mpi4py import MPI

@@ -42,7 +42,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from queue import Empty
@@ -56,7 +55,14 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute
 from traitlets import Bool, Integer, List, Unicode
 
 from .isolated import ENV, sandbox_env
-from .sandbox import NOBODY, Limits, Sandbox, remove_stale_cgroups
+from .sandbox import (
+    NOBODY,
+    Limits,
+    Sandbox,
+    make_scratch,
+    remove_stale_cgroups,
+    remove_stale_scratch,
+)
 
 __all__ = ["IsolatedExecute", "HideHiddenTests", "SandboxKernelManager", "classify",
            "free_names", "definitions"]
@@ -215,7 +221,8 @@ class IsolatedExecute(Execute):
         self._nb_name = f"{meta.get('name') or 'notebook'}.ipynb"
         if os.geteuid() == 0:
             remove_stale_cgroups()
-        scratch = tempfile.mkdtemp(prefix="mpilab-grade-")
+        remove_stale_scratch()  # of gradings that were killed
+        scratch, self._claim = make_scratch(keep=self.keep_scratch)
         limits = Limits(memory_bytes=self.memory_bytes, processes=self.processes)
         box = Sandbox(scratch, hide=self._hidden(), limits=limits)
         if not box.isolated:
@@ -334,6 +341,7 @@ class IsolatedExecute(Execute):
         except Exception:  # noqa: BLE001
             pass
         self._box.close(remove=not self.keep_scratch)
+        self._claim.close()
 
     # -- the student's kernel -----------------------------------------------------------
     def _start_student(self) -> None:

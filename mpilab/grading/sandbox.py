@@ -27,6 +27,7 @@ course. ``MPILAB_SANDBOX=required`` makes a missing ``bwrap`` an error.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -40,7 +41,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "Sandbox", "SandboxError", "available"]
+__all__ = ["Limits", "Sandbox", "SandboxError", "available", "make_scratch",
+           "remove_stale_scratch"]
 
 NOBODY = 65534
 ROLES = ("kernel", "ranks", "compile")
@@ -402,12 +404,72 @@ def remove_stale_cgroups() -> int:
     return removed
 
 
+SCRATCH_PREFIX = "mpilab-grade-"
+_CLAIM = ".claimed"
+_KEEP = ".keep"
+
+
+def make_scratch(keep: bool = False):
+    """A new scratch folder for one grading, and the open file that claims it.
+
+    The claim is an exclusive ``flock`` on a file inside, held while the file is open (the
+    descriptor is not inherited by child processes): a folder whose claim nobody holds
+    belongs to a grading that ended, cleanly or killed, and :func:`remove_stale_scratch`
+    may remove it. `keep` marks it to be kept (``keep_scratch``, for debugging).
+    """
+    root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+    claim = open(os.path.join(root, _CLAIM), "w")  # noqa: SIM115 - held until the end
+    fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if keep:
+        Path(root, _KEEP).touch()
+    return root, claim
+
+
+def _claimed(folder: Path) -> bool:
+    try:
+        with open(folder / _CLAIM) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+    except FileNotFoundError:
+        return False
+
+
+def remove_stale_scratch(base: str | None = None, unclaimed_for: float = 300.0) -> list[str]:
+    """Remove the scratch folders of gradings that ended without removing them; which.
+
+    A folder is stale when no running grading holds its claim. One without a claim file
+    (made by an older version, or a grading killed between making the folder and claiming
+    it) counts as stale only once it is `unclaimed_for` seconds old. Folders kept on
+    purpose (``keep_scratch``) stay.
+    """
+    removed = []
+    for d in Path(base or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            if not d.is_dir() or d.is_symlink() or (d / _KEEP).exists():
+                continue
+            if not (d / _CLAIM).exists() and time.time() - d.stat().st_mtime < unclaimed_for:
+                continue
+            if _claimed(d):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(str(d))
+    return removed
+
+
 def leftovers() -> list[str]:
     """Cgroups and scratch folders of gradings that ended without cleaning up."""
     found = []
     for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"):
         found += [str(p) for p in Path(base).glob("mpilab-grade-*") if p.is_dir()]
-    found += [str(p) for p in Path(tempfile.gettempdir()).glob("mpilab-grade-*")]
+    found += [str(p) for p in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*")
+              if not (p / _KEEP).exists()]
     return found
 
 
