@@ -29,14 +29,16 @@ import numpy as np
 import pytest
 from test_labs import (
     HOSTILE_PATCH,
+    assert_source_validates,
     check_run,
     errors_of,
     graded_notebook,
-    leftover_processes,
     printed_by,
+    released_failing_every_test,
+    stubs_and_tests,
 )
 
-from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
+from mpilab.grading.course import REPO, full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -255,27 +257,18 @@ def test_probe_problems_say_when_a_rank_read():
     assert probe_problems(probes, 4, 2, (1, 2), slow=False)[0].endswith("(its west neighbour)")
 
 def test_source_notebook_validates(course):
-    res = nbgrader(course, "validate", f"../labs/{LAB}/{LAB}.ipynb")
-    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
-    assert not leftover_processes(course)
+    assert_source_validates(course, LAB)
 
 
 def test_released_stubs_fail_every_test(course):
-    res = nbgrader(course, "validate", "--invert", f"release/{LAB}/{LAB}.ipynb")
-    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
-    release = nbformat.read(course / "autograder" / "release" / LAB / f"{LAB}.ipynb", 4)
-    text = "\n".join(c.source for c in release.cells)
-    assert "BEGIN HIDDEN TESTS" not in text
-    stubs = [c.source for c in release.cells if c.cell_type == "code"
-             and "raise NotImplementedError()" in c.source]
-    assert "BEGIN SOLUTION" not in text and len(stubs) == 3
+    release = released_failing_every_test(course, LAB)
+    stubs, tests = stubs_and_tests(release)
+    assert len(stubs) == 3
     code = "\n".join(c.source for c in release.cells if c.cell_type == "code")
     assert code.count("raise NotImplementedError()") == 4  # shared_field + exchange_shared
-    assert "def exchange_mailbox_given(" in text  # the given code stays
-    tests = [c.source for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert "def exchange_mailbox_given(" in code  # the given code stays
     assert len(tests) == 3 and all("grading_onesided.check_" in t for t in tests)
     assert max(len(t.splitlines()) for t in tests) <= 10
-    assert not leftover_processes(course)
 
 
 def test_correct_gets_full_marks(course):

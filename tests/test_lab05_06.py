@@ -13,20 +13,18 @@ printed (``pytest -s``), not asserted.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
 import pytest
 from test_labs import (
-    autograde,
+    assert_source_validates,
+    check_run,
     errors_of,
-    graded_notebook,
-    leftover_processes,
     printed_by,
+    released_failing_every_test,
 )
 
-from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions, submit
+from mpilab.grading.course import REPO, full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +37,6 @@ LABS = [lab for lab in (LAB5, LAB6) if (REPO / "labs" / lab / f"{lab}.ipynb").ex
 def course(tmp_path_factory) -> Path:
     """A copy of the course with labs 05 and 06 alone copied and generated."""
     return make_course(tmp_path_factory.mktemp("course56"), LABS)
-
-
-def check_run(course, lab, student, answers, expected):
-    submit(course, lab, student, answers)
-    scores, wall, log = autograde(course, lab, student)
-    assert scores == expected, (scores, log[-3000:])
-    assert not leftover_processes(course), "an MPI cluster outlived the autograde"
-    return graded_notebook(course, lab, student), wall
 
 
 HOSTILE_PATCH = '''
@@ -92,22 +82,12 @@ class _Liar:
 
 @pytest.mark.parametrize("lab", LABS)
 def test_source_notebook_validates(course, lab):
-    t0 = time.perf_counter()
-    res = nbgrader(course, "validate", f"../labs/{lab}/{lab}.ipynb")
-    print(f"\n[validate] {lab} source in {time.perf_counter() - t0:.1f} s")
-    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
-    assert not leftover_processes(course)
+    assert_source_validates(course, lab)
 
 
 @pytest.mark.parametrize("lab", LABS)
 def test_released_stubs_fail_every_test(course, lab):
-    res = nbgrader(course, "validate", "--invert", f"release/{lab}/{lab}.ipynb")
-    assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
-    release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
-    text = "\n".join(c.source for c in release.cells)
-    assert "BEGIN HIDDEN TESTS" not in text
-    assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
-    assert not leftover_processes(course)
+    released_failing_every_test(course, lab)
 
 
 # -- lab 05 ------------------------------------------------------------------------------

@@ -80,21 +80,47 @@ def _leftovers(course: Path) -> list:
 # validate
 
 
-@pytest.mark.parametrize("lab", LABS)
-def test_source_notebook_validates(course, lab):
+def assert_source_validates(course: Path, lab: str) -> None:
+    """The lab's source notebook passes every test under ``nbgrader validate`` (wall time
+    printed), and its cluster is gone afterwards. Every lab's test module calls this."""
+    t0 = time.perf_counter()
     res = nbgrader(course, "validate", f"../labs/{lab}/{lab}.ipynb")
+    print(f"\n[validate] {lab} source in {time.perf_counter() - t0:.1f} s")
     assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
     assert not leftover_processes(course)
 
 
-@pytest.mark.parametrize("lab", LABS)
-def test_released_stubs_fail_every_test(course, lab):
+def released_failing_every_test(course: Path, lab: str) -> nbformat.NotebookNode:
+    """The released notebook, after checking that ``nbgrader validate --invert`` finds
+    every test failing on its stubs, that no hidden test nor solution was released, that
+    stubs raise NotImplementedError, and that nothing outlived the validation."""
     res = nbgrader(course, "validate", "--invert", f"release/{lab}/{lab}.ipynb")
     assert "Success! The notebook does not pass any tests." in res.stdout, res.stdout + res.stderr
     release = nbformat.read(course / "autograder" / "release" / lab / f"{lab}.ipynb", 4)
     text = "\n".join(c.source for c in release.cells)
     assert "BEGIN HIDDEN TESTS" not in text
     assert "BEGIN SOLUTION" not in text and "raise NotImplementedError()" in text
+    assert not leftover_processes(course)
+    return release
+
+
+def stubs_and_tests(release: nbformat.NotebookNode) -> tuple[list[str], list[str]]:
+    """The released notebook's code cells that raise NotImplementedError, and its graded
+    test cells."""
+    stubs = [c.source for c in release.cells if c.cell_type == "code"
+             and "raise NotImplementedError()" in c.source]
+    tests = [c.source for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    return stubs, tests
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_source_notebook_validates(course, lab):
+    assert_source_validates(course, lab)
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_released_stubs_fail_every_test(course, lab):
+    released_failing_every_test(course, lab)
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,12 +206,14 @@ def ring_exchange(comm, data):
 '''
 
 
-def check_run(course, lab, student, answers, expected, *, pattern=None):
+def check_run(course, lab, student, answers, expected):
+    """Submit `answers` as `student`, autograde, check the scores are `expected` and that
+    nothing outlived the autograde; (the graded notebook, wall seconds)."""
     submit(course, lab, student, answers)
     scores, wall, log = autograde(course, lab, student)
     assert scores == expected, (scores, log[-3000:])
     assert not leftover_processes(course), "an MPI cluster outlived the autograde"
-    return scores, wall
+    return graded_notebook(course, lab, student), wall
 
 
 # -- lab 00 ------------------------------------------------------------------------------
