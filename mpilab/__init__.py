@@ -6,7 +6,8 @@ checks that every import points down):
 Foundations
     ``kernels`` (compiled C + Cython: ping-pong, stencil, one-sided, collectives),
     ``runtime`` (which MPI this machine has, how to launch it: root flags,
-    oversubscription, transports), ``validate`` (argument checks with one wording: counts,
+    oversubscription, transports), ``netlab`` (emulated nodes on one machine: network
+    namespaces, shaped links), ``validate`` (argument checks with one wording: counts,
     name lists, sizes, the wave's parameters), ``models`` (Hockney fits, labelled predictions),
     ``tracing`` (message schedules from what ranks sent), ``coarray_view``, ``plots``
     (shared figure helpers).

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import jobs, runtime
+from . import jobs, netlab, runtime, validate
 
 DEFAULT_TIMEOUT = 30.0
 # Defined on every engine, so cells run with execute() or %%mpi can use them at once.
@@ -169,11 +169,29 @@ class MPICluster:
         Defaults to :func:`default_cluster_id`.
     start_timeout : float
         Seconds to wait for all engines to register.
+    nodes : int, optional
+        Spread the ranks over this many emulated nodes (:mod:`mpilab.netlab`, root
+        only), brought up with the cluster and removed when it stops. None: this host.
+    link : str
+        The emulated nodes' link profile (``fast-ethernet``, ``gige``, ``10gbe``,
+        ``unshaped``).
+    map_by : {"node", "slot"}
+        ``node``: ranks dealt round-robin over the nodes; ``slot``: node0 filled first.
     """
 
     def __init__(self, n: int = 4, transport: str = "shm", cluster_id: str | None = None,
-                 start_timeout: float = 60.0):
+                 start_timeout: float = 60.0, *, nodes: int | None = None,
+                 link: str = "fast-ethernet", map_by: str = "node"):
         self.launch = runtime.launch(n, transport)  # validates n and transport
+        if nodes is not None:
+            validate.count(nodes, "nodes")
+            netlab.link_profile(link)  # a clear error for an unknown profile, now
+            if map_by not in ("node", "slot"):
+                raise ValueError(f"map_by must be 'node' or 'slot', got {map_by!r}")
+        self.nodes, self.link, self.map_by = nodes, link, map_by
+        self.fabric: netlab.Fabric | None = None
+        self.persistent_nodes = False  # True: the nodes outlive this process (the CLI)
+        self.hosts: list[str] = []  # hostname of each rank
         self.n = n
         self.transport = transport
         self.cluster_id = cluster_id or default_cluster_id()
@@ -199,20 +217,34 @@ class MPICluster:
             "cores": runtime.usable_cores(),
             "oversubscribed": self.launch.oversubscribed,
             "launcher": " ".join(self.launch.command),
+            "nodes": self.nodes or 1,
+            "emulated": self.nodes is not None,
         }
+        if self.launch.placement:
+            pl = self.launch.placement
+            d.update(link=pl["link"], map_by=pl["map_by"], ranks_per_node=pl["ranks_per_node"],
+                     node_of_rank=pl["node_of_rank"], shaping=pl["shaping"])
         d.update(self.library)
         return d
 
     def __repr__(self) -> str:
         state = "broken" if self.broken else "running" if self.client else "stopped"
         over = ", oversubscribed" if self.launch.oversubscribed else ""
+        where = f" on {self.nodes} emulated nodes ({self.link})" if self.nodes else ""
         return (f"<MPICluster {self.cluster_id}: {self.n} ranks over {self.transport}"
-                f"{over} on {runtime.usable_cores()} cores, {state}>")
+                f"{where}{over} on {runtime.usable_cores()} cores, {state}>")
 
     def describe(self) -> str:
         """One honest sentence about where the measurements come from."""
         cores = runtime.usable_cores()
         s = f"{self.n} MPI ranks over {self.transport} on {cores} core{'s' * (cores != 1)}"
+        if self.nodes:
+            s = (f"{self.n} MPI ranks on {self.nodes} emulated nodes (network namespaces on "
+                 f"this machine, {self.map_by}-mapped) joined by a {self.link} link, "
+                 f"sharing {cores} core{'s' * (cores != 1)}")
+            if self.fabric is not None:
+                s += ("; emulated: " + "; ".join(self.fabric.shaping["applied"])
+                      + "; not emulated: " + "; ".join(self.fabric.shaping["not_emulated"]))
         if self.launch.oversubscribed:
             s += (f" (oversubscribed: {self.n} ranks share {cores} core{'s' * (cores != 1)}, "
                   "so ranks take turns and timings include waiting for a core)")
@@ -228,6 +260,9 @@ class MPICluster:
         return self._profile_dir() / "security" / f"mpilab-{self.cluster_id}.json"
 
     def _settings(self) -> dict:
+        if self.nodes:  # the command names the fabric, which a restart replaces
+            return {"n": self.n, "transport": self.transport, "nodes": self.nodes,
+                    "link": self.link, "map_by": self.map_by, "env": self.launch.env}
         return {"n": self.n, "transport": self.transport, "command": list(self.launch.command),
                 "env": self.launch.env}
 
@@ -256,6 +291,10 @@ class MPICluster:
             self._kill_everything()
             return False
         try:
+            if self.nodes:
+                self.fabric = netlab.load(saved["fabric"])
+                self.launch = self.fabric.launch(self.n, map_by=self.map_by,
+                                                 transport=self.transport)
             cl = ipp.Cluster.from_file(cluster_id=self.cluster_id)
             self._cluster = cl
             self.client = cl.connect_client_sync()
@@ -269,8 +308,17 @@ class MPICluster:
         import ipyparallel as ipp
 
         self._kill_everything()  # leftovers of an earlier run under the same id
+        controller_ip = "127.0.0.1"
+        if self.nodes:
+            try:
+                self.fabric = netlab.up(self.nodes, self.link, persistent=self.persistent_nodes)
+            except netlab.NetlabUnavailable as exc:
+                raise ClusterError(f"no emulated nodes here: {exc}") from None
+            self.launch = self.fabric.launch(self.n, map_by=self.map_by,
+                                             transport=self.transport)
+            controller_ip = self.fabric.switch_address  # the engines reach it across
         cl = ipp.Cluster(engines="mpi", n=self.n, cluster_id=self.cluster_id,
-                         controller_ip="127.0.0.1", engine_timeout=self.start_timeout,
+                         controller_ip=controller_ip, engine_timeout=self.start_timeout,
                          log_level=40, shutdown_atexit=True,
                          # Engines count as registered at the next heartbeat: the default
                          # 3 s period made a cold start 6.9 s here, 500 ms makes it 2.7 s.
@@ -297,7 +345,8 @@ class MPICluster:
             ) from exc
         meta = self._meta_path()
         meta.parent.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"settings": self._settings(), "pid": os.getpid()}))
+        meta.write_text(json.dumps({"settings": self._settings(), "pid": os.getpid(),
+                                    "fabric": self.fabric.id if self.fabric else None}))
 
     def _wire_up(self, timeout: float) -> None:
         """Order engines by rank, check the MPI job is whole, activate %px."""
@@ -314,7 +363,10 @@ class MPICluster:
                                f"sizes {sorted(sizes)}")
         self.ranks = ranks
         here = socket.gethostname()
-        self.pids = [pid if host == here else 0 for (_r, _s, host, pid), _eid in by_rank]
+        self.hosts = [host for (_r, _s, host, _pid), _eid in by_rank]
+        # emulated nodes share this machine's process ids
+        self.pids = [pid if host == here or self.fabric else 0
+                     for (_r, _s, host, pid), _eid in by_rank]
         self.view = rc[[eid for _r, eid in by_rank]]
         self.view.block = True
         # Ask the engines, not this process: importing mpi4py.MPI here would start MPI
@@ -355,12 +407,29 @@ class MPICluster:
             self._cluster.engines = {}
             self._cluster.shutdown_atexit = False
         n = kill_cluster_processes(self.cluster_id)
+        if self.fabric is not None:
+            self.fabric.down()  # with anything still running on its nodes
+            self.fabric = None
+        else:
+            self._remove_saved_fabric()
         for f in (self._meta_path(),
                   self._profile_dir() / "security" / f"cluster-{self.cluster_id}.json"):
             f.unlink(missing_ok=True)
         for f in (self._profile_dir() / "security").glob(f"ipcontroller-{self.cluster_id}-*.json"):
             f.unlink(missing_ok=True)
         return n
+
+    def _remove_saved_fabric(self) -> None:
+        """The emulated nodes a run of this cluster in another process left up."""
+        try:
+            fid = json.loads(self._meta_path().read_text()).get("fabric")
+        except (OSError, ValueError):
+            return
+        if fid:
+            try:
+                netlab.load(fid).down()
+            except KeyError:
+                pass
 
     def stop(self) -> None:
         """Stop every process of this cluster (controller, mpiexec, engines)."""
@@ -529,21 +598,27 @@ def current() -> MPICluster | None:
 
 
 def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
-          start_timeout: float = 60.0) -> MPICluster:
+          start_timeout: float = 60.0, nodes: int | None = None, link: str = "fast-ethernet",
+          map_by: str = "node") -> MPICluster:
     """Start (or reconnect to) this notebook's cluster of `n` MPI engines.
 
     Calling it again with the same settings returns the running cluster at once;
-    with other settings it replaces it.
+    with other settings it replaces it. With `nodes`, the ranks run on that many
+    emulated nodes joined by `link` (see :class:`MPICluster`).
     """
     global _current
     cid = cluster_id or default_cluster_id()
-    if _current is not None and (_current.cluster_id, _current.n, _current.transport) == (
-            cid, n, transport) and _current.client is not None and not _current.broken:
+    same = (cid, n, transport, nodes, link if nodes else None, map_by if nodes else None)
+    if _current is not None and _current.client is not None and not _current.broken and (
+            _current.cluster_id, _current.n, _current.transport, _current.nodes,
+            _current.link if _current.nodes else None,
+            _current.map_by if _current.nodes else None) == same:
         if _current.healthy(timeout=5):
             return _current
     if _current is not None and _current.cluster_id == cid:
         _current.stop()
-    c = MPICluster(n, transport, cid, start_timeout=start_timeout)
+    c = MPICluster(n, transport, cid, start_timeout=start_timeout, nodes=nodes, link=link,
+                   map_by=map_by)
     if os.environ.get("MPILAB_GRADING"):
         # At autograde time the tests run elsewhere (mpilab.grading.isolated): the
         # notebook's own engines start only if one of its cells uses them.
@@ -564,7 +639,9 @@ def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
         settings = json.loads(meta.read_text())["settings"]
     except (OSError, ValueError, KeyError):
         raise ClusterError(f"no running mpilab cluster {cluster_id!r}") from None
-    c = MPICluster(settings["n"], settings["transport"], cluster_id)
+    c = MPICluster(settings["n"], settings["transport"], cluster_id,
+                   nodes=settings.get("nodes"), link=settings.get("link", "fast-ethernet"),
+                   map_by=settings.get("map_by", "node"))
     if not c._reconnect():
         raise ClusterError(f"cluster {cluster_id!r} does not answer; start it again")
     _current = c
@@ -582,6 +659,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("-n", type=int, default=4)
     s.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
     s.add_argument("--id", default="mpilab-default")
+    s.add_argument("--nodes", type=int, default=None,
+                   help="spread the ranks over N emulated nodes (root; mpilab.netlab)")
+    s.add_argument("--link", default="fast-ethernet", choices=list(netlab.PROFILES))
+    s.add_argument("--map-by", default="node", choices=("node", "slot"))
     st = sub.add_parser("stop", help="stop a cluster")
     st.add_argument("--id", default="mpilab-default")
     sub.add_parser("clean", help="kill every mpilab cluster process of this user")
@@ -591,14 +672,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if not a.cmd == "clean" and not a.id.startswith("mpilab-"):
         p.error("cluster ids start with 'mpilab-'")
     if a.cmd == "start":
-        c = MPICluster(a.n, a.transport, a.id)
-        c.start()
+        c = MPICluster(a.n, a.transport, a.id, nodes=a.nodes, link=a.link, map_by=a.map_by)
+        c.persistent_nodes = True  # the nodes stay up with the cluster, until `stop`
+        try:
+            c.start()
+        except ClusterError as exc:
+            print(exc, file=sys.stderr)
+            return 2
         c._cluster.shutdown_atexit = False  # leave it running for later connect()
         print(f"{c!r} started in {c.timings.get('start_s', c.timings.get('reconnect_s', 0)):.1f} s")
         return 0
     if a.cmd == "stop":
         n = kill_cluster_processes(a.id)
-        MPICluster(1, "shm", a.id)._kill_everything()
+        MPICluster(1, "shm", a.id)._kill_everything()  # and its emulated nodes, if any
         print(f"stopped {a.id} ({n} processes)")
         return 0
     if a.cmd == "status":

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from . import cluster
+from . import cluster, netlab
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -92,9 +92,13 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
             pass
         raise
     finally:
+        killed = cluster.kill_cluster_processes(cid)
+        # emulated nodes the kernel left up: it is gone, so they are stale
+        stale = netlab.remove_stale() if netlab.available() is None else []
         nb.metadata["mpilab"] = {"cluster_id": cid,
                                  "run_s": round(time.perf_counter() - t0, 1),
-                                 "leftover_processes_killed": cluster.kill_cluster_processes(cid)}
+                                 "leftover_processes_killed": killed,
+                                 "leftover_fabrics_removed": stale}
     return nb
 
 

@@ -181,6 +181,8 @@ class Launch:
     env: dict
     oversubscribed: bool
     family: str
+    # where ranks run when they span emulated nodes (mpilab.netlab); None: this host
+    placement: dict | None = None
 
     @property
     def command(self) -> tuple[str, ...]:

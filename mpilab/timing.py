@@ -263,7 +263,7 @@ def frame(records: list[dict], ctx: dict):
 
     df = pd.DataFrame.from_records(records)
     for key in ("hostname", "cpu_model", "cores", "mpi_library", "mpi_version", "transport",
-                "ranks", "oversubscribed"):
+                "ranks", "oversubscribed", "nodes", "emulated", "link", "map_by"):
         if key in ctx and key not in df.columns:
             df[key] = ctx[key]
     df.attrs["context"] = ctx

@@ -6,8 +6,8 @@
 # 1. The MPI library (Open MPI by default, MPICH with MPILAB_MPI=mpich) and build tools:
 #    from Debian's packages when running as root, or already present (conda env, cluster
 #    module). Without root and without MPI it stops and says what to do. Then gfortran and
-#    OpenCoarrays for the same MPI where they can be installed (optional), and bubblewrap
-#    for the autograder's sandbox.
+#    OpenCoarrays for the same MPI where they can be installed (optional), bubblewrap
+#    for the autograder's sandbox, and iproute2 for emulated nodes.
 # 2. A virtual environment .venv with the course's Python packages at the versions the
 #    test suite passed with (constraints.txt; skipped inside a conda environment that has
 #    MPI: that environment is used as it is). MPILAB_LATEST=1 installs the newest
@@ -79,6 +79,11 @@ fi
 # grades unsandboxed, with a warning (MPILAB_SANDBOX=required refuses instead).
 if ! have bwrap && ! apt_install bubblewrap; then
   say "no bubblewrap (not root, or not Debian/Ubuntu): autograding runs unsandboxed"
+fi
+
+# Emulated nodes (mpilab.netlab, lecture 07) need `ip` and `tc` from iproute2, and root.
+if ! have ip || ! have tc; then
+  apt_install iproute2 || say "no iproute2 (not root?): emulated nodes unavailable, lecture 07 shows reference data"
 fi
 
 # --- 2. Python environment ------------------------------------------------------------

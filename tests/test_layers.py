@@ -19,7 +19,9 @@ PKG = Path(__file__).resolve().parent.parent / "mpilab"
 # lowest first; a name stands for the module or package and everything under it, unless a
 # longer name says otherwise ("mpilab" is the package's __init__ alone)
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.validate",
+    ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.netlab",
+                     "mpilab.papers",
+                     "mpilab.validate",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks"]),

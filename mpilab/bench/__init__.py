@@ -10,6 +10,7 @@ are meaningful even on a noisy machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -38,12 +39,15 @@ ERRORS = (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound
 
 def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
            reps: int | None = None, rounds: int | None = None,
-           min_time: float | None = None, timeout: bool = True) -> argparse.ArgumentParser:
+           min_time: float | None = None, timeout: bool = True,
+           nodes: bool = False) -> argparse.ArgumentParser:
     """The arguments every benchmark shares, with the same names, help and defaults.
 
     ``--json OUT`` always; ``--transport``, ``--timeout`` (:data:`TIMEOUT`) unless turned
     off; ``--reps``, ``--rounds``, ``--min-time`` with the benchmark's defaults when given;
-    ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``.
+    ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``;
+    with `nodes`, ``--nodes N --link PROFILE --map-by node|slot`` (emulated nodes, see
+    :func:`placed`).
     """
     p = argparse.ArgumentParser(prog=f"python -m mpilab.bench {name}",
                                 description=doc.split("\n\n")[0])
@@ -62,8 +66,42 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
     if timeout:
         p.add_argument("--timeout", type=float, default=TIMEOUT,
                        help=f"seconds per MPI job before it is killed (default {TIMEOUT:g})")
+    if nodes:
+        from .. import netlab
+
+        p.add_argument("--nodes", type=int, default=None,
+                       help="spread the ranks over N emulated nodes (root; mpilab.netlab)")
+        p.add_argument("--link", default="fast-ethernet", choices=list(netlab.PROFILES),
+                       help="the emulated nodes' link profile (with --nodes)")
+        p.add_argument("--map-by", default="node", choices=("node", "slot"),
+                       help="rank placement on the nodes: round-robin (node) or filled "
+                            "one node after the other (slot)")
     p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     return p
+
+
+@contextlib.contextmanager
+def placed(ranks: int, transport: str = "shm", *, nodes: int | None = None,
+           link: str = "fast-ethernet", map_by: str = "node"):
+    """``with placed(2, nodes=2, link="gige") as (launch, where):`` the launch for
+    `ranks` on this host (`nodes` None) or on emulated nodes brought up for the block
+    and removed after it; `where` is what every record of the run carries about it:
+    ``nodes``, ``ranks_per_node``, ``link``, ``map_by``, ``shaping`` (what the emulation
+    applied and left out), ``emulated``.
+    """
+    if nodes is None:
+        launch = runtime.launch(ranks, transport)
+        yield launch, {"nodes": 1, "ranks_per_node": ranks, "link": "this host",
+                       "map_by": None, "shaping": None, "emulated": False}
+        return
+    from .. import netlab
+
+    with netlab.fabric(nodes, link) as fab:
+        launch = fab.launch(ranks, map_by=map_by, transport=transport)
+        pl = launch.placement
+        yield launch, {"nodes": nodes, "ranks_per_node": pl["ranks_per_node"],
+                       "link": link, "map_by": map_by, "node_of_rank": pl["node_of_rank"],
+                       "shaping": fab.shaping, "emulated": True}
 
 
 def finish(name: str, out: str | None, measure: Callable[[], tuple[dict, list[dict]]],

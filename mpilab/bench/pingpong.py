@@ -1,12 +1,21 @@
 """Ping-pong: the Cython kernel, the same C loop as a standalone program, and mpi4py.
 
     python -m mpilab.bench pingpong --transport shm|tcp --sizes 8,1024,4194304 --json OUT
+    python -m mpilab.bench pingpong --nodes 2 --link fast-ethernet --mode oneway --copy \
+        --sizes 40,80,800,4000,8000,16000,24000,32000     # the ping-pong paper's Table 1
 
 All three run in one invocation with the same iteration counts (calibrated once per
 size on the kernel), alternating in `--rounds` rounds, so their ratios are measured
 side by side. Records carry impl (kernel, c-standalone, mpi4py), transport, size_bytes,
 t_us_min, t_us_median, quartiles, spread and bandwidth_MBps; meta says which machine,
 MPI and launcher produced them and whether the run was oversubscribed.
+
+With ``--nodes N`` the two ranks run on emulated nodes (:mod:`mpilab.netlab`, root):
+``--map-by node`` puts them on two nodes, across the ``--link``; ``--map-by slot`` both
+on node0. Records then carry ``nodes``, ``ranks_per_node``, ``link``, ``map_by``,
+``node_of_rank`` and ``shaping`` (what the emulation applied and left out). ``--copy``
+also times rank 0's local copy ``a(i) = b(i)`` of each size (impl ``copy``, one rank)
+in the same job, and the table adds the paper's ratio transfer / copy.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import sys
 from .. import jobs, runtime, validate
 from ..jobs import python_worker
 from ..timing import record, run_meta
-from . import TIMEOUT, finish, parser
+from . import TIMEOUT, finish, parser, placed
 
 IMPLS = ("kernel", "c-standalone", "mpi4py")
 
@@ -37,6 +46,11 @@ def _worker(args_path: str, out_path: str) -> int:
     py_impls = [i for i in a["impls"] if i != "c-standalone"]
     recs = measure_pingpong(comm, a["sizes"], impls=py_impls, mode=a["mode"], reps=a["reps"],
                             iters=iters, rounds=1) if py_impls else []
+    if a.get("copy") and comm.rank == 0:
+        from ..timing import measure_memcopy
+
+        recs += [{**r, "impl": "copy"} for r in
+                 measure_memcopy(MPI.COMM_SELF, a["sizes"], reps=a["reps"])]
     if comm.rank == 0:
         with open(out_path, "w") as f:
             json.dump({"iters": iters, "records": recs, "library": runtime.library_info()}, f)
@@ -53,24 +67,42 @@ def _standalone(launch, sizes, iters, mode, reps, warmup, timeout):
 
 
 def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds=2,
-        min_time=0.01, timeout=TIMEOUT) -> tuple[dict, list[dict]]:
-    """Measure; returns (meta, records)."""
+        min_time=0.01, timeout=TIMEOUT, nodes=None, link="fast-ethernet",
+        map_by="node", copy=False) -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records).
+
+    With `nodes`, the two ranks run on emulated nodes joined by `link` (``map_by``
+    ``node``: one on each, across the link; ``slot``: both on node0). With `copy`, rank
+    0 also times the local copy of each size (records with impl ``copy``).
+    """
     impls = validate.names(impls, IMPLS, "impl")
-    launch = runtime.launch(2, transport)
+    if copy and any(int(n) % 8 for n in sizes):
+        raise ValueError("with --copy the sizes are whole doubles: multiples of 8 bytes, "
+                         f"got {[n for n in sizes if int(n) % 8]}")
+    with placed(2, transport, nodes=nodes, link=link, map_by=map_by) as (launch, where):
+        return _run(launch, where, sizes, transport=transport, impls=impls, mode=mode,
+                    reps=reps, rounds=rounds, min_time=min_time, timeout=timeout, copy=copy)
+
+
+def _run(launch, where, sizes, *, transport, impls, mode, reps, rounds, min_time, timeout,
+         copy):
     module = "mpilab.bench.pingpong"
     base = {"sizes": sizes, "mode": mode, "reps": reps, "min_time": min_time,
-            "impls": list(impls)}
+            "impls": list(impls), "copy": copy}
     # Calibrate once on the kernel; every implementation then runs the same iterations.
-    first = python_worker(launch, module, {**base, "impls": []}, timeout)
+    first = python_worker(launch, module, {**base, "impls": [], "copy": False}, timeout)
     iters = {int(k): v for k, v in first["iters"].items()}
     warmup = {n: max(1, min(it, 100)) for n, it in iters.items()}
     pooled: dict[tuple[str, int], list[float]] = {}
+    copy_iters: dict[int, int] = {}
     for _ in range(rounds):
-        if any(i != "c-standalone" for i in impls):
+        if any(i != "c-standalone" for i in impls) or copy:
             doc = python_worker(launch, module, {**base, "iters": iters}, timeout)
             for rec in doc["records"]:
                 times = [t * 1e-6 for t in rec["times_us"]]
                 pooled.setdefault((rec["impl"], rec["size_bytes"]), []).append(times)
+                if rec["impl"] == "copy":
+                    copy_iters[rec["size_bytes"]] = rec["iters"]
         if "c-standalone" in impls:
             # one warm-up per size, as the kernel does (capped at 100 steps)
             raw = {}
@@ -81,21 +113,32 @@ def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds
     records = []
     for (impl, n), parts in sorted(pooled.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         times = [t for part in parts for t in part]
+        if impl == "copy":  # rank 0 alone, on its node
+            records.append(record(times, size_bytes=n, impl=impl, transport="none",
+                                  mode="local", iters=copy_iters[n], ranks=1,
+                                  oversubscribed=launch.oversubscribed, **where))
+            continue
         records.append(record(times, size_bytes=n, impl=impl, transport=transport, mode=mode,
-                              iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed))
+                              iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed,
+                              **where))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
-                "rounds": rounds, "min_time": min_time, "iters": iters}
+                "rounds": rounds, "min_time": min_time, "iters": iters, "copy": copy,
+                **where}
     return run_meta(launch, settings, first["library"]), records
 
 
 def table(records: list[dict]) -> str:
-    """Plain-text summary: median one-way time per impl, and ratios to c-standalone."""
+    """Plain-text summary: median one-way time per impl, ratios to c-standalone, and with
+    copies the paper's transfer / copy ratio per impl."""
     sizes = sorted({r["size_bytes"] for r in records})
     impls = [i for i in IMPLS if any(r["impl"] == i for r in records)]
+    copies = {r["size_bytes"]: r["t_us_median"] for r in records if r["impl"] == "copy"}
     by = {(r["impl"], r["size_bytes"]): r for r in records}
     head = f"{'size (B)':>10} " + " ".join(f"{i + ' (us)':>18}" for i in impls)
     if "c-standalone" in impls:
         head += "  " + " ".join(f"{i + '/C':>12}" for i in impls if i != "c-standalone")
+    if copies:
+        head += f"  {'copy (us)':>10} " + " ".join(f"{i + '/copy':>18}" for i in impls)
     lines = [head]
     for n in sizes:
         row = f"{n:>10} " + " ".join(
@@ -106,16 +149,22 @@ def table(records: list[dict]) -> str:
             row += "  " + " ".join(
                 f"{by[(i, n)]['t_us_median'] / c:>12.3f}" if (i, n) in by else f"{'-':>12}"
                 for i in impls if i != "c-standalone")
+        if copies.get(n, 0) > 0:
+            row += f"  {copies[n]:>10.3f} " + " ".join(
+                f"{by[(i, n)]['t_us_median'] / copies[n]:>18.1f}" if (i, n) in by
+                else f"{'-':>18}" for i in impls)
         lines.append(row)
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = parser("pingpong", __doc__, worker=True, reps=7, rounds=2, min_time=0.01)
+    p = parser("pingpong", __doc__, worker=True, reps=7, rounds=2, min_time=0.01, nodes=True)
     p.add_argument("--sizes", default="8,1024,65536,1048576,4194304",
                    help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
     p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--mode", choices=("roundtrip", "oneway"), default="roundtrip")
+    p.add_argument("--copy", action="store_true",
+                   help="also time rank 0's local copy of each size (transfer / copy ratio)")
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
@@ -123,12 +172,20 @@ def main(argv=None) -> int:
     def measure():
         return run(validate.sizes(a.sizes), transport=a.transport,
                    impls=a.impls, mode=a.mode, reps=a.reps,
-                   rounds=a.rounds, min_time=a.min_time, timeout=a.timeout)
+                   rounds=a.rounds, min_time=a.min_time, timeout=a.timeout,
+                   nodes=a.nodes, link=a.link, map_by=a.map_by, copy=a.copy)
 
     def show(m, recs):
+        where = ""
+        if m["settings"].get("emulated"):
+            sh = m["settings"]["shaping"]
+            n = m["settings"]["nodes"]
+            where = (f" | {n} emulated node{'s' * (n != 1)}, {a.link} "
+                     f"({'; '.join(sh['applied'])}), map-by {a.map_by}\n# not emulated: "
+                     + "; ".join(sh["not_emulated"]))
         return (f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} "
                 "cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
-                + "\n" + table(recs))
+                + where + "\n" + table(recs))
 
     return finish("pingpong", a.json, measure, show)
 
