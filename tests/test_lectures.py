@@ -7,6 +7,7 @@ does not deadlock teaches the wrong lesson). The key outputs of each lecture are
 as text, and no process of the lecture's cluster may outlive the run.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,58 @@ def test_lecture_01_ratio_table_has_paper_and_machine_columns():
     assert "prediction: W ≥ 2T" in rule and "paper T1" in rule
     summary = text_of(cell_with(nb, "latency, 8 B"))
     assert "latency, 8 B: shm" in summary and "local copies over TCP" in summary
+
+
+def _lecture_07_checks(nb, live: bool):
+    first = text_of(cell_with(nb, "WHY = netlab.available()"))
+    table = text_of(cell_with(nb, "table1.map(fmt)"))
+    for column in ("paper T1, real Fast Ethernet (its figures)", "emulated Fast Ethernet",
+                   "one node, shared memory", "ratio"):
+        assert column in table, f"{column!r} missing from the Table 1 reproduction"
+    assert "832" in table  # the paper's own ratio at N = 5
+    plateau = text_of(cell_with(nb, "def plateau("))
+    assert plateau.count("prediction: plateau ≈") == 2 and "the paper measured 175" in plateau
+    # the model, from the copy and the configured rate alone, predicts the measured plateau
+    off = float(re.search(r"measured [0-9,]+ \(([+-][0-9]+)%\)", plateau).group(1))
+    assert abs(off) < 40, plateau
+    rates = text_of(cell_with(nb, "β / configured"))
+    for link in ("gige", "fast-ethernet"):
+        frac = float(re.search(rf"across {link}: β = ([0-9.]+) of", rates).group(1))
+        assert 0.6 < frac < 1.2, (link, frac)  # the link, not the host, sets β
+    left_out = text_of(cell_with(nb, "not emulated:"))
+    assert "not emulated" in left_out and "share this host's cores" in left_out
+    if live:
+        assert "every figure below is measured on this machine" in first
+        said = text_of(cell_with(nb, "btl_base_verbose"))
+        assert re.search(r"same node\s+vader", said) and re.search(r"across\s+tcp", said), said
+        assert not re.search(r"same node\s+tcp", said) and not re.search(r"across\s+vader",
+                                                                         said), said
+        assert "measured on this machine" in text_of(cell_with(nb, "SOURCE = "))
+        assert "True" in text_of(cell_with(nb, "lab.stop()"))
+    else:
+        assert "REFERENCE DATA" in first and "MPILAB_NETLAB=off" in first
+        assert "REFERENCE DATA" in table
+
+
+def test_lecture_07_crosses_emulated_links():
+    """Live: transports per pair from Open MPI's own output, β pinned to each link, the
+    paper's Table 1 beside the emulated Fast Ethernet, its plateau predicted and labelled."""
+    from mpilab import netlab
+
+    if netlab.available() is not None:
+        pytest.skip(f"no emulated nodes: {netlab.available()}")
+    nb = executed("07-crossing-the-network")
+    _lecture_07_checks(nb, live=True)
+    assert not netlab.fabrics() or all(s["alive"] for s in netlab.fabrics())
+
+
+def test_lecture_07_without_emulated_nodes_shows_labelled_reference_data():
+    """Where nodes cannot be made (MPILAB_NETLAB=off stands for no root), the lecture says
+    so in one sentence and shows the reference machine's data, labelled, end to end."""
+    nb = notebooks.execute(ROOT / "lectures" / "07-crossing-the-network.md",
+                           timeout=CELL_TIMEOUT,
+                           env={"MPILAB_QUICK": "1", "MPILAB_NETLAB": "off"})
+    _lecture_07_checks(nb, live=False)
 
 
 # --- the runner itself -------------------------------------------------------------------
