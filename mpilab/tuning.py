@@ -438,8 +438,13 @@ def _jobs(ranks: int, algs, lib: str, mode: str) -> list[tuple[dict, list[list]]
 
 def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, passes: int = 1,
         min_time: float = 0.005, timeout: float = 600.0, transport: str = "shm",
-        observe: bool = False, mode: str | None = None) -> tuple[dict, list[dict]]:
+        observe: bool = False, mode: str | None = None, launch: runtime.Launch | None = None,
+        where: dict | None = None) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records).
+
+    `launch` runs the jobs somewhere other than this host's default (emulated nodes:
+    :meth:`mpilab.netlab.Fabric.launch`), and `where` is what every record then carries
+    about the placement (``nodes``, ``link``, ``map_by``, ...).
 
     `mode` (see :func:`_jobs`): ``"cvar"``, the default with Open MPI, measures every
     row in one job, each library algorithm forced on its own communicator; ``"jobs"``
@@ -450,7 +455,14 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
     `observe` (Open MPI), the algorithm the library runs by default is also observed
     from its messages at the smallest and largest size (:func:`observe_library`).
     """
-    launch = runtime.launch(ranks, transport)
+    if launch is None:
+        launch = runtime.launch(ranks, transport)
+    elif launch.ranks != ranks:
+        raise ValueError(f"the launch starts {launch.ranks} ranks, not {ranks}")
+    if observe and launch.placement:
+        raise ValueError("observing the library's default runs on this host only "
+                         "(not on emulated nodes)")
+    where = dict(where or {})
     lib = runtime.selected_library()
     mode = mode or ("cvar" if lib == "openmpi" else "jobs")
     if mode not in ("cvar", "jobs") or (mode == "cvar" and lib != "openmpi"):
@@ -498,11 +510,11 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
                 times, size_bytes=n, impl=label, alg=label.split(":", 1)[1],
                 source=label.split(":", 1)[0], op="allgather", ranks=ranks, iters=iters[n],
                 oversubscribed=launch.oversubscribed, library_env=envs[label],
-                round_medians_us=[x * 1e6 for x in rounds_[label][n]]))
+                round_medians_us=[x * 1e6 for x in rounds_[label][n]], **where))
     records.sort(key=lambda r: (r["size_bytes"], r["impl"]))
     settings = {"sizes": sizes, "algs": list(algs), "reps": reps, "rounds": rounds,
                 "passes": passes, "mode": mode, "min_time": min_time, "iters": iters,
-                "size_meaning": "bytes per rank block"}
+                "size_meaning": "bytes per rank block", **where}
     m = run_meta(launch, settings, library)
     m["oversubscribed"] = launch.oversubscribed
     # other jobs on the machine show here: a load above the cores means shared cores

@@ -165,6 +165,9 @@ def _lecture_07_checks(nb, live: bool):
     for link in ("gige", "fast-ethernet"):
         frac = float(re.search(rf"across {link}: β = ([0-9.]+) of", rates).group(1))
         assert 0.6 < frac < 1.2, (link, frac)  # the link, not the host, sets β
+    ratios = text_of(cell_with(nb, "placement is"))
+    assert "ring: block" in ratios and "block placement is" in ratios.split("ring:")[1]
+    assert "cyclic placement is" in ratios.split("recursive_doubling:")[1].split("\n")[0]
     left_out = text_of(cell_with(nb, "not emulated:"))
     assert "not emulated" in left_out and "share this host's cores" in left_out
     if live:
@@ -236,20 +239,34 @@ def test_runner_cleans_up_after_a_failed_notebook(tmp_path):
     assert not cluster.cluster_processes(cid)
 
 
-def test_runner_kills_the_cluster_of_a_dead_kernel(tmp_path):
-    """A kernel that dies without stopping its cluster: the runner kills what it left."""
+@pytest.mark.parametrize("where", ["host", "emulated nodes"])
+def test_runner_kills_the_cluster_of_a_dead_kernel(tmp_path, where):
+    """A kernel that dies without stopping its cluster: the runner kills what it left,
+    and removes the emulated nodes it ran on."""
     from nbclient.exceptions import DeadKernelError
 
+    from mpilab import netlab
+
+    nodes = where == "emulated nodes"
+    if nodes and netlab.available() is not None:
+        pytest.skip(f"no emulated nodes: {netlab.available()}")
+    args = "2, nodes=2, link='unshaped'" if nodes else "2"
     path = tmp_path / "dies.md"
     path.write_text(NOTEBOOK.format(cell=(
         "import os\n"
         "from mpilab import cluster\n"
-        "lab = cluster.start(2)\n"
+        f"lab = cluster.start({args})\n"
         "os._exit(1)  # no atexit: the engines, mpiexec and controller stay behind")))
     with pytest.raises(DeadKernelError) as info:
         notebooks.execute(path, timeout=120)
-    assert info.value.notebook.metadata["mpilab"]["leftover_processes_killed"] > 0
+    meta = info.value.notebook.metadata["mpilab"]
+    assert meta["leftover_processes_killed"] > 0
     assert not cluster.cluster_processes(notebooks.cluster_id(path))
+    if nodes:
+        assert len(meta["leftover_fabrics_removed"]) == 1
+        fid = meta["leftover_fabrics_removed"][0]
+        assert fid not in [s["id"] for s in netlab.fabrics()]
+        assert not (netlab.STATE / fid).exists()
 
 
 def test_runner_interrupts_a_cell_past_its_timeout(tmp_path):

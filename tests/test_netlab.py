@@ -321,7 +321,7 @@ def test_pingpong_bench_across_a_fast_ethernet_link(tmp_path):
                           "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
                          timeout=600)
     assert res.returncode == 0, res.stderr + res.stdout
-    assert "2 emulated nodes, fast-ethernet" in res.stdout and "not emulated:" in res.stdout
+    assert "2 emulated nodes joined by fast-ethernet" in res.stdout and "not emulated:" in res.stdout
     doc = json.loads(out.read_text())
     assert doc["meta"]["settings"]["emulated"] and doc["meta"]["settings"]["nodes"] == 2
     recs = {(r["impl"], r["size_bytes"]): r for r in doc["records"]}
@@ -406,3 +406,53 @@ def test_cluster_checks_its_node_arguments():
         cluster.MPICluster(2, nodes=2, link="token-ring")
     with pytest.raises(ValueError, match="map_by"):
         cluster.MPICluster(2, nodes=2, map_by="core")
+
+
+@needs_netlab
+@needs_mpi
+def test_allgather_bench_placement_decides_what_crosses(tmp_path):
+    """``bench allgather --nodes 2 --map-by slot|node``: records say where the ranks ran,
+    and the ring (one block per direction per step across on the block placement, two
+    on the cyclic) is faster on the block placement, recursive doubling on the cyclic."""
+    got = {}
+    for map_by in ("slot", "node"):
+        out = tmp_path / f"ag-{map_by}.json"
+        res = subprocess.run([sys.executable, "-m", "mpilab.bench", "allgather", "--nodes",
+                              "2", "--ranks", "4", "--link", "fast-ethernet", "--map-by",
+                              map_by, "--algs", "ring,recursive_doubling", "--sizes", "64K",
+                              "--reps", "3", "--rounds", "1", "--json", str(out)],
+                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert "2 emulated nodes joined by fast-ethernet" in res.stdout
+        doc = json.loads(out.read_text())
+        want = [0, 0, 1, 1] if map_by == "slot" else [0, 1, 0, 1]
+        assert all(r["node_of_rank"] == want and r["link"] == "fast-ethernet"
+                   for r in doc["records"])
+        got[map_by] = {r["impl"]: r["t_us_median"] for r in doc["records"]}
+    ring, rd = "mpilab:ring", "mpilab:recursive_doubling"
+    print(f"\n[netlab] allgather 64 KiB over fast-ethernet, block/cyclic: ring "
+          f"{got['slot'][ring] / got['node'][ring]:.2f}, recursive doubling "
+          f"{got['slot'][rd] / got['node'][rd]:.2f}")
+    assert got["slot"][ring] < got["node"][ring]
+    assert got["node"][rd] < got["slot"][rd]
+
+
+@needs_netlab
+@needs_mpi
+def test_halo_bench_across_nodes_is_checked_and_says_where(tmp_path):
+    """``bench halo --nodes 2``: the exchange across the link still equals the serial
+    reference, records say where; shared windows across nodes are refused clearly."""
+    out = tmp_path / "halo.json"
+    res = subprocess.run([sys.executable, "-m", "mpilab.bench", "halo", "--nodes", "2",
+                          "--link", "gige", "--ranks", "2", "--mode", "blocking,nonblocking",
+                          "--sub", "32", "--reps", "3", "--rounds", "1", "--json", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "2 emulated nodes joined by gige" in res.stdout
+    recs = json.loads(out.read_text())["records"]
+    assert recs and all(r["valid"] and r["node_of_rank"] == [0, 1] and r["emulated"]
+                        for r in recs)
+    bad = subprocess.run([sys.executable, "-m", "mpilab.bench", "halo", "--nodes", "2",
+                          "--ranks", "2", "--mode", "shm", "--sub", "16"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "needs every rank on one node" in bad.stderr

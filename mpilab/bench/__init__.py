@@ -80,6 +80,18 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
     return p
 
 
+def where_line(settings: dict) -> str:
+    """A report's line about emulated nodes ('' on this host): nodes, link, what the
+    emulation applied and left out, the node of each rank."""
+    if not settings.get("emulated"):
+        return ""
+    n, sh = settings["nodes"], settings["shaping"]
+    return (f"# on {n} emulated node{'s' * (n != 1)} joined by {settings['link']} "
+            f"({'; '.join(sh['applied'])}), map-by {settings['map_by']}: node of each rank "
+            f"{settings['node_of_rank']}\n# not emulated: " + "; ".join(sh["not_emulated"])
+            + "\n")
+
+
 @contextlib.contextmanager
 def placed(ranks: int, transport: str = "shm", *, nodes: int | None = None,
            link: str = "fast-ethernet", map_by: str = "node"):

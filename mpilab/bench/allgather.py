@@ -17,7 +17,9 @@ algorithm instead. Every call is timed inside C (mpilab_timing.h).
 Records: impl (mpilab:<alg>, library:<alg>, library:default), alg, ranks, size_bytes,
 t_us_min, t_us_median, quartiles, iters, library_env; meta says which machine, MPI and
 launcher produced them, whether the run was oversubscribed, the library's documented
-default per size, own/library ratios and the best per size.
+default per size, own/library ratios and the best per size. With ``--nodes N --link
+PROFILE --map-by node|slot`` the ranks run on emulated nodes (:mod:`mpilab.netlab`) and
+every record says where.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 from .. import tuning, validate
 from ..collectives import ALGORITHMS
 from ..tuning import summary
-from . import finish, parser
+from . import finish, parser, placed, where_line
 
 DEFAULT_SIZES = "32,128,512,2K,8K,32K,128K,512K"
 
@@ -78,6 +80,9 @@ def report(m: dict, records: list[dict]) -> str:
               if m.get("settings", {}).get("mode") == "cvar" else "one MPI job each")
            + ") and its default (* best, ! worst per column)",
            table(records, lib_rows)]
+    where = where_line(m.get("settings", {}))
+    if where:
+        out.insert(1, where.rstrip("\n"))
     doc = m.get("library_documented_default")
     if doc:
         out.append("# library's documented default (derived from Open MPI 4.1 source, not "
@@ -115,7 +120,7 @@ def report(m: dict, records: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = parser("allgather", __doc__, reps=7, rounds=2, min_time=0.005)
+    p = parser("allgather", __doc__, reps=7, rounds=2, min_time=0.005, nodes=True)
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help="block sizes per rank in bytes, comma-separated (K/M suffixes)")
@@ -134,10 +139,14 @@ def main(argv=None) -> int:
     def measure():
         algs = (validate.names(a.algs, tuple(ALGORITHMS["allgather"]), "algorithm")
                 if a.algs.strip() else None)
-        return tuning.measure(a.ranks, validate.sizes(a.sizes), algs=algs, reps=a.reps,
-                              rounds=a.rounds, passes=a.passes, min_time=a.min_time,
-                              timeout=a.timeout, transport=a.transport, observe=a.observe,
-                              mode=a.mode)
+        sizes = validate.sizes(a.sizes)
+        validate.count(a.ranks, "ranks")
+        with placed(a.ranks, a.transport, nodes=a.nodes, link=a.link,
+                    map_by=a.map_by) as (launch, where):
+            return tuning.measure(a.ranks, sizes, algs=algs, reps=a.reps, rounds=a.rounds,
+                                  passes=a.passes, min_time=a.min_time, timeout=a.timeout,
+                                  transport=a.transport, observe=a.observe, mode=a.mode,
+                                  launch=launch, where=where)
 
     return finish("allgather", a.json, measure, report)
 

@@ -2,6 +2,7 @@
 
     python -m mpilab.bench halo --app heat|wave --mode all --sub 16,64,256 --ranks 2 --json OUT
     python -m mpilab.bench halo --app heat --mode sendrecv,onesided --sub 16,64 --json OUT
+    python -m mpilab.bench halo --nodes 2 --link gige --ranks 4 --mode all --sub 16,256
 
 For each subdomain edge N in `--sub`, every rank owns N x N points (global grid
 ``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the compiled kernel
@@ -31,7 +32,7 @@ from .. import runtime, validate
 from ..halo import ALL_MODES, MODE_GROUPS, MODES, ONESIDED_MODES, PACKS, check_onesided
 from ..jobs import python_worker
 from ..timing import run_meta
-from . import TIMEOUT, finish, parser, sub_sizes
+from . import TIMEOUT, finish, parser, placed, sub_sizes, where_line
 
 CHECK_STEPS = 20
 
@@ -94,8 +95,14 @@ def _worker(args_path: str, out_path: str) -> int:
 
 def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transport="shm",
         reps=10, rounds=3, min_time=0.005, check_max=1 << 22,
-        timeout=TIMEOUT) -> tuple[dict, list[dict]]:
-    """Measure; returns (meta, records)."""
+        timeout=TIMEOUT, nodes=None, link="fast-ethernet",
+        map_by="node") -> tuple[dict, list[dict]]:
+    """Measure; returns (meta, records).
+
+    With `nodes`, the ranks run on emulated nodes joined by `link`, placed by `map_by`
+    (:func:`mpilab.bench.placed`); every record says where. The shared-window modes need
+    every rank on one node, so they are refused across several.
+    """
     if app not in ("heat", "wave"):
         raise ValueError(f"app must be 'heat' or 'wave', got {app!r}")
     modes = validate.names(modes, ALL_MODES, "mode", MODE_GROUPS)
@@ -106,15 +113,21 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     if not subs:
         raise ValueError("no sub sizes given")
     subs = [validate.count(n, "sub") for n in subs]
-    launch = runtime.launch(ranks, transport)
+    shared = [m for m in modes if m in ("shm", "shm-nc")]
+    if nodes is not None and nodes > 1 and shared:
+        raise ValueError(f"modes {', '.join(shared)} share one window among all ranks, "
+                         "which needs every rank on one node; across nodes use the "
+                         "two-sided or put modes")
     args = {"app": app, "modes": list(modes), "packs": list(packs), "subs": list(subs),
             "reps": reps, "rounds": rounds, "min_time": min_time, "check_max": check_max}
-    doc = python_worker(launch, "mpilab.bench.halo", args, timeout)
+    with placed(ranks, transport, nodes=nodes, link=link, map_by=map_by) as (launch, where):
+        doc = python_worker(launch, "mpilab.bench.halo", args, timeout)
     records = doc["records"]
     for r in records:
         r["transport"] = transport
         r["oversubscribed"] = launch.oversubscribed
-    settings = {**args, "check_steps": CHECK_STEPS}
+        r.update(where)
+    settings = {**args, "check_steps": CHECK_STEPS, **where}
     return run_meta(launch, settings, doc["library"]), records
 
 
@@ -180,7 +193,7 @@ def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = parser("halo", __doc__, worker=True, reps=10, rounds=3, min_time=0.005)
+    p = parser("halo", __doc__, worker=True, reps=10, rounds=3, min_time=0.005, nodes=True)
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
     p.add_argument("--mode", default="all",
                    help="comma-separated modes; all = the four two-sided ones, onesided = "
@@ -198,12 +211,13 @@ def main(argv=None) -> int:
     def measure():
         return run(sub_sizes(a.sub), app=a.app, modes=a.mode, packs=a.pack, ranks=a.ranks,
                    transport=a.transport, reps=a.reps, rounds=a.rounds, min_time=a.min_time,
-                   check_max=a.check_max, timeout=a.timeout)
+                   check_max=a.check_max, timeout=a.timeout, nodes=a.nodes, link=a.link,
+                   map_by=a.map_by)
 
     def show(m, recs):
         return (f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} ranks on "
                 f"{m['cores']} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
-                + "\n" + table(recs))
+                + "\n" + where_line(m["settings"]) + table(recs))
 
     return finish("halo", a.json, measure, show, ok=lambda recs: all(r["valid"] for r in recs))
 

@@ -26,7 +26,7 @@ import sys
 from .. import jobs, runtime, validate
 from ..jobs import python_worker
 from ..timing import record, run_meta
-from . import TIMEOUT, finish, parser, placed
+from . import TIMEOUT, finish, parser, placed, where_line
 
 IMPLS = ("kernel", "c-standalone", "mpi4py")
 
@@ -176,16 +176,9 @@ def main(argv=None) -> int:
                    nodes=a.nodes, link=a.link, map_by=a.map_by, copy=a.copy)
 
     def show(m, recs):
-        where = ""
-        if m["settings"].get("emulated"):
-            sh = m["settings"]["shaping"]
-            n = m["settings"]["nodes"]
-            where = (f" | {n} emulated node{'s' * (n != 1)}, {a.link} "
-                     f"({'; '.join(sh['applied'])}), map-by {a.map_by}\n# not emulated: "
-                     + "; ".join(sh["not_emulated"]))
         return (f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} "
                 "cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
-                + where + "\n" + table(recs))
+                + "\n" + where_line(m["settings"]) + table(recs))
 
     return finish("pingpong", a.json, measure, show)
 
