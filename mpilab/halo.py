@@ -61,11 +61,13 @@ __all__ = ["split", "process_grid", "heat_sources", "heat_step", "serial_heat", 
 
 #: Halo-exchange modes of the kernels (see kernels/common/mpilab_halo.h).
 MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+#: The modes whose ranks share one window (MPI_Win_allocate_shared): one node only.
+SHARED_WINDOW_MODES = ("shm", "shm-nc")
 #: One-sided exchanges of the heat problem (kernels/onesided/c_onesided.c): MPI_Put with
 #: fence, with post/start/complete/wait, with a passive-target lock; a shared-memory
 #: window, contiguous or not (``alloc_shared_noncontig``). Heat only; column ghosts always
 #: travel as datatypes (Put) or plain loads (shm), so ``pack="datatype"`` only.
-ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", "shm", "shm-nc")
+ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", *SHARED_WINDOW_MODES)
 #: Every mode of the heat problem.
 ALL_MODES = MODES + ONESIDED_MODES
 #: Names that stand for several modes: "all" for the two-sided ones, "onesided".

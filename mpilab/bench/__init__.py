@@ -110,10 +110,8 @@ def placed(ranks: int, transport: str = "shm", *, nodes: int | None = None,
 
     with netlab.fabric(nodes, link) as fab:
         launch = fab.launch(ranks, map_by=map_by, transport=transport)
-        pl = launch.placement
-        yield launch, {"nodes": nodes, "ranks_per_node": pl["ranks_per_node"],
-                       "link": link, "map_by": map_by, "node_of_rank": pl["node_of_rank"],
-                       "shaping": fab.shaping, "emulated": True}
+        # what Fabric.placement records, less the fabric's id (gone after the run)
+        yield launch, {k: v for k, v in launch.placement.items() if k != "fabric"}
 
 
 def finish(name: str, out: str | None, measure: Callable[[], tuple[dict, list[dict]]],

@@ -29,7 +29,15 @@ import json
 import sys
 
 from .. import runtime, validate
-from ..halo import ALL_MODES, MODE_GROUPS, MODES, ONESIDED_MODES, PACKS, check_onesided
+from ..halo import (
+    ALL_MODES,
+    MODE_GROUPS,
+    MODES,
+    ONESIDED_MODES,
+    PACKS,
+    SHARED_WINDOW_MODES,
+    check_onesided,
+)
 from ..jobs import python_worker
 from ..timing import run_meta
 from . import TIMEOUT, finish, parser, placed, sub_sizes, where_line
@@ -113,7 +121,7 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     if not subs:
         raise ValueError("no sub sizes given")
     subs = [validate.count(n, "sub") for n in subs]
-    shared = [m for m in modes if m in ("shm", "shm-nc")]
+    shared = [m for m in modes if m in SHARED_WINDOW_MODES]
     if nodes is not None and nodes > 1 and shared:
         raise ValueError(f"modes {', '.join(shared)} share one window among all ranks, "
                          "which needs every rank on one node; across nodes use the "
