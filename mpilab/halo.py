@@ -29,7 +29,9 @@ either as an MPI vector datatype or packed by hand (:data:`PACKS`). The heat pro
 runs with a one-sided exchange (:data:`ONESIDED_MODES`, kernel
 ``mpilab.kernels.onesided``): ``MPI_Put`` into the neighbours' ghosts synchronised by
 fence, post/start/complete/wait or a passive-target lock, or plain loads from the
-neighbours' fields in an MPI-3 shared-memory window. Bad arguments raise the same
+neighbours' fields in an MPI-3 shared-memory window; and with the SHM-windows paper's
+hybrid (:data:`HYBRID_MODES`): a shared-memory window per node for the neighbours on the
+same node, messages for those on other nodes. Bad arguments raise the same
 ValueError / TypeError on every rank before any communication (:func:`gather`, whose
 blocks differ by rank, first shares one small verdict per rank, so that a bad block on
 one rank also raises everywhere instead of leaving the others waiting).
@@ -55,7 +57,7 @@ import numpy as np
 from . import validate
 
 __all__ = ["split", "process_grid", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
-           "MODES", "ONESIDED_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
+           "MODES", "ONESIDED_MODES", "HYBRID_MODES", "SHARED_WINDOW_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
            "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "timeline",
            "timeline_frame"]
 
@@ -68,8 +70,13 @@ SHARED_WINDOW_MODES = ("shm", "shm-nc")
 #: window, contiguous or not (``alloc_shared_noncontig``). Heat only; column ghosts always
 #: travel as datatypes (Put) or plain loads (shm), so ``pack="datatype"`` only.
 ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", *SHARED_WINDOW_MODES)
+#: The SHM-windows paper's hybrid (kernels/onesided/c_onesided.c): a shared-memory window
+#: per node (noncontiguous, as its S/R + SHM-NC version), plain loads from the neighbours
+#: on the same node, MPI_Isend/MPI_Irecv with those on other nodes. Any placement; heat
+#: and ``pack="datatype"`` only, like the one-sided modes.
+HYBRID_MODES = ("hybrid",)
 #: Every mode of the heat problem.
-ALL_MODES = MODES + ONESIDED_MODES
+ALL_MODES = MODES + ONESIDED_MODES + HYBRID_MODES
 #: Names that stand for several modes: "all" for the two-sided ones, "onesided".
 MODE_GROUPS = {"all": MODES, "onesided": ONESIDED_MODES}
 #: How column ghosts travel: an MPI vector datatype, or packed by hand.
@@ -306,23 +313,25 @@ def _check_app(app) -> str:
 
 
 def check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None:
-    """The one-sided modes exist for the heat problem and its datatype packing only."""
-    one = [m for m in modes if m in ONESIDED_MODES]
+    """The one-sided and hybrid modes exist for the heat problem and its datatype packing
+    only."""
+    one = [m for m in modes if m in ONESIDED_MODES + HYBRID_MODES]
     if not one:
         return
     if app != "heat":
-        raise ValueError(f"the one-sided modes ({', '.join(one)}) exist for the heat problem "
-                         f"only, not for {app!r}")
+        raise ValueError(f"the one-sided and hybrid modes ({', '.join(one)}) exist for the "
+                         f"heat problem only, not for {app!r}")
     if "manual" in packs:
-        raise ValueError("pack='manual' does not apply to the one-sided modes: the Put "
-                         "modes send columns as MPI vector datatypes on both sides and the "
-                         "shm modes copy them with plain loads; use pack='datatype'")
+        raise ValueError("pack='manual' does not apply to the one-sided and hybrid modes: "
+                         "the Put modes send columns as MPI vector datatypes on both sides, "
+                         "the shm modes copy them with plain loads and the hybrid mode does "
+                         "one or the other; use pack='datatype'")
 
 
 def _kernel(app: str, mode: str | None = None):
     from .kernels import stencil, wave
 
-    if mode in ONESIDED_MODES:
+    if mode in ONESIDED_MODES + HYBRID_MODES:
         from .kernels import onesided
 
         return onesided
@@ -357,10 +366,14 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
         MPI_Win_flush_all, an empty message to each neighbour), ``"shm"`` and ``"shm-nc"``
         (MPI_Win_allocate_shared, contiguous or not; the ghosts copied from the
         neighbours' fields with plain loads after an MPI_Barrier; every rank on one node,
-        else ValueError).
+        else ValueError). Hybrid (:data:`HYBRID_MODES`): ``"hybrid"``, a shared window
+        per node (``shm-nc`` among the ranks of a node, a barrier of the node only) and
+        MPI_Isend/MPI_Irecv with the neighbours on other nodes, posted before the node's
+        barrier; any placement of the ranks on nodes.
     pack : str
         One of :data:`PACKS`: column ghosts as an MPI vector datatype or packed by hand.
-        The one-sided modes take ``"datatype"`` only (ValueError for ``"manual"``).
+        The one-sided and hybrid modes take ``"datatype"`` only (ValueError for
+        ``"manual"``).
     energy : float
         Heat added at each of :func:`heat_sources` after every step.
     dims : (py, px), optional
@@ -503,7 +516,7 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     mode : str or list of str
         One of :data:`ALL_MODES`, a list of them, or a comma-separated string;
         ``"all"`` stands for the two-sided :data:`MODES`, ``"onesided"`` for the
-        :data:`ONESIDED_MODES` (heat only, ``pack="datatype"`` only).
+        :data:`ONESIDED_MODES` (heat only, ``pack="datatype"`` only, as ``"hybrid"``).
     sub : int, optional
         Subdomain edge per rank: every rank owns ``sub`` x ``sub`` points and the global
         grid is ``sub * px`` x ``sub * py`` (as in the coarray paper's tables).
@@ -511,7 +524,7 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
         The global grid instead of `sub`.
     pack : str or list of str
         :data:`PACKS` to measure (``"all"`` for both); ``"datatype"`` only when a
-        one-sided mode is among `mode` (ValueError otherwise).
+        one-sided or the hybrid mode is among `mode` (ValueError otherwise).
     iters : int, optional
         Timed steps per repetition; default: calibrated once on the first mode so that
         a repetition lasts about `min_time` seconds, then the same for every mode.
@@ -563,7 +576,7 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
         return (k.time_heat if app == "heat" else k.time_wave)(comm, gx, gy, mode=mode, **kw)
 
     for m in modes:  # raises on every rank alike
-        if m in ONESIDED_MODES:
+        if m in ONESIDED_MODES + HYBRID_MODES:
             _kernel(app, m).check_layout(comm, gx, gy, dims, m, packs[0])
         else:
             _kernel(app, m).layout(comm, gx, gy, dims, m, packs[0])
@@ -641,7 +654,7 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
             busy = (tl[..., 1] - tl[..., 0]).sum(axis=1)   # seconds per rank and phase
     """
     app = _check_app(app)
-    if isinstance(mode, str) and mode in ONESIDED_MODES:
+    if isinstance(mode, str) and mode in ONESIDED_MODES + HYBRID_MODES:
         raise ValueError(f"timeline has no one-sided modes ({mode!r}): the one-sided kernel "
                          f"records no phases; use one of {MODES}")
     validate.names(mode, MODES, "mode")

@@ -11,7 +11,10 @@ import pytest
 from conftest import needs_mpi
 from test_bench import bench
 
+from mpilab import netlab
+
 pytestmark = needs_mpi
+NETLAB = netlab.available()
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +59,25 @@ def test_halo_ratios_are_sane(halo_json):
         for (_mode, pack, sub), t in by.items():
             k1 = by[("blocking", pack, sub)] / t
             assert math.isfinite(k1) and k1 > 0
+
+
+@pytest.mark.skipif(NETLAB is not None, reason=f"no emulated nodes: {NETLAB}")
+def test_halo_hybrid_across_emulated_nodes(tmp_path):
+    """``bench halo --nodes 2 --mode blocking,nonblocking,hybrid``: checked, placed, and
+    the S/R / hybrid table printed with blocking standing in for sendrecv."""
+    path = tmp_path / "halo-hybrid.json"
+    res = bench("halo", "--nodes", "2", "--link", "unshaped", "--map-by", "slot", "--ranks",
+                "4", "--mode", "blocking,nonblocking,hybrid", "--sub", "8,24", "--reps", "2",
+                "--rounds", "1", "--min-time", "0.001", "--json", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "INVALID" not in res.stdout and "T_blocking / T_mode" in res.stdout, res.stdout
+    assert "bl/hybrid" in res.stdout
+    recs = json.loads(path.read_text())["records"]
+    assert {(r["mode"], r["sub"]) for r in recs} == {
+        (m, s) for m in ("blocking", "nonblocking", "hybrid") for s in (8, 24)}
+    for r in recs:
+        assert r["valid"] is True and r["emulated"] and r["nodes"] == 2
+        assert r["node_of_rank"] == [0, 0, 1, 1] and r["dims"] == [2, 2]
 
 
 def test_halo_bad_arguments_are_clear():

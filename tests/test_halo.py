@@ -1,15 +1,23 @@
 """The halo-exchange kernels equal the serial references at 1, 2, 3, 4 and 6 ranks.
 
 tests/mpi/check_halo.py runs every mode x packing of the heat and wave kernels under
-mpiexec; 3, 4 and 6 ranks oversubscribe a 2-core machine. The serial definitions
-themselves are checked here, without MPI.
+mpiexec; 3, 4 and 6 ranks oversubscribe a 2-core machine. tests/mpi/check_hybrid.py runs
+the hybrid exchange (a shared window per node, messages between nodes) on one node and
+on two emulated nodes (mpilab.netlab, root), placed by slot and by node. The serial
+definitions themselves are checked here, without MPI.
 """
+
+import json
+import sys
 
 import numpy as np
 import pytest
-from conftest import mpirun, needs_mpi
+from conftest import ROOT, mpirun, needs_mpi
 
-from mpilab import halo
+from mpilab import halo, jobs, netlab
+
+NETLAB = netlab.available()
+needs_netlab = pytest.mark.skipif(NETLAB is not None, reason=f"no emulated nodes: {NETLAB}")
 
 
 @needs_mpi
@@ -19,6 +27,49 @@ def test_halo_under_mpiexec(ranks):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     assert out.count("OK rank") == ranks, out[-6000:]
+
+
+def placement(out: str) -> dict:
+    """What check_hybrid.py printed about where each rank ran and its neighbours."""
+    line = next(ln for ln in out.splitlines() if ln.startswith("PLACEMENT "))
+    return json.loads(line[len("PLACEMENT "):])
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_hybrid_on_one_node(ranks):
+    res = mpirun("check_hybrid.py", ranks, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert out.count("OK rank") == ranks, out[-6000:]
+    where = placement(out)["ranks"]
+    assert len({r["host"] for r in where}) == 1
+    assert all(r["on_node"] == r["neighbours"] for r in where)  # every neighbour by loads
+
+
+@needs_netlab
+@needs_mpi
+@pytest.mark.parametrize("map_by", ["slot", "node"])
+def test_hybrid_across_two_emulated_nodes(map_by):
+    """1-4 ranks on two nodes: each rank reaches its neighbours by loads, by messages or
+    both, and the field is the serial one to the bit; shm and shm-nc refuse."""
+    paths = set()
+    with netlab.fabric(2, "unshaped") as fab:
+        for ranks in (1, 2, 3, 4):
+            launch = fab.launch(ranks, map_by=map_by)
+            res = jobs.run(launch, [sys.executable, str(ROOT / "tests" / "mpi" /
+                                                        "check_hybrid.py")],
+                           timeout=300, check=False)
+            out = res.stdout + res.stderr
+            assert res.returncode == 0, out[-6000:]
+            assert out.count("OK rank") == ranks, out[-6000:]
+            where = placement(out)["ranks"]
+            hosts = [r["host"] for r in where]
+            assert hosts == [f"node{n}" for n in launch.placement["node_of_rank"]]
+            for r in where:
+                paths |= {"loads"} if r["on_node"] else set()
+                paths |= {"messages"} if r["on_node"] < r["neighbours"] else set()
+    assert paths == {"loads", "messages"}
 
 
 def test_blocks_cover_the_grid_once():

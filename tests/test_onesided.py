@@ -26,7 +26,7 @@ def test_onesided_under_mpiexec(ranks):
 
 def test_mode_lists():
     assert halo.ONESIDED_MODES == ("put-fence", "put-pscw", "put-lock", "shm", "shm-nc")
-    assert halo.ALL_MODES == halo.MODES + halo.ONESIDED_MODES
+    assert halo.ALL_MODES == halo.MODES + halo.ONESIDED_MODES + halo.HYBRID_MODES
     def modes(text):
         return validate.names(text, halo.ALL_MODES, "mode", halo.MODE_GROUPS)
 

@@ -13,7 +13,11 @@
  *               neighbour, MPI_Win_sync;
  *   SHM       - MPI_Win_allocate_shared on the node: each rank copies the neighbours'
  *               edges into its own ghosts with plain loads, after one MPI_Barrier;
- *   SHM_NC    - the same, with alloc_shared_noncontig (each segment on its own pages).
+ *   SHM_NC    - the same, with alloc_shared_noncontig (each segment on its own pages);
+ *   HYBRID    - the SHM-windows paper's hybrid: one SHM_NC window per node (the ranks
+ *               MPI_Comm_split_type puts together), plain loads from the neighbours on
+ *               this node after a barrier of the node, MPI_Isend / MPI_Irecv with the
+ *               neighbours on other nodes, posted first so that they travel meanwhile.
  * Columns travel as MPI vector datatypes on both sides of a Put (the target's with the
  * neighbour's leading dimension, which differs on uneven grids).
  *
@@ -24,10 +28,11 @@
  * step k. That update writes the interior of the other field, which no Put touches.
  * (SHM modes: the same argument for the neighbours' edges, see step_shm.)
  *
- *   comm      - communicator; size must equal py * px (all on one node for SHM, SHM_NC)
+ *   comm      - communicator; size must equal py * px (all on one node for SHM, SHM_NC;
+ *               any placement for HYBRID)
  *   nx, ny    - global grid (columns, rows); each rank needs >= 1 point per axis
  *   py, px    - process grid (rows of ranks, columns of ranks)
- *   mode      - MPILAB_OS_PUT_FENCE / PUT_PSCW / PUT_LOCK / SHM / SHM_NC
+ *   mode      - MPILAB_OS_PUT_FENCE / PUT_PSCW / PUT_LOCK / SHM / SHM_NC / HYBRID
  *   energy    - heat added at each source after every step
  *   steps     - steps run from the zero field before `block` is copied out (>= 0)
  *   block     - out (or NULL): this rank's rows x cols block after `steps` steps
@@ -51,7 +56,8 @@ typedef struct {
     mpilab_halo h;             /* layout, Cartesian communicator, neighbours, column type */
     int mode;
     MPI_Win win;
-    MPI_Comm shm;              /* SHM modes: the ranks of the node (all of cart) */
+    MPI_Comm shm;              /* shared windows: the ranks of the node (all of cart
+                                * for SHM, SHM_NC) */
     MPI_Group nbrs;            /* PUT_PSCW: the actual neighbours */
     int nnbr;
     MPI_Datatype tcol[4];      /* W, E: a column of that neighbour's field (its ld) */
@@ -59,10 +65,12 @@ typedef struct {
     size_t fsize;
     int cur;                   /* which field is old */
     double *old, *nw;
-    /* the neighbour on each side: its block, its fields' size, (SHM) its fields */
+    /* the neighbour on each side: its block, its fields' size, (shared windows) its
+     * fields when it is on this node, else NULL */
     int nrows[4], ncols[4], nld[4];
     size_t nfsize[4];
     const double *nbase[4];
+    MPI_Request req[8];        /* HYBRID: the messages to and from other nodes */
     double energy;
     int nsrc, stream;
     size_t src[3];
@@ -214,9 +222,8 @@ static int step_lock(void *p)
  * field updated in place, a second barrier between the copies and the update would be
  * needed. MPI_Win_sync on both sides of the barrier orders the stores before it with the
  * loads after it, on this rank and between ranks, as the unified model asks. */
-static int step_shm(void *p)
+static int os_node_copy(os_ctx *c)
 {
-    os_ctx *c = (os_ctx *)p;
     int s, r, err;
     if ((err = MPI_Win_sync(c->win)) != MPI_SUCCESS) return err;
     if ((err = MPI_Barrier(c->shm)) != MPI_SUCCESS) return err;
@@ -224,7 +231,7 @@ static int step_shm(void *p)
     for (s = 0; s < 4; s++) {
         const double *from;
         double *to;
-        if (c->h.nbr[s] == MPI_PROC_NULL) continue;
+        if (c->nbase[s] == NULL) continue; /* no neighbour, or one on another node */
         /* the neighbour's edge facing this rank, in its field cur */
         from = c->nbase[s] + (size_t)c->cur * c->nfsize[s] +
                os_edge_off(c->nrows[s], c->ncols[s], c->nld[s], halo_opp(s));
@@ -235,11 +242,58 @@ static int step_shm(void *p)
         else
             memcpy(to, from, sizeof(double) * (size_t)c->h.cols);
     }
+    return MPI_SUCCESS;
+}
+
+static int step_shm(void *p)
+{
+    os_ctx *c = (os_ctx *)p;
+    int err;
+    if ((err = os_node_copy(c)) != MPI_SUCCESS) return err;
+    os_update(c);
+    return MPI_SUCCESS;
+}
+
+/* HYBRID. The ghosts from other nodes arrive by message into old's ghost lines; the
+ * rest as in step_shm. The barrier is the node's only: a rank on another node is
+ * synchronised by its messages (its edges of old are final when it sends them, and
+ * this rank's ghosts of old are not read before MPI_Waitall). Tags name the side of
+ * the receiver's ghost, so a W and an E message between the same pair of ranks (2 x 1
+ * grids never have one, but a tag costs nothing) cannot be confused. */
+static int step_hybrid(void *p)
+{
+    os_ctx *c = (os_ctx *)p;
+    int s, n = 0, err;
+    for (s = 0; s < 4; s++) {
+        if (c->h.nbr[s] == MPI_PROC_NULL || c->nbase[s] != NULL) continue;
+        if (halo_is_col(s))
+            err = MPI_Irecv(halo_ghost(&c->h, c->old, s), 1, c->h.col, c->h.nbr[s], s,
+                            c->h.cart, &c->req[n++]);
+        else
+            err = MPI_Irecv(halo_ghost(&c->h, c->old, s), c->h.cols, MPI_DOUBLE,
+                            c->h.nbr[s], s, c->h.cart, &c->req[n++]);
+        if (err != MPI_SUCCESS) return err;
+    }
+    for (s = 0; s < 4; s++) {
+        if (c->h.nbr[s] == MPI_PROC_NULL || c->nbase[s] != NULL) continue;
+        /* my edge facing the neighbour fills its ghost on the opposite side */
+        if (halo_is_col(s))
+            err = MPI_Isend(halo_edge(&c->h, c->old, s), 1, c->h.col, c->h.nbr[s],
+                            halo_opp(s), c->h.cart, &c->req[n++]);
+        else
+            err = MPI_Isend(halo_edge(&c->h, c->old, s), c->h.cols, MPI_DOUBLE,
+                            c->h.nbr[s], halo_opp(s), c->h.cart, &c->req[n++]);
+        if (err != MPI_SUCCESS) return err;
+    }
+    if ((err = os_node_copy(c)) != MPI_SUCCESS) return err;
+    if ((err = MPI_Waitall(n, c->req, MPI_STATUSES_IGNORE)) != MPI_SUCCESS) return err;
     os_update(c);
     return MPI_SUCCESS;
 }
 
 static int os_is_shm(int mode) { return mode == MPILAB_OS_SHM || mode == MPILAB_OS_SHM_NC; }
+/* the modes whose fields live in a shared-memory window of the node */
+static int os_shared(int mode) { return os_is_shm(mode) || mode == MPILAB_OS_HYBRID; }
 
 /* The neighbours' blocks (halo_split as halo_init does for this rank) and column types. */
 static int os_neighbours(os_ctx *c, int nx, int ny)
@@ -258,7 +312,7 @@ static int os_neighbours(os_ctx *c, int nx, int ny)
                        &c->nrows[s]);
         c->nld[s] = c->ncols[s] + 2;
         c->nfsize[s] = (size_t)(c->nrows[s] + 2) * (size_t)c->nld[s];
-        if (halo_is_col(s) && !os_is_shm(c->mode)) {
+        if (halo_is_col(s) && !os_shared(c->mode)) {
             if ((err = MPI_Type_vector(c->h.rows, 1, c->nld[s], MPI_DOUBLE, &c->tcol[s]))
                 != MPI_SUCCESS)
                 return err;
@@ -293,20 +347,22 @@ static int os_begin(os_ctx *c)
     MPI_Info info = MPI_INFO_NULL;
     int err, all, s, n;
 
-    if (os_is_shm(c->mode)) {
-        /* ranks sharing memory with this one; the kernel needs all of cart there. With
-         * key 0 the node communicator keeps cart's order, so its ranks are cart's */
+    if (os_shared(c->mode)) {
+        /* ranks sharing memory with this one; SHM and SHM_NC need all of cart there,
+         * HYBRID takes whatever the node holds. With key 0 the node communicator keeps
+         * cart's order */
         err = MPI_Comm_split_type(c->h.cart, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                                   &c->shm);
         if (err != MPI_SUCCESS) return err;
         if ((err = MPI_Comm_size(c->shm, &n)) != MPI_SUCCESS) return err;
-        {
+        if (os_is_shm(c->mode)) {
             int size;
             if ((err = MPI_Comm_size(c->h.cart, &size)) != MPI_SUCCESS) return err;
             if ((err = halo_all_ok(c->h.cart, n == size, &all)) != MPI_SUCCESS) return err;
+            if (!all) return MPILAB_OS_NOT_SHARED;
         }
-        if (!all) return MPILAB_OS_NOT_SHARED;
-        if (c->mode == MPILAB_OS_SHM_NC) {
+        /* HYBRID: SHM_NC inside the node, as the paper's hybrid */
+        if (c->mode == MPILAB_OS_SHM_NC || c->mode == MPILAB_OS_HYBRID) {
             if ((err = MPI_Info_create(&info)) != MPI_SUCCESS) return err;
             MPI_Info_set(info, "alloc_shared_noncontig", "true");
         }
@@ -328,17 +384,29 @@ static int os_begin(os_ctx *c)
     memset(c->base, 0, (size_t)bytes);
     c->cur = 0;
     os_fields(c);
-    if (os_is_shm(c->mode)) {
-        for (s = 0; s < 4; s++) {
+    for (s = 0; s < 4; s++) c->nbase[s] = NULL;
+    if (os_shared(c->mode)) {
+        MPI_Group cart_group, node_group;
+        if ((err = MPI_Comm_group(c->h.cart, &cart_group)) != MPI_SUCCESS) return err;
+        if ((err = MPI_Comm_group(c->shm, &node_group)) != MPI_SUCCESS) {
+            MPI_Group_free(&cart_group);
+            return err;
+        }
+        for (s = 0; s < 4 && err == MPI_SUCCESS; s++) {
             MPI_Aint size;
-            int unit;
+            int unit, on_node = MPI_UNDEFINED;
             void *ptr = NULL;
-            c->nbase[s] = NULL;
             if (c->h.nbr[s] == MPI_PROC_NULL) continue;
-            err = MPI_Win_shared_query(c->win, c->h.nbr[s], &size, &unit, &ptr);
-            if (err != MPI_SUCCESS) return err;
+            /* the neighbour's rank in the node communicator, MPI_UNDEFINED off the node */
+            err = MPI_Group_translate_ranks(cart_group, 1, &c->h.nbr[s], node_group,
+                                            &on_node);
+            if (err != MPI_SUCCESS || on_node == MPI_UNDEFINED) continue;
+            err = MPI_Win_shared_query(c->win, on_node, &size, &unit, &ptr);
             c->nbase[s] = (const double *)ptr;
         }
+        MPI_Group_free(&node_group);
+        MPI_Group_free(&cart_group);
+        if (err != MPI_SUCCESS) return err;
     }
     switch (c->mode) {
     case MPILAB_OS_PUT_FENCE:
@@ -369,8 +437,8 @@ static int os_end(os_ctx *c, int opened)
                 /* closes the last epoch: no Put since the last fence, none after */
                 err = MPI_Win_fence(MPI_MODE_NOPRECEDE | MPI_MODE_NOSUCCEED, c->win);
             else if (c->mode != MPILAB_OS_PUT_PSCW) {
-                /* SHM: a neighbour may still copy from this rank's fields */
-                if (os_is_shm(c->mode)) err = MPI_Barrier(c->h.cart);
+                /* shared windows: a neighbour may still copy from this rank's fields */
+                if (os_shared(c->mode)) err = MPI_Barrier(c->h.cart);
                 MPI_Win_unlock_all(c->win);
             }
         }
@@ -389,13 +457,13 @@ int mpilab_onesided_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode
                          int reps, double *times)
 {
     static const mpilab_step_fn fns[] = {step_fence, step_pscw, step_lock, step_shm,
-                                         step_shm};
+                                         step_shm, step_hybrid};
     os_ctx c;
     mpilab_step_fn step;
     int err, err2, s, k, opened = 0;
     unsigned csr;
 
-    if (mode < MPILAB_OS_PUT_FENCE || mode > MPILAB_OS_SHM_NC) return MPI_ERR_ARG;
+    if (mode < MPILAB_OS_PUT_FENCE || mode > MPILAB_OS_HYBRID) return MPI_ERR_ARG;
     step = fns[mode];
     memset(&c, 0, sizeof(c));
     c.win = MPI_WIN_NULL;

@@ -5,7 +5,7 @@
 
 /* how the ghost cells are filled (c_onesided.c) */
 enum { MPILAB_OS_PUT_FENCE = 0, MPILAB_OS_PUT_PSCW = 1, MPILAB_OS_PUT_LOCK = 2,
-       MPILAB_OS_SHM = 3, MPILAB_OS_SHM_NC = 4 };
+       MPILAB_OS_SHM = 3, MPILAB_OS_SHM_NC = 4, MPILAB_OS_HYBRID = 5 };
 /* returned (on every rank) instead of an MPI error code when a shared-memory mode is asked
  * of a communicator whose ranks are not all on one node; MPI error codes are >= 0 */
 #define MPILAB_OS_NOT_SHARED (-1)

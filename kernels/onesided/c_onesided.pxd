@@ -9,6 +9,7 @@ cdef extern from "c_onesided.h" nogil:
         MPILAB_OS_PUT_LOCK
         MPILAB_OS_SHM
         MPILAB_OS_SHM_NC
+        MPILAB_OS_HYBRID
         MPILAB_OS_NOT_SHARED
 
     int mpilab_onesided_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode,

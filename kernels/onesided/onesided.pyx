@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The 2D heat stencil with a one-sided halo exchange, run and timed inside C.
 
-RMA windows (Put + fence, PSCW or passive-target lock) and MPI-3 shared-memory windows
-(plain loads from the neighbours' fields), see c_onesided.c. The problem, the layout and
+RMA windows (Put + fence, PSCW or passive-target lock), MPI-3 shared-memory windows
+(plain loads from the neighbours' fields), and the hybrid of both worlds: a shared
+window per node, messages between nodes; see c_onesided.c. The problem, the layout and
 the results are those of the stencil kernel (``MODES`` and ``layout`` here are its
-two-sided ones, from mpilab_halo.pxi; the one-sided modes are ``ONESIDED_MODES``).
+two-sided ones, from mpilab_halo.pxi; the one-sided modes are ``ONESIDED_MODES``, the
+hybrid one ``HYBRID_MODES``).
 """
 cimport mpi4py.MPI as MPI
 from mpi4py.libmpi cimport MPI_Aint, MPI_Comm
@@ -19,6 +21,8 @@ include "mpilab_halo.pxi"
 ONESIDED_MODES = {"put-fence": c.MPILAB_OS_PUT_FENCE, "put-pscw": c.MPILAB_OS_PUT_PSCW,
                   "put-lock": c.MPILAB_OS_PUT_LOCK, "shm": c.MPILAB_OS_SHM,
                   "shm-nc": c.MPILAB_OS_SHM_NC}
+HYBRID_MODES = {"hybrid": c.MPILAB_OS_HYBRID}
+_KERNEL_MODES = {**ONESIDED_MODES, **HYBRID_MODES}
 
 
 cdef double _energy(object energy) except? -1:
@@ -32,19 +36,20 @@ cdef double _energy(object energy) except? -1:
 
 def check_layout(MPI.Comm comm not None, nx, ny, dims=None, mode="put-fence",
                  pack="datatype"):
-    """Check a one-sided run's arguments; ``(py, px, rows, cols, y0, x0)`` of this rank.
+    """Check a one-sided or hybrid run's arguments; ``(py, px, rows, cols, y0, x0)``.
 
     Raises the same ValueError / TypeError on every rank (no communication). Only
     ``pack="datatype"`` exists: the Put modes move columns as MPI vector datatypes on
-    both sides, and the shared-memory modes copy them with plain loads, so there is
-    nothing to pack by hand.
+    both sides, the shared-memory modes copy them with plain loads, and the hybrid mode
+    does both, so there is nothing to pack by hand.
     """
-    if not isinstance(mode, str) or mode not in ONESIDED_MODES:
-        raise ValueError(f"mode must be one of {list(ONESIDED_MODES)}, got {mode!r}")
+    if not isinstance(mode, str) or mode not in _KERNEL_MODES:
+        raise ValueError(f"mode must be one of {list(_KERNEL_MODES)}, got {mode!r}")
     if pack == "manual":
-        raise ValueError("pack='manual' does not apply to the one-sided modes: the Put "
-                         "modes send columns as MPI vector datatypes on both sides and the "
-                         "shm modes copy them with plain loads; use pack='datatype'")
+        raise ValueError("pack='manual' does not apply to the one-sided and hybrid modes: "
+                         "the Put modes send columns as MPI vector datatypes on both sides, "
+                         "the shm modes copy them with plain loads and the hybrid mode does "
+                         "one or the other; use pack='datatype'")
     if not isinstance(pack, str) or pack != "datatype":
         raise ValueError(f"pack must be 'datatype' for the one-sided modes, got {pack!r}")
     return layout(comm, nx, ny, dims, "sendrecv", "datatype")
@@ -54,7 +59,7 @@ cdef int _run(MPI.Comm comm, tuple lay, str mode, double energy, int steps,
               double[::1] block, int warmup, int iters, int reps,
               double[::1] times) except -1:
     cdef MPI_Comm cc = comm.ob_mpi
-    cdef int nx_, ny_, py, px, m = ONESIDED_MODES[mode], err
+    cdef int nx_, ny_, py, px, m = _KERNEL_MODES[mode], err
     cdef double *bp = &block[0] if block is not None else NULL
     cdef double *sp = &times[0] if times is not None else NULL
     nx_, ny_, py, px = lay[6], lay[7], lay[0], lay[1]
@@ -78,7 +83,10 @@ def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="put-fence", pack="datat
     complete/wait epoch of the neighbours, or a lock_all epoch with flushes and empty
     messages), ``"shm"``, ``"shm-nc"`` (a shared-memory window, contiguous or not;
     the ghosts are copied from the neighbours' fields with plain loads; ValueError on
-    every rank unless all ranks share one node). `pack` must be ``"datatype"``.
+    every rank unless all ranks share one node), or ``"hybrid"`` (``HYBRID_MODES``: a
+    noncontiguous shared window per node, plain loads from the neighbours on this node,
+    MPI_Isend / MPI_Irecv with those on other nodes; any placement). `pack` must be
+    ``"datatype"``.
 
     Returns ``(block, (y0, x0))``: this rank's ``(rows, cols)`` float64 block and its
     offset in the global ``(ny, nx)`` field, equal to ``mpilab.halo.serial_heat`` there.

@@ -3,6 +3,7 @@
     python -m mpilab.bench halo --app heat|wave --mode all --sub 16,64,256 --ranks 2 --json OUT
     python -m mpilab.bench halo --app heat --mode sendrecv,onesided --sub 16,64 --json OUT
     python -m mpilab.bench halo --nodes 2 --link gige --ranks 4 --mode all --sub 16,256
+    python -m mpilab.bench halo --nodes 2 --ranks 4 --mode blocking,nonblocking,hybrid
 
 For each subdomain edge N in `--sub`, every rank owns N x N points (global grid
 ``N * px`` x ``N * py`` on the ``MPI_Dims_create`` process grid) and the compiled kernel
@@ -18,9 +19,12 @@ T_blocking / T_overlap.
 
 ``--mode`` takes modes of ``mpilab.halo.ALL_MODES``, ``all`` (the four two-sided ones) and
 ``onesided`` (the heat's one-sided exchanges: Put + fence / PSCW / lock, shared-memory
-windows contiguous or not; ``--pack datatype`` only). When ``sendrecv`` and one-sided
-modes are measured together, a second table gives T_sendrecv / T_mode per subdomain, the
-SHM-windows paper's comparison of S/R with RMA and SHM.
+windows contiguous or not; ``--pack datatype`` only) and ``hybrid`` (the SHM-windows
+paper's S/R + SHM-NC: a shared window per node, messages between nodes). When
+``sendrecv`` (else ``blocking``) and one-sided or hybrid modes are measured together, a
+second table gives T_S/R / T_mode per subdomain, the SHM-windows paper's comparison of
+S/R with RMA, SHM and the hybrid. Across emulated nodes (``--nodes``) every mode runs but
+``shm`` and ``shm-nc``, whose one window needs every rank on one node.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 from .. import runtime, validate
 from ..halo import (
     ALL_MODES,
+    HYBRID_MODES,
     MODE_GROUPS,
     MODES,
     ONESIDED_MODES,
@@ -145,7 +150,8 @@ def table(records: list[dict]) -> str:
     T columns are medians; each ratio T_blocking / T_mode is given from the medians and
     from the best repetitions (``min``), which a busy machine disturbs less. With
     ``sendrecv`` and one-sided modes, a second table gives T_sendrecv / T_mode the same
-    two ways (above 1: the one-sided exchange is faster).
+    two ways (above 1: the one-sided exchange is faster); without ``sendrecv``,
+    ``blocking`` (the paper's S/R, MPI_Send / MPI_Recv) stands in.
     """
     lines = []
     for pack in PACKS:
@@ -180,18 +186,21 @@ def table(records: list[dict]) -> str:
 
 
 def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
-    """T_sendrecv / T_mode for each one-sided mode, median and (min), by subdomain."""
-    one = [m for m in modes if m in ONESIDED_MODES]
-    if "sendrecv" not in modes or not one:
+    """T_S/R / T_mode for each one-sided or hybrid mode, median and (min), by subdomain;
+    S/R is ``sendrecv`` if measured, else ``blocking``."""
+    one = [m for m in modes if m in ONESIDED_MODES + HYBRID_MODES]
+    sr = next((m for m in ("sendrecv", "blocking") if m in modes), None)
+    if sr is None or not one:
         return []
-    lines = [f"# {rows[0]['app']}, T_sendrecv / T_mode (median, and from the best "
-             "repetitions); above 1: the one-sided mode is faster",
-             f"{'sub':>10}" + "".join(f" {'sr/' + m:>12} {'(min)':>6}" for m in one)]
+    short = {"sendrecv": "sr", "blocking": "bl"}[sr]
+    lines = [f"# {rows[0]['app']}, T_{sr} / T_mode (median, and from the best "
+             "repetitions); above 1: the one-sided or hybrid mode is faster",
+             f"{'sub':>10}" + "".join(f" {short + '/' + m:>12} {'(min)':>6}" for m in one)]
     for sub in sorted({r["sub"] for r in rows}):
         line = f"{str(sub) + '^2':>10}"
         for m in one:
-            if ("sendrecv", sub) in by and (m, sub) in by:
-                b, r = by[("sendrecv", sub)], by[(m, sub)]
+            if (sr, sub) in by and (m, sub) in by:
+                b, r = by[(sr, sub)], by[(m, sub)]
                 line += (f" {b['t_us_median'] / r['t_us_median']:>12.3f}"
                          f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
             else:
@@ -205,7 +214,8 @@ def main(argv=None) -> int:
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
     p.add_argument("--mode", default="all",
                    help="comma-separated modes; all = the four two-sided ones, onesided = "
-                        "put-fence,put-pscw,put-lock,shm,shm-nc (heat only)")
+                        "put-fence,put-pscw,put-lock,shm,shm-nc (heat only); hybrid (heat "
+                        "only): a shared window per node, messages between nodes")
     p.add_argument("--pack", default="datatype", help="datatype, manual, or all")
     p.add_argument("--sub", default="16,64,256,1024",
                    help="subdomain edges N (N x N points per rank), comma-separated")

@@ -1,4 +1,8 @@
-"""Type stub of the compiled one-sided heat kernel (kernels/onesided/onesided.pyx)."""
+"""Type stub of the compiled one-sided heat kernel (kernels/onesided/onesided.pyx).
+
+Modes: ``ONESIDED_MODES`` (put-fence, put-pscw, put-lock, shm, shm-nc) and
+``HYBRID_MODES`` (hybrid: a shared window per node, messages between nodes).
+"""
 
 import numpy as np
 from mpi4py import MPI
@@ -15,6 +19,9 @@ def check_layout(comm: MPI.Comm, nx: int, ny: int, dims: tuple[int, int] | None 
                  mode: str = "put-fence",
                  pack: str = "datatype") -> tuple[int, int, int, int, int, int]:
     """``(py, px, rows, cols, y0, x0)`` of this rank, after checking the arguments."""
+
+ONESIDED_MODES: dict[str, int]
+HYBRID_MODES: dict[str, int]
 
 def heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, mode: str = "put-fence",
          pack: str = "datatype", energy: float = 1.0,
