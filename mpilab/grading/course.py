@@ -28,7 +28,7 @@ __all__ = ["REPO", "LABS", "nbgrader", "make_course", "solutions", "submit", "fu
 
 REPO = Path(__file__).resolve().parents[2]
 LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
-        "lab05-collectives", "lab06-allgather"]
+        "lab05-collectives", "lab06-allgather", "lab07-across-the-link"]
 
 
 def _read(lab: str, repo: Path = REPO):
@@ -148,7 +148,17 @@ def checks_of(lab: str, solution_id: str, repo: Path = REPO) -> list[str]:
             defined[meta["grade_id"]] = _top_level_names(cell.source)
         elif meta.get("grade") and cell.cell_type == "code":
             order.append((meta["grade_id"], cell.source))
-    names = defined[solution_id]
+    names = set(defined[solution_id])
+    sources = {gid: cell.source for cell in _read(lab, repo).cells
+               if (gid := cell.metadata.get("nbgrader", {}).get("grade_id")) in defined}
+    grew = True
+    while grew:  # a solution that calls a broken one is broken too (lab 07's predict_ms)
+        grew = False
+        for gid, src in sources.items():
+            if gid != solution_id and not defined[gid] <= names and any(
+                    re.search(rf"\b{n}\b", src) for n in names):
+                names |= defined[gid]
+                grew = True
     return [gid for gid, src in order if any(re.search(rf"\b{n}\b", src) for n in names)]
 
 
