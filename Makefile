@@ -43,7 +43,7 @@ lab: setup
 	$(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/lectures/00-mpi-in-a-notebook.md
 
 test: setup-test
-	$(PY) -m pytest -v --durations=15
+	$(PY) -m pytest -v --durations=40
 
 test-fast: setup-test
 	$(PY) -m pytest -v -m "not slow and not browser"
