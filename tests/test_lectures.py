@@ -170,6 +170,8 @@ def _lecture_07_checks(nb, live: bool):
     assert "cyclic placement is" in ratios.split("recursive_doubling:")[1].split("\n")[0]
     left_out = text_of(cell_with(nb, "not emulated:"))
     assert "not emulated" in left_out and "share this host's cores" in left_out
+    _lecture_07_halo_checks(nb, live)
+    _lecture_07_binding_checks(nb)
     if live:
         assert "every figure below is measured on this machine" in first
         said = text_of(cell_with(nb, "btl_base_verbose"))
@@ -183,9 +185,72 @@ def _lecture_07_checks(nb, live: bool):
         assert "REFERENCE DATA" in table
 
 
+def _lecture_07_halo_checks(nb, live: bool):
+    """K1 on one node and across, the link model, the hybrid against S/R (Table 4)."""
+    papers_k1 = text_of(cell_with(nb, "PAPER_K1 = {"))
+    assert "0.851" in papers_k1 and "1.091" in papers_k1  # T1 at 16², T2 at 1024²
+    k1 = text_of(cell_with(nb, "k1_net.map(fmt)"))
+    for column in ("paper T1: 32 processes, 1 node", "paper T2: 81 processes, 3 nodes",
+                   "one node, 4 ranks", "across fast-ethernet, 4 ranks",
+                   "K1 = blocking / overlap", "blocking / nonblocking", "spread"):
+        assert column in k1, f"{column!r} missing from the K1 table"
+    assert "emulated nodes share this machine's 2 cores" in k1 and "no wire delay" in k1
+    assert ("REFERENCE DATA" in k1) != live and ("measured on this machine" in k1) == live
+    assert any("image/png" in o.get("data", {}) for o in cell_with(nb, "plots_halo.k1(").outputs)
+    # where the link is the bottleneck (256² per rank), the bytes crossing per step predict
+    # the step across it (the prediction is a lower bound: the link cannot be beaten), and
+    # the step across takes longer than on one node
+    model = text_of(cell_with(nb, "def crossing_bytes("))
+    got = re.search(r"256² per rank: across, blocking / prediction ([0-9.]+); blocking "
+                    r"([0-9,]+) µs across, ([0-9,]+) µs on one node", model)
+    assert got, model
+    ratio, across, one = (float(g.replace(",", "")) for g in got.groups())
+    assert 0.8 < ratio < 2.5, model
+    assert across > one, model
+    verdicts = text_of(cell_with(nb, "def verdict("))
+    lines = [ln for ln in verdicts.splitlines() if re.match(r"\d+²: one node: K1", ln)]
+    assert len(lines) == 3 and all("across fast-ethernet: K1" in ln for ln in lines), verdicts
+    t4 = text_of(cell_with(nb, "T4 = papers.table("))
+    assert "113.66" in t4 and "16.77" in t4 and "0.689" in t4  # the paper's own figures
+    hybrid = text_of(cell_with(nb, "hybrid_table.map(fmt)"))
+    for column in ("one node (4-4-1)", "2 nodes over gige (4-2-2)", "S/R / hybrid",
+                   "nonblocking / hybrid", "S/R µs", "hybrid µs"):
+        assert column in hybrid, f"{column!r} missing from the hybrid table"
+    assert "paper Table 4: S/R / hybrid 0.69 at 4-4-1, 0.91 at 64-32-2" in hybrid
+    assert ("REFERENCE DATA" in hybrid) != live
+    said = text_of(cell_with(nb, 'for key, name in (("one node", "one node")'))
+    assert len([ln for ln in said.splitlines() if "2 nodes, blocking / hybrid" in ln]) == 3
+    check = text_of(cell_with(nb, "def check_hybrid("))
+    if live:  # the hybrid computes the serial field, with loads and messages both in use
+        assert "equal to the serial program bit for bit: True" in check, check
+        assert check.count("1 neighbour(s) by loads, 1 by messages") == 4, check
+
+
+def _lecture_07_binding_checks(nb):
+    """Open MPI's own --report-bindings lines; two polling ranks on one core wait a tick."""
+    said = text_of(cell_with(nb, "def bound_pingpong("))
+    if runtime.usable_cores() < 2:
+        assert "Not measured" in said
+        return
+    core = said.split("--bind-to core: Open MPI said")[1].split("Open MPI said")[0]
+    assert "MCW rank 0 bound to socket 0[core 0[hwt 0]]" in core, said
+    assert "MCW rank 1 bound to socket 0[core 1[hwt 0]]" in core, said
+    assert "is not bound" in said.split("--bind-to none: Open MPI said")[1], said
+    same = said.split("both on core 0, polling: Open MPI said")[1].split("Open MPI said")[0]
+    assert same.count("bound to socket 0[core 0[hwt 0]]") == 2, said
+    table = text_of(cell_with(nb, "bind_table = "))
+    got = re.search(r"8 B: both on core 0, polling, ([0-9,]+) µs per message: ([0-9,]+)x the "
+                    r"bound-to-cores time; yielding brings it to ([0-9.,]+) µs", table)
+    assert got, table
+    polling, times, yielding = (float(g.replace(",", "")) for g in got.groups())
+    assert times > 100 and yielding < polling / 10, table
+
+
 def test_lecture_07_crosses_emulated_links():
     """Live: transports per pair from Open MPI's own output, β pinned to each link, the
-    paper's Table 1 beside the emulated Fast Ethernet, its plateau predicted and labelled."""
+    paper's Table 1 beside the emulated Fast Ethernet, its plateau predicted and labelled;
+    K1 on one node and across, the hybrid equal to the serial field and beside the SHM
+    paper's Table 4; bindings as Open MPI reports them, and what they cost."""
     from mpilab import netlab
 
     if netlab.available() is not None:
@@ -197,7 +262,8 @@ def test_lecture_07_crosses_emulated_links():
 
 def test_lecture_07_without_emulated_nodes_shows_labelled_reference_data():
     """Where nodes cannot be made (MPILAB_NETLAB=off stands for no root), the lecture says
-    so in one sentence and shows the reference machine's data, labelled, end to end."""
+    so in one sentence and shows the reference machine's data, labelled, end to end
+    (binding, which needs no root, is still measured here)."""
     nb = notebooks.execute(ROOT / "lectures" / "07-crossing-the-network.md",
                            timeout=CELL_TIMEOUT,
                            env={"MPILAB_QUICK": "1", "MPILAB_NETLAB": "off"})

@@ -257,7 +257,7 @@ def wavefield(p: np.ndarray, *, source: tuple[int, int] | None = None,
     return fig
 
 
-def k1(here: pd.DataFrame, *, paper: pd.Series | None = None,
+def k1(here: pd.DataFrame, *, paper: pd.Series | pd.DataFrame | None = None,
        title: str | None = None) -> Figure:
     """Time ratios of two exchange modes against the subdomain size, with their noise.
 
@@ -269,8 +269,9 @@ def k1(here: pd.DataFrame, *, paper: pd.Series | None = None,
         ``spread`` column (the relative spread of the times) is drawn as a band from
         ``1 / (1 + spread)`` to ``1 + spread`` around 1: a ratio inside it is no evidence
         that either mode won.
-    paper : Series, optional
-        A paper's ratios indexed by ``sub``, drawn for comparison.
+    paper : Series or DataFrame, optional
+        A paper's ratios indexed by ``sub``, drawn for comparison; a DataFrame draws
+        each column (e.g. one per table of the paper), labelled by its name.
     title : str, optional
         Figure title.
 
@@ -292,11 +293,15 @@ def k1(here: pd.DataFrame, *, paper: pd.Series | None = None,
     for i, c in enumerate(ratios):
         ax.plot(subs, here[c], "o-" if i == 0 else "o:", color=f"C{i}",
                 mfc=None if i == 0 else "white", label=f"{c} (this machine)")
-    if paper is not None:
-        ax.plot(paper.index.to_numpy(dtype=float), paper.to_numpy(dtype=float), "s--",
-                color="k", label=f"{paper.name or 'ratio'} (paper, its figures)")
-    ticks = sorted(set(here.index.astype(int)) | (set(paper.index.astype(int))
-                                                  if paper is not None else set()))
+    papers = (paper.to_frame(paper.name or "ratio") if isinstance(paper, pd.Series)
+              else paper if paper is not None else pd.DataFrame())
+    greys = np.linspace(0, 0.5, max(1, len(papers.columns)))  # black, then lighter
+    for i, c in enumerate(papers.columns):
+        col = papers[c].dropna()
+        ax.plot(col.index.to_numpy(dtype=float), col.to_numpy(dtype=float),
+                ["s--", "^--", "v--", "D--"][i % 4], color=f"{greys[i]:.2f}",
+                label=f"{c} (paper, its figures)")
+    ticks = sorted(set(here.index.astype(int)) | set(papers.index.astype(int)))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
