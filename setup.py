@@ -86,7 +86,7 @@ class BuildWithPrograms(build_ext):
             cmd = [
                 *shlex.split(MPICC), *CFLAGS, "-Ikernels/common",
                 *(f"-Ikernels/{Path(s).parent}" for s in srcs),
-                *(f"kernels/{s}" for s in srcs), "-o", str(bindir / prog),
+                *(f"kernels/{s}" for s in srcs), "-o", str(bindir / prog), "-lm",
             ]
             self.announce(" ".join(cmd), level=2)
             subprocess.run(cmd, check=True, cwd=HERE)

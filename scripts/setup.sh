@@ -86,6 +86,14 @@ if ! have ip || ! have tc; then
   apt_install iproute2 || say "no iproute2 (not root?): emulated nodes unavailable, lecture 07 shows reference data"
 fi
 
+# Simulated clusters (mpilab.sim: the papers' process counts): SimGrid's SMPI, whose
+# smpicc/smpirun build and run the course's C kernels on a simulated platform. Debian 12
+# ships SimGrid 3.32 (libsimgrid-dev); conda-forge has `simgrid` too. Without it the
+# simulated sections show the reference results in reference/.
+if ! have smpicc && ! apt_install libsimgrid-dev; then
+  say "no SimGrid (not root, or not Debian/Ubuntu): simulated sections show reference data"
+fi
+
 # --- 2. Python environment ------------------------------------------------------------
 if in_conda; then
   PY="$CONDA_PREFIX/bin/python"

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                       "mpilab.magics", "mpilab.notebooks"]),
     # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
     ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning", "mpilab.network",
-                      "mpilab.coarrays", "mpilab.plots.halo", "mpilab.plots.onesided",
+                      "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
                       "mpilab.plots.collectives", "mpilab.grading"]),
     ("front ends", ["mpilab.bench", "mpilab.grading.bench", "mpilab.grading.course"]),
 ]

@@ -734,6 +734,12 @@ int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbu
  * MPI_T_ERR_INVALID_NAME when the library has no such variable). */
 int mpilab_coll_set_cvar_int(const char *name, int value)
 {
+#ifdef SMPI_H
+    /* SimGrid's SMPI (mpilab.sim) has no MPI_T: its algorithms are chosen by --cfg */
+    (void)name;
+    (void)value;
+    return MPI_ERR_OTHER;
+#else
     int provided, err, index, count;
     MPI_T_cvar_handle handle;
     if ((err = MPI_T_init_thread(MPI_THREAD_SINGLE, &provided)) != MPI_SUCCESS) return err;
@@ -745,4 +751,5 @@ int mpilab_coll_set_cvar_int(const char *name, int value)
     }
     MPI_T_finalize();
     return err;
+#endif
 }

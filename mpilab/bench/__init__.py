@@ -40,14 +40,15 @@ ERRORS = (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound
 def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
            reps: int | None = None, rounds: int | None = None,
            min_time: float | None = None, timeout: bool = True,
-           nodes: bool = False) -> argparse.ArgumentParser:
+           nodes: bool = False, simulate: bool = False) -> argparse.ArgumentParser:
     """The arguments every benchmark shares, with the same names, help and defaults.
 
     ``--json OUT`` always; ``--transport``, ``--timeout`` (:data:`TIMEOUT`) unless turned
     off; ``--reps``, ``--rounds``, ``--min-time`` with the benchmark's defaults when given;
     ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``;
     with `nodes`, ``--nodes N --link PROFILE --map-by node|slot`` (emulated nodes, see
-    :func:`placed`).
+    :func:`placed`); with `simulate`, ``--simulate PLATFORM`` (a SimGrid SMPI run of the
+    same C kernel on a simulated platform, :mod:`mpilab.sim`).
     """
     p = argparse.ArgumentParser(prog=f"python -m mpilab.bench {name}",
                                 description=doc.split("\n\n")[0])
@@ -76,8 +77,21 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
         p.add_argument("--map-by", default="node", choices=("node", "slot"),
                        help="rank placement on the nodes: round-robin (node) or filled "
                             "one node after the other (slot)")
+    if simulate:
+        from .. import sim
+
+        p.add_argument("--simulate", metavar="PLATFORM", default=None, choices=sim.platforms(),
+                       help="run the same C kernel on a simulated platform (SimGrid SMPI): "
+                            + ", ".join(sim.platforms()))
     p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     return p
+
+
+def simulated_line(m: dict) -> str:
+    """A report's first lines for a simulated run: the label, what it leaves out."""
+    return (f"# {m['label']}: {m['platform_description']} (SimGrid {m['simgrid']}, run on "
+            f"{m['simulated_by']['cores']} cores in {m.get('wall_s', 0):.1f} s)\n"
+            f"# a simulation, not a measurement; it leaves out {m['leaves_out']}\n")
 
 
 def where_line(settings: dict) -> str:

@@ -20,6 +20,15 @@ launcher produced them, whether the run was oversubscribed, the library's docume
 default per size, own/library ratios and the best per size. With ``--nodes N --link
 PROFILE --map-by node|slot`` the ranks run on emulated nodes (:mod:`mpilab.netlab`) and
 every record says where.
+
+    python -m mpilab.bench allgather --simulate allgather-paper --ranks 128 --json OUT
+
+``--simulate PLATFORM`` runs our C algorithms and the library's allgather (SMPI's port of
+Open MPI's decision, ``library:ompi``) on a simulated platform (SimGrid SMPI,
+:mod:`mpilab.sim`), placed by ``--map-by`` (default node: cyclic, as the paper), plus
+SMPI's versions of Open MPI's algorithms forced one by one (``library:bruck``,
+``library:rdb``, ...), which name the library's choice per size. Records carry
+``simulated: true``, ``platform`` and ``label``.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import sys
 from .. import tuning, validate
 from ..collectives import ALGORITHMS
 from ..tuning import summary
-from . import finish, parser, placed, where_line
+from . import finish, parser, placed, simulated_line, where_line
 
 DEFAULT_SIZES = "32,128,512,2K,8K,32K,128K,512K"
 
@@ -119,8 +128,50 @@ def report(m: dict, records: list[dict]) -> str:
     return "\n".join(out)
 
 
+def simulate(ranks: int, sizes, platform: str, *, map_by: str = "node",
+             algs: str = "") -> tuple[dict, list[dict]]:
+    """The paper's table on a simulated platform (:func:`mpilab.sim.allgather`)."""
+    import time
+
+    from .. import sim
+
+    t0 = time.perf_counter()
+    chosen = (validate.names(algs, tuple(ALGORITHMS["allgather"]), "algorithm")
+              if algs.strip() else None)
+    recs, summ = sim.allgather(ranks, sizes, platform=platform, map_by=map_by, algs=chosen,
+                               progress=lambda text: print("#", text, file=sys.stderr,
+                                                           flush=True))
+    m = sim.meta(platform, ranks=ranks, sizes=list(sizes), map_by=map_by)
+    m.update(ranks=ranks, map_by=map_by, wall_s=time.perf_counter() - t0,
+             summary={str(n): e for n, e in summ.items()})
+    best = sum(bool(e.get("library_picked_best")) for e in summ.values())
+    m["library_choice_best"] = {"strict": best, "sizes": len(summ)}
+    return m, recs
+
+
+def sim_report(m: dict, records: list[dict]) -> str:
+    """The simulated table: the library's rows, ours, the library's choice per size."""
+    lib = ["library:ompi"] + sorted({r["impl"] for r in records
+                                     if r["impl"].startswith("library:")} - {"library:ompi"})
+    own = sorted({r["impl"] for r in records if r["impl"].startswith("mpilab:")})
+    out = [simulated_line(m).rstrip("\n"),
+           f"# allgather | {m['ranks']} simulated ranks, placed by {m['map_by']} | sizes are "
+           "blocks per rank | library:ompi = SMPI's port of Open MPI's decision, "
+           "library:<name> = SMPI's algorithm forced",
+           table(records, lib), "# Our C algorithms (* best, ! worst per column)",
+           table(records, own),
+           "# library's choice (the forced run with the same simulated time): "
+           + ", ".join(f"{_human(int(n))}: {e.get('library_choice', '?')}"
+                       for n, e in m["summary"].items())]
+    k = m["library_choice_best"]
+    out.append(f"library's choice was the best in {k['strict']} of {k['sizes']} sizes "
+               f"({m['label']})")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
-    p = parser("allgather", __doc__, reps=7, rounds=2, min_time=0.005, nodes=True)
+    p = parser("allgather", __doc__, reps=7, rounds=2, min_time=0.005, nodes=True,
+               simulate=True)
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help="block sizes per rank in bytes, comma-separated (K/M suffixes)")
@@ -135,6 +186,10 @@ def main(argv=None) -> int:
     p.add_argument("--observe", action="store_true",
                    help="also observe the library's default from its messages (Open MPI)")
     a = p.parse_args(argv)
+    if a.simulate:
+        return finish("allgather", a.json,
+                      lambda: simulate(a.ranks, validate.sizes(a.sizes), a.simulate,
+                                       map_by=a.map_by, algs=a.algs), sim_report)
 
     def measure():
         algs = (validate.names(a.algs, tuple(ALGORITHMS["allgather"]), "algorithm")

@@ -25,6 +25,16 @@ paper's S/R + SHM-NC: a shared window per node, messages between nodes). When
 second table gives T_S/R / T_mode per subdomain, the SHM-windows paper's comparison of
 S/R with RMA, SHM and the hybrid. Across emulated nodes (``--nodes``) every mode runs but
 ``shm`` and ``shm-nc``, whose one window needs every rank on one node.
+
+    python -m mpilab.bench halo --simulate coarray-paper --app wave --ranks 81 \
+        --mode blocking,nonblocking --sub 16,256 --json OUT
+
+``--simulate PLATFORM`` runs the same C kernels on a simulated platform (SimGrid SMPI,
+:mod:`mpilab.sim`; two-sided modes only, ranks placed by ``--map-by``, default slot:
+node after node). The ranks' computing is measured on this machine and charged to the
+simulated clock; each result is checked against the serial reference (the field's sum
+after a few steps) where the grid is small enough. Records carry ``simulated: true``,
+``platform`` and ``label``.
 """
 
 from __future__ import annotations
@@ -45,7 +55,7 @@ from ..halo import (
 )
 from ..jobs import python_worker
 from ..timing import run_meta
-from . import TIMEOUT, finish, parser, placed, sub_sizes, where_line
+from . import TIMEOUT, finish, parser, placed, simulated_line, sub_sizes, where_line
 
 CHECK_STEPS = 20
 
@@ -209,8 +219,38 @@ def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
     return lines
 
 
+def simulate(subs, platform: str, *, app: str = "heat", modes="all", ranks: int = 4,
+             map_by: str = "slot", check_max: int = 1 << 22) -> tuple[dict, list[dict]]:
+    """The K1 table on a simulated platform (:func:`mpilab.sim.halo`), results checked."""
+    import time
+
+    import numpy as np
+
+    from .. import halo, sim
+
+    t0 = time.perf_counter()
+    modes = list(MODES) if modes == "all" else validate.names(modes, MODES, "mode")
+    recs = []
+    for sub in subs:
+        for r in sim.halo(app, modes, ranks=ranks, platform=platform, sub=sub, map_by=map_by,
+                          progress=lambda text: print("#", text, file=sys.stderr, flush=True)):
+            ref = None
+            if r["nx"] * r["ny"] <= check_max:
+                field = (halo.serial_heat(r["nx"], r["ny"], r["steps"]) if app == "heat"
+                         else halo.serial_wave(r["nx"], r["ny"], r["steps"]))
+                ref = float(np.sum(field))
+            r["reference_sum"] = ref
+            r["valid"] = bool(np.isfinite(r["sum"])) and (
+                ref is None or abs(r["sum"] - ref) <= 1e-9 * max(1.0, abs(ref)))
+            recs.append(r)
+    m = sim.meta(platform, app=app, ranks=ranks, subs=list(subs), map_by=map_by)
+    m.update(ranks=ranks, wall_s=time.perf_counter() - t0)
+    return m, recs
+
+
 def main(argv=None) -> int:
-    p = parser("halo", __doc__, worker=True, reps=10, rounds=3, min_time=0.005, nodes=True)
+    p = parser("halo", __doc__, worker=True, reps=10, rounds=3, min_time=0.005, nodes=True,
+               simulate=True)
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
     p.add_argument("--mode", default="all",
                    help="comma-separated modes; all = the four two-sided ones, onesided = "
@@ -225,6 +265,13 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
+    if a.simulate:
+        map_by = a.map_by if any(x.startswith("--map-by") for x in (argv or sys.argv)) else "slot"
+        return finish("halo", a.json,
+                      lambda: simulate(sub_sizes(a.sub), a.simulate, app=a.app, modes=a.mode,
+                                       ranks=a.ranks, map_by=map_by, check_max=a.check_max),
+                      lambda m, recs: simulated_line(m) + table(recs),
+                      ok=lambda recs: all(r["valid"] for r in recs))
 
     def measure():
         return run(sub_sizes(a.sub), app=a.app, modes=a.mode, packs=a.pack, ranks=a.ranks,

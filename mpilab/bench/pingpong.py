@@ -16,6 +16,14 @@ on node0. Records then carry ``nodes``, ``ranks_per_node``, ``link``, ``map_by``
 ``node_of_rank`` and ``shaping`` (what the emulation applied and left out). ``--copy``
 also times rank 0's local copy ``a(i) = b(i)`` of each size (impl ``copy``, one rank)
 in the same job, and the table adds the paper's ratio transfer / copy.
+
+    python -m mpilab.bench pingpong --simulate this-machine --sizes 8,1048576 --json OUT
+
+``--simulate PLATFORM`` runs the same C loop on a simulated platform (SimGrid SMPI,
+:mod:`mpilab.sim`): two ranks on one node and, where the platform has several nodes, one
+on each of two; records carry ``simulated: true``, ``platform``, ``label`` and
+``placement``. ``this-machine`` is calibrated first from a real ping-pong here when it
+has not been, and then the measured times are printed beside the simulated ones.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import sys
 from .. import jobs, runtime, validate
 from ..jobs import python_worker
 from ..timing import record, run_meta
-from . import TIMEOUT, finish, parser, placed, where_line
+from . import TIMEOUT, finish, parser, placed, simulated_line, where_line
 
 IMPLS = ("kernel", "c-standalone", "mpi4py")
 
@@ -157,8 +165,49 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def simulate(sizes, platform: str, *, reps: int = 5) -> tuple[dict, list[dict]]:
+    """Simulated ping-pong on `platform`: one node, and across two where it has two.
+
+    On ``this-machine`` the simulation is checked against a real ping-pong of the same C
+    loop here (calibrating the platform first if needed): ``meta["check"]`` rows give
+    measured, simulated and the error per size.
+    """
+    import time
+
+    from .. import sim
+
+    t0 = time.perf_counter()
+    check = None
+    if platform == "this-machine":
+        check = sim.check_this_machine(sizes)
+    plat = sim.platform(platform)
+    recs = sim.pingpong(sizes, platform=plat, reps=reps)
+    if plat.nodes > 1:
+        recs += sim.pingpong(sizes, platform=plat, across=True, reps=reps)
+    m = sim.meta(plat, sizes=list(sizes), reps=reps)
+    m["wall_s"] = time.perf_counter() - t0
+    if check is not None:
+        m["check"] = check
+    return m, recs
+
+
+def sim_table(m: dict, recs: list[dict]) -> str:
+    lines = [simulated_line(m).rstrip("\n"),
+             f"{'size B':>10} {'placement':>13} {'t_us (simulated)':>17}"]
+    for r in recs:
+        lines.append(f"{r['size_bytes']:>10} {r['placement']:>13} {r['t_us_median']:>17.3f}")
+    if m.get("check"):
+        lines.append(f"# this machine, measured vs simulated ({m['label']}):")
+        lines.append(f"{'size B':>10} {'measured us':>12} {'simulated us':>13} {'error':>8}")
+        for c in m["check"]:
+            lines.append(f"{c['size_bytes']:>10} {c['measured_us']:>12.3f} "
+                         f"{c['simulated_us']:>13.3f} {c['error']:>+8.1%}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
-    p = parser("pingpong", __doc__, worker=True, reps=7, rounds=2, min_time=0.01, nodes=True)
+    p = parser("pingpong", __doc__, worker=True, reps=7, rounds=2, min_time=0.01, nodes=True,
+               simulate=True)
     p.add_argument("--sizes", default="8,1024,65536,1048576,4194304",
                    help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
     p.add_argument("--impls", default=",".join(IMPLS))
@@ -168,6 +217,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
+    if a.simulate:
+        return finish("pingpong", a.json, lambda: simulate(validate.sizes(a.sizes), a.simulate,
+                                                            reps=a.reps), sim_table)
 
     def measure():
         return run(validate.sizes(a.sizes), transport=a.transport,

@@ -18,7 +18,12 @@ KERNELS = {
     "onesided": ["c_onesided.c"],
 }
 #: Standalone MPI programs (into ``_bin/``): name -> sources under ``kernels/``.
-STANDALONE = {"mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"]}
+#: The same programs are built with SimGrid's smpicc by mpilab.sim (simulated clusters).
+STANDALONE = {
+    "mpilab-pingpong": ["pingpong/c_pingpong.c", "pingpong/pingpong_main.c"],
+    "mpilab-coll": ["collectives/c_collectives.c", "collectives/coll_main.c"],
+    "mpilab-halo": ["stencil/c_stencil.c", "wave/c_wave.c", "stencil/halo_main.c"],
+}
 NAMES = tuple(KERNELS)
 BIN = Path(__file__).parent / "_bin"
 
