@@ -351,12 +351,14 @@ def _progress(progress, text: str) -> None:
 
 
 def pingpong(sizes: Iterable[int], *, platform: str | Platform = "this-machine",
-             across: bool = False, reps: int = 5, iters: int = 10,
+             across: bool = False, reps: int = 5, iters: int = 100,
              timeout: float = 300) -> list[dict]:
     """Simulated ping-pong (the course's C loop), one-way time per size.
 
     Two ranks on one node (``across=False``: the node's loopback, i.e. its shared
-    memory) or one on each of two nodes. Records as :func:`mpilab.timing.record` plus
+    memory) or one on each of two nodes. `iters` round trips per repetition: the first
+    after the timing protocol's barrier also pays the barrier's skew between the two
+    ranks (about one latency), which many iterations amortise (cheap: nothing computes). Records as :func:`mpilab.timing.record` plus
     ``simulated``, ``platform``, ``label``, ``placement``.
     """
     sizes = [validate.count(n, "size", 0) for n in sizes]
