@@ -102,7 +102,8 @@ def _tools() -> tuple[dict, str]:
     if missing:
         return {}, (f"no {' and '.join(missing)} (SimGrid SMPI) found: install SimGrid "
                     "(Debian/Ubuntu: `apt install libsimgrid-dev`, or `make setup` as "
-                    "root; conda: `conda install -c conda-forge simgrid`)")
+                    "root; elsewhere build SimGrid from source, simgrid.org); the "
+                    "lectures then show the reference results in reference/simulated/")
     return found, ""
 
 

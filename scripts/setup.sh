@@ -88,8 +88,9 @@ fi
 
 # Simulated clusters (mpilab.sim: the papers' process counts): SimGrid's SMPI, whose
 # smpicc/smpirun build and run the course's C kernels on a simulated platform. Debian 12
-# ships SimGrid 3.32 (libsimgrid-dev); conda-forge has `simgrid` too. Without it the
-# simulated sections show the reference results in reference/.
+# ships SimGrid 3.32 (libsimgrid-dev). Elsewhere SimGrid is built from source
+# (simgrid.org); PyPI's `simgrid` is its Python binding, not SMPI's compilers. Without it
+# the simulated sections show the reference results in reference/simulated/.
 if ! have smpicc && ! apt_install libsimgrid-dev; then
   say "no SimGrid (not root, or not Debian/Ubuntu): simulated sections show reference data"
 fi
