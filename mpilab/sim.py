@@ -55,7 +55,7 @@ from . import kernels as _kernels
 
 __all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "label",
            "build", "run", "meta", "pingpong", "collective", "allgather", "halo", "calibrate",
-           "check_this_machine", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]
+           "check_this_machine", "check_collective", "measure_collective", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
@@ -384,12 +384,15 @@ def _alg_code(op: str, alg: str) -> int:
 
 def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int,
                platform: str | Platform, map_by: str = "slot", library: str = "ompi",
-               reps: int = 3, iters: int = 1, root: int = 0, check: bool | None = None,
+               reps: int = 3, iters: int | None = None, root: int = 0,
+               check: bool | None = None,
                timeout: float = 600, progress=None) -> list[dict]:
     """Simulated times of `op` with each algorithm in `algs` (ours, or ``"library"``).
 
     ``sizes`` are bytes per rank (per block for allgather, gather, scatter); reductions
-    use float64. ``library`` is SMPI's algorithm for the library's own call
+    use float64. `iters` calls per repetition (default 10 below 64 KiB, 2 from it: the
+    first call after the timing protocol's barrier also pays the barrier's skew between
+    ranks, which small messages must amortise). ``library`` is SMPI's algorithm for the library's own call
     (``smpi/<op>``): ``"ompi"`` (SMPI's port of Open MPI's decision), ``"mpich"``, or a
     forced SMPI algorithm such as ``"ring"``. Each algorithm is one simulated job; every
     result is checked against the expected values (``check``; by default when the
@@ -412,7 +415,8 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
                             f"{alg if alg != 'library' else 'library:' + library} on "
                             f"{ranks} ranks, {len(sizes)} sizes")
         objs, meta = run("mpilab-coll", [op, code, dtype, root, 1, reps, int(do_check),
-                                         *(f"{max(n // esz, 0)}:{iters}" for n in sizes)],
+                                         *(f"{max(n // esz, 0)}:{iters or (10 if n < 65536 else 2)}"
+                                           for n in sizes)],
                          ranks=ranks, platform=platform, map_by=map_by, cfg=cfg,
                          timeout=timeout)
         impl = f"library:{library}" if alg == "library" else f"mpilab:{alg}"
@@ -623,6 +627,69 @@ def check_this_machine(sizes: Sequence[int] = (8, 1024, 65536, 1 << 20), *,
     sim = {r["size_bytes"]: r["t_us_median"] for r in pingpong(sizes, platform="this-machine")}
     return [{"size_bytes": n, "measured_us": by[n], "simulated_us": sim[n],
              "error": sim[n] / by[n] - 1.0, "label": label("this-machine")} for n in sizes]
+
+
+def measure_collective(op: str, alg: str, sizes: Iterable[int], *, ranks: int,
+                       reps: int = 5, timeout: float = 300) -> list[dict]:
+    """The same standalone program measured for real on this machine (not simulated).
+
+    `op` with algorithm `alg` (ours, or ``"library"``: the real library's own) on `ranks`
+    real MPI processes of this machine, timed in C exactly as the simulated runs are:
+    records as :func:`collective`'s, with ``simulated: False`` and ``oversubscribed``.
+    """
+    from . import kernels
+
+    validate.names(op, tuple(OUR_ALGORITHMS), "op")
+    code = _alg_code(op, alg)
+    dtype = _DTYPE.get(op, "uint8")
+    esz = 8 if dtype == "float64" else 1
+    sizes = [validate.count(n, "size", 0) for n in sizes]
+    launch = runtime.launch(validate.count(ranks, "ranks"))
+    args = [op, code, dtype, 0, 5, reps, 1,
+            *(f"{n // esz}:{max(10, min(1000, (1 << 22) // max(n * ranks, 1)))}"
+              for n in sizes)]
+    res = jobs.run(launch, [str(kernels.program("mpilab-coll")), *map(str, args)],
+                   timeout=timeout)
+    out = []
+    for o in (json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")):
+        rec = timing.record(o["times"], size_bytes=o["size_bytes"], iters=o["iters"],
+                            impl="library" if alg == "library" else f"mpilab:{alg}")
+        rec.update(op=op, alg=alg, ranks=ranks, simulated=False, measured=True,
+                   oversubscribed=launch.oversubscribed, checked=o["checked"])
+        out.append(rec)
+    return out
+
+
+def check_collective(op: str = "allgather", algs: Sequence[str] = ("ring", "bruck"),
+                     sizes: Sequence[int] = (64, 65536), *, ranks: Sequence[int] = (2, 3, 4),
+                     recalibrate: bool = False) -> list[dict]:
+    """Measured vs simulated collectives on this machine at 2-4 ranks, with the error.
+
+    The check to make before believing a scale-out: the same C program on the same
+    sizes, measured here and simulated on the calibrated ``this-machine`` platform.
+    Runs with more ranks than cores are flagged (``oversubscribed``): there the real
+    ranks share cores, which the platform (one core per rank) does not model.
+    Rows: op, alg, ranks, size_bytes, measured_us, simulated_us, error, oversubscribed.
+    """
+    if recalibrate or not _this_machine_path().exists():
+        calibrate()
+    rows = []
+    for p in ranks:
+        for alg in algs:
+            from .collectives import ALGORITHMS
+
+            if ALGORITHMS[op][alg].admissible(p) is not None:
+                continue
+            meas = {r["size_bytes"]: r for r in measure_collective(op, alg, sizes, ranks=p)}
+            simd = {r["size_bytes"]: r for r in collective(op, [alg], sizes, ranks=p,
+                                                           platform="this-machine")}
+            for n in sizes:
+                m, s_ = meas[n]["t_us_median"], simd[n]["t_us_median"]
+                rows.append({"op": op, "alg": alg, "ranks": p, "size_bytes": n,
+                             "measured_us": m, "simulated_us": s_, "error": s_ / m - 1.0,
+                             "oversubscribed": meas[n]["oversubscribed"],
+                             "label": label("this-machine")})
+    return rows
 
 
 def reference_dir() -> Path:
