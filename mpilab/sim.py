@@ -210,18 +210,28 @@ def platform(name: str | Platform) -> Platform:
     return _parse(path, name)
 
 
-def hostfile(plat: Platform, ranks: int, map_by: str = "slot") -> tuple[str, list[int]]:
+def hostfile(plat: Platform, ranks: int, map_by: str = "slot",
+             per_node: int | None = None) -> tuple[str, list[int]]:
     """SMPI hostfile text for `ranks` ranks, and the node of each rank.
 
-    ``map_by="slot"`` fills node 0's cores first, then node 1's (block placement);
+    ``map_by="slot"`` fills node 0 first, then node 1 (block placement), with
+    `per_node` ranks per node (default: the node's cores; the SHM paper ran 36 of 44);
     ``"node"`` deals ranks round the nodes (cyclic: the allgather paper's placement).
     More ranks than cores: the cores are dealt again (oversubscribed, as the paper's 128
     processes on 64 cores).
     """
     validate.names(map_by, ("slot", "node"), "map_by")
+    if per_node is not None:
+        per_node = validate.count(per_node, "per_node")
+        if map_by != "slot":
+            raise ValueError("per_node applies to map_by='slot' (block placement)")
+        if math.ceil(ranks / per_node) > plat.nodes:
+            raise ValueError(f"{ranks} ranks at {per_node} per node need "
+                             f"{math.ceil(ranks / per_node)} nodes; {plat.name} has "
+                             f"{plat.nodes}")
     slots = plat.nodes * plat.cores
     if map_by == "slot":
-        per = math.ceil(ranks / plat.nodes) if ranks > slots else plat.cores
+        per = per_node or (math.ceil(ranks / plat.nodes) if ranks > slots else plat.cores)
         nodes = [min(r // per, plat.nodes - 1) for r in range(ranks)]
     else:
         nodes = [r % plat.nodes for r in range(ranks)]
@@ -281,8 +291,8 @@ def _launch(plat: Platform, ranks: int, host_file: Path, cfg: dict) -> runtime.L
 
 
 def run(program: str, args: Sequence, *, ranks: int, platform: str | Platform,
-        map_by: str = "slot", compute: bool = False, cfg: dict | None = None,
-        timeout: float = 600) -> tuple[list[dict], dict]:
+        map_by: str = "slot", per_node: int | None = None, compute: bool = False,
+        cfg: dict | None = None, timeout: float = 600) -> tuple[list[dict], dict]:
     """Run a program of :data:`PROGRAMS` on `ranks` simulated ranks; its JSON lines.
 
     Returns ``(objects printed by rank 0, meta)``; meta says the platform, placement,
@@ -291,7 +301,7 @@ def run(program: str, args: Sequence, *, ranks: int, platform: str | Platform,
     ranks = validate.count(ranks, "ranks")
     plat = globals()["platform"](platform)
     exe = build(program)
-    text, nodes = hostfile(plat, ranks, map_by)
+    text, nodes = hostfile(plat, ranks, map_by, per_node)
     settings = {"smpi/simulate-computation": "yes" if compute else "no",
                 "smpi/host-speed": SPEED, "smpi/display-timing": "no",
                 "smpi/privatization": "1"}
@@ -492,13 +502,15 @@ def allgather_summary(recs: list[dict], forced: dict | None = None,
 
 def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform,
          sub: int | None = None, nx: int | None = None, ny: int | None = None,
-         map_by: str = "slot", pack: str = "datatype", steps: int = 2, warmup: int = 1,
-         iters: int = 3, reps: int = 3, timeout: float = 900, progress=None) -> list[dict]:
+         map_by: str = "slot", per_node: int | None = None, compute: bool = True,
+         pack: str = "datatype", steps: int = 2, warmup: int = 1, iters: int = 3,
+         reps: int = 3, timeout: float = 900, progress=None) -> list[dict]:
     """Simulated halo exchange steps (heat or wave), one job per mode; seconds per step.
 
     The grid is `nx` x `ny`, or `sub` x `sub` points per rank (the coarray paper's
     subdomains). Computation is measured on this machine and charged to the simulated
-    clock (see the module's notes). Records: impl = mode, app, dims, sub, t_us_* per
+    clock (see the module's notes); ``compute=False`` leaves it out, so a step costs
+    only its exchange (deterministic). `per_node` ranks per node (block placement). Records: impl = mode, app, dims, sub, t_us_* per
     step, ``sum`` (the field's sum after `steps` steps: the same as the serial code's).
     """
     from . import halo as _halo
@@ -518,8 +530,8 @@ def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform
                             f"on {ranks} ranks ({py}x{px}), {nx}x{ny}")
         objs, meta = run("mpilab-halo", [app, mode, pack, nx, ny, py, px, steps, warmup,
                                          iters, reps],
-                         ranks=ranks, platform=platform, map_by=map_by, compute=True,
-                         timeout=timeout)
+                         ranks=ranks, platform=platform, map_by=map_by,
+                         per_node=per_node, compute=compute, timeout=timeout)
         o = objs[0]
         rec = _record(o["times"], meta, size_bytes=8 * (nx // px), impl=mode, app=app,
                       mode=mode, pack=pack, nx=nx, ny=ny, dims=[py, px], sub=sub,

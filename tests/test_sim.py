@@ -85,6 +85,13 @@ def test_placement_fills_nodes_or_deals_ranks_round_them():
     assert sim.hostfile(p, 40, "slot")[1] == [0] * 32 + [1] * 8
     # 128 ranks on 2 x 32 cores, as the paper ran them: 64 per node, oversubscribed
     assert sim.hostfile(p, 128, "slot")[1] == [0] * 64 + [1] * 64
+    # the SHM paper's 36 of 44 cores per node
+    shm = sim.platform("shm-paper")
+    assert sim.hostfile(shm, 72, "slot", per_node=36)[1] == [0] * 36 + [1] * 36
+    with pytest.raises(ValueError, match="need 65 nodes"):
+        sim.hostfile(shm, 2305, "slot", per_node=36)
+    with pytest.raises(ValueError, match="block placement"):
+        sim.hostfile(shm, 4, "node", per_node=2)
 
 
 def test_without_simgrid_it_says_what_to_install(monkeypatch):
@@ -141,6 +148,13 @@ def test_pingpong_within_a_node_and_across_the_link():
     assert across[1 << 20]["t_us_median"] == pytest.approx(60 + (1 << 20) / 12.5, rel=0.05)
     assert one[8]["t_us_median"] == pytest.approx(15, rel=0.05)  # the node's loopback
     assert all(r["label"] == sim.label("deck-paper") for r in [*one.values(), *across.values()])
+
+
+def test_the_exchange_alone_is_deterministic():
+    kw = dict(ranks=4, platform="coarray-paper", sub=64, compute=False, per_node=2)
+    a, b = (sim.halo("wave", ["blocking", "overlap"], **kw) for _ in range(2))
+    assert [r["t_us_median"] for r in a] == [r["t_us_median"] for r in b]
+    assert all(r["compute"] == "not simulated" and r["t_us_median"] > 0 for r in a)
 
 
 @pytest.mark.parametrize("app", ["heat", "wave"])
