@@ -465,6 +465,8 @@ def allgather(ranks: int, sizes: Iterable[int], *, platform: str | Platform,
     forced = {}
     if identify:
         for smpi_name, ours in SMPI_ALLGATHER.items():
+            if smpi_name == "pair" and ranks & (ranks - 1):
+                continue  # SMPI's pairwise exchange needs a power of two
             try:
                 rs = collective("allgather", ["library"], sizes, ranks=ranks,
                                 platform=platform, map_by=map_by, library=smpi_name, reps=1,
