@@ -213,3 +213,20 @@ def test_without_simgrid_the_section_shows_reference_data(monkeypatch):
                          text, re.M)
     assert "Figure: Allgather, 128 processes" in text
     assert "62  # communicator size" in text
+
+
+def test_the_simulation_is_checked_against_this_machine_before_the_scale_out():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "sim.check_collective("))
+    if not sim.available()[0]:
+        assert "cannot run" in text
+        return
+    assert "measured (real MPI) vs simulated (SMPI, platform this-machine)" in text
+    from mpilab import runtime
+
+    cores = runtime.usable_cores()
+    rows = re.findall(r"^\d+\s+(ring|bruck)\s+(\d)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([+-]\d+%)\s+"
+                      r"(True|False)$", text, re.M)
+    assert len(rows) == 12, text  # 2 algorithms x 3 rank counts x 2 sizes
+    assert {int(r[1]) for r in rows} == {2, 3, 4}
+    assert all((r[4] == "True") == (int(r[1]) > cores) for r in rows), rows
