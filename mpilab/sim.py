@@ -611,12 +611,12 @@ def calibrate(*, sizes: Sequence[int] = CALIBRATION_SIZES, reps: int = 5,
         latf = f"0:1;{pw.switch_bytes}:{max(high.alpha_us, 1e-3) / low.alpha_us:.6g}"
         bwf = f"0:1;{pw.switch_bytes}:{high.beta_MBps / low.beta_MBps:.6g}"
     info = runtime.machine_info()
-    lib = runtime.library_info()
+    lib = f"{runtime.selected_library()}, {runtime.mpiexec()}"  # no MPI_Init for a label
     path = _this_machine_path()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(_THIS_MACHINE.format(
         when=time.strftime("%Y-%m-%d %H:%M"), host=info["hostname"], cpu=info["cpu_model"],
-        mpi=lib.get("version", lib.get("library", "?")), model=pw.model,
+        mpi=lib, model=pw.model,
         switch=pw.switch_bytes or "-", latf=latf, bwf=bwf, speed=SPEED,
         cores=max(1, runtime.usable_cores()), bw=bw, lat=lat_s))
     tmp.replace(path)
