@@ -299,6 +299,18 @@ def allgather_ring(comm, sendbuf, recvbuf):
     return _Liar()
 '''
 
+CHOOSE_HOSTILE = HOSTILE_PATCH + '''
+import mpilab.grading.simulated as _s  # noqa: E402
+
+_s.check_choose_allgather = _always_pass
+_s.TOLERANCE = float("inf")
+
+
+def choose_allgather(p, block_bytes):
+    """The ring everywhere (25 times slower than Bruck there): the patch must do the rest."""
+    return "ring"
+'''
+
 needs6 = pytest.mark.skipif(LAB6 not in LABS, reason="lab 06 not written yet")
 
 
@@ -348,6 +360,7 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
         "allgather_recursive_doubling": LIAR_RING.replace(
             "def allgather_ring", "def allgather_recursive_doubling"),
         "allgather_pyx": HOSTILE_PATCH + PYX_NOTHING,
+        "choose_allgather": CHOOSE_HOSTILE,
     }
     nb, wall = check_run(course, LAB6, "hostile", answers, {k: 0.0 for k in full(LAB6)})
     for gid, name in [("test_allgather_ring", "allgather_ring"),
@@ -355,6 +368,7 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
                       ("test_allgather_rd", "allgather_recursive_doubling"),
                       ("test_allgather_cython", "allgather_cy.allgather_ring")]:
         assert f"{name} is right" not in printed_by(nb, gid), gid  # the patch fools nothing
+    assert "choose_allgather is within" not in printed_by(nb, "test_choose_allgather")
     for gid in full(LAB6):
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")

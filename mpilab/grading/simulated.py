@@ -1,0 +1,336 @@
+"""Lab 06's part at the paper's scale: choosing an allgather for a simulated machine.
+
+The lab's test cell calls::
+
+    from mpilab.grading import simulated as grading_simulated
+    grading_simulated.check_choose_allgather(choose_allgather, {64: (32, 2048, 131072)})
+
+and its try-it cell ``grading_simulated.show_choices(choose_allgather, 64, sizes)``.
+
+The student's ``choose_allgather(p, block_bytes)`` returns the name of one of the course's
+allgather algorithms (:data:`mpilab.collectives.ALGORITHMS`) for `p` ranks of the
+allgather paper's two nodes, placed cyclically, and blocks of `block_bytes`. It is plain
+Python on plain data and runs through :func:`mpilab.grading.call_local` (at autograde
+time in the sandbox, under a timeout), so a choice that raises, loops, returns something
+that is not a name, or names an algorithm that cannot run on `p` ranks fails this check
+alone.
+
+The verdict: the course's own C algorithms simulated with SimGrid SMPI
+(:func:`mpilab.sim.collective`, platform ``allgather-paper``, ``map_by="node"``). The
+choice earns the points when, at every graded size, its simulated time is at most
+:data:`TOLERANCE` times the fastest admissible algorithm's. Computation is off in these
+runs, so they are deterministic: they are made once per grading session (kept in the
+grader's private cache folder for :data:`mpilab.grading.network.CACHE_SECONDS`), and where
+SimGrid is missing (or fails) the check reads the same simulation saved with the course,
+``reference/simulated/lab06-allgather-paper.json`` (:func:`write_reference`), and says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from mpilab import collectives, grading, sim
+from mpilab.grading.network import _cached
+
+__all__ = [
+    "PLATFORM",
+    "MAP_BY",
+    "TOLERANCE",
+    "ALPHA_US",
+    "BETA_MBPS",
+    "GRADED",
+    "REFERENCE",
+    "admissible",
+    "simulated",
+    "choice_problem",
+    "slow_choices",
+    "check_choose_allgather",
+    "show_choices",
+    "reference_records",
+    "write_reference",
+]
+
+PLATFORM = "allgather-paper"
+MAP_BY = "node"  # cyclic: rank r on node r % 2, as the paper placed its processes
+#: A choice is right when its simulated time is at most this many times the fastest one's.
+TOLERANCE = 1.25
+#: One message across the paper's network, from the platform file: two private links of
+#: 7.5 µs each way (assumed, typical of MPI over TCP), 40 Gb/s Ethernet (the paper's).
+ALPHA_US = 15.0
+BETA_MBPS = 5000.0
+#: Every (ranks, block sizes) the lab grades, visible and hidden; the reference JSON holds
+#: these simulations (and the library's choice beside them), job by job as graded.
+GRADED = {64: (32, 2048, 131072), 62: (128, 8192, 32768), 128: (512, 32768)}
+REFERENCE = "lab06-allgather-paper"
+SIM_TIMEOUT = 240  # seconds per simulated job (a few seconds each on a 2-core machine)
+CALL_TIMEOUT = 10  # seconds per call of the student's function
+
+
+def _fmt_bytes(n: int) -> str:
+    from mpilab import plots
+
+    return plots.format_bytes(n)
+
+
+def admissible(p: int) -> list[str]:
+    """The course's C allgathers that run on `p` ranks, in the registry's order."""
+    return [a for a in sim.OUR_ALGORITHMS["allgather"]
+            if collectives.ALGORITHMS["allgather"][a].admissible(p) is None]
+
+
+# ---------------------------------------------------------------------------------------
+# the simulated times
+
+
+def _simulate(p: int, sizes: Sequence[int], progress=None) -> list[dict]:
+    """Our admissible algorithms and the library's choice, one simulated job each."""
+    return sim.collective("allgather", [*admissible(p), "library"], sizes, ranks=p,
+                          platform=PLATFORM, map_by=MAP_BY, library="ompi", reps=1,
+                          timeout=SIM_TIMEOUT, progress=progress)
+
+
+def _key(p: int, sizes: Sequence[int]) -> str:
+    plat = sim.platform(PLATFORM)
+    digest = hashlib.sha256(plat.path.read_bytes() + sim.version().encode()).hexdigest()[:12]
+    return f"sim-allgather-{PLATFORM}-{MAP_BY}-{p}-{'-'.join(map(str, sizes))}-{digest}"
+
+
+def _reference(p: int, sizes: Sequence[int]) -> list[dict]:
+    doc = sim.load_reference(REFERENCE)
+    recs = [r for r in doc["records"] if r["ranks"] == p and r["size_bytes"] in sizes]
+    have = {r["size_bytes"] for r in recs}
+    missing = [n for n in sizes if n not in have]
+    if missing:
+        raise RuntimeError(f"reference/simulated/{REFERENCE}.json has no simulation of "
+                           f"{p} ranks at {missing} B: regenerate it where SimGrid runs "
+                           "(mpilab.grading.simulated.write_reference())")
+    return recs
+
+
+def simulated(p: int, sizes: Iterable[int], *, progress=None) -> tuple[dict, str]:
+    """Simulated µs per call of every admissible algorithm, and where the numbers come from.
+
+    Returns
+    -------
+    (dict, str)
+        ``{size: {alg: µs}}`` (our algorithms, plus ``"library"``: SMPI's port of Open
+        MPI's decision) and a sentence: simulated for this session with SimGrid, or the
+        course's reference data and why.
+    """
+    sizes = tuple(int(n) for n in sizes)
+    label = sim.label(PLATFORM)
+    ok, why = sim.available()
+    if ok:
+        try:
+            recs = _cached(_key(p, sizes), lambda: _simulate(p, sizes, progress))
+            source = f"{label}, simulated with SimGrid {sim.version()} for this session"
+        except (sim.SimUnavailable, RuntimeError, OSError) as exc:
+            ok, why = False, f"the simulation failed here: {str(exc).splitlines()[0][:200]}"
+    if not ok:
+        recs = _reference(p, sizes)
+        source = (f"{label}, reference data (reference/simulated/{REFERENCE}.json, "
+                  f"simulated with SimGrid on the course's machine; not simulated here: "
+                  f"{why})")
+    table: dict[int, dict[str, float]] = {n: {} for n in sizes}
+    for r in recs:
+        if r["size_bytes"] in table:
+            alg = r["impl"].split(":", 1)[1] if r["impl"].startswith("mpilab:") else "library"
+            table[r["size_bytes"]][alg] = float(r["t_us_median"])
+    return table, source
+
+
+# ---------------------------------------------------------------------------------------
+# pure Python: what is wrong with a choice
+
+
+def choice_problem(choice, p: int) -> str | None:
+    """What is wrong with `choice` as the name of an allgather to run on `p` ranks, or None."""
+    names = tuple(collectives.ALGORITHMS["allgather"])
+    if type(choice) is not str:
+        return (f"return the name of an algorithm (a str such as 'ring'), not "
+                f"{type(choice).__name__} {choice!r:.60}")
+    if choice not in names:
+        return (f"returned {choice!r:.60}, which is not one of the allgather algorithms: "
+                f"{', '.join(names)}")
+    why = collectives.ALGORITHMS["allgather"][choice].admissible(p)
+    if why:
+        return (f"returned {choice!r}, which cannot run on {p} ranks ({why}); choose among "
+                f"collectives.admissible('allgather', {p}): {', '.join(admissible(p))}")
+    return None
+
+
+def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, float]],
+                 p: int, tolerance: float = TOLERANCE) -> list[str]:
+    """One line per size where the chosen algorithm is more than `tolerance` times slower
+    than the fastest admissible one (simulated), naming the size and the times."""
+    lines = []
+    for n, alg in chosen.items():
+        ours = {a: t for a, t in times[n].items() if a != "library"}
+        best = min(ours, key=ours.get)
+        ratio = ours[alg] / ours[best]
+        if ratio <= tolerance:
+            continue
+        every = " | ".join(f"{a} {t:,.0f}" for a, t in sorted(ours.items(), key=lambda x: x[1]))
+        lines.append(f"on {p} ranks, blocks of {n:,} B ({_fmt_bytes(n)}): you chose {alg}, "
+                     f"simulated {ours[alg]:,.0f} µs per call; the fastest, {best}, takes "
+                     f"{ours[best]:,.0f} µs: yours is {ratio:.1f} times that (at most "
+                     f"{tolerance:g} times counts).\n    simulated µs per call: {every}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# the graded check, and the try-it view
+
+
+def _cases(cases) -> list[tuple[int, tuple[int, ...]]]:
+    items = cases.items() if isinstance(cases, Mapping) else cases
+    return [(int(p), tuple(int(n) for n in sizes)) for p, sizes in items]
+
+
+def _ask(choose: Callable, p: int, sizes: Sequence[int]) -> dict[int, str]:
+    __tracebackhide__ = True
+    chosen = {}
+    for n in sizes:
+        got = grading.call_local(choose, p, n, timeout=CALL_TIMEOUT)
+        problem = choice_problem(got, p)
+        grading.expect(problem is None, f"choose_allgather({p}, {n}) {problem}")
+        chosen[n] = got
+    return chosen
+
+
+def check_choose_allgather(choose: Callable, cases, *,
+                           tolerance: float = TOLERANCE) -> dict:
+    """`choose(p, block_bytes)` names, at every case, an algorithm that runs on p ranks and
+    whose simulated time is at most `tolerance` times the fastest admissible one's.
+
+    Parameters
+    ----------
+    choose : callable
+        The student's ``choose_allgather(p, block_bytes) -> name``.
+    cases : mapping or iterable of (int, sequence of int)
+        ``{p: (block sizes in bytes)}``.
+    tolerance : float
+        How many times the fastest simulated time a choice may take.
+
+    Returns
+    -------
+    dict
+        ``source`` (where the simulated times come from, to print) and ``chosen``:
+        ``{(p, size): (alg, its µs, fastest alg, fastest µs)}``.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the function raises, times out, returns something that is not the name of
+        an algorithm that runs on p ranks, or (naming each size and the simulated times)
+        chooses one more than `tolerance` times slower than the fastest.
+    """
+    __tracebackhide__ = True
+    cases = _cases(cases)
+    asked = [(p, sizes, _ask(choose, p, sizes)) for p, sizes in cases]  # fail fast
+    out, wrong, sources = {}, [], []
+    for p, sizes, chosen in asked:
+        times, source = simulated(p, sizes)
+        sources.append(source)
+        wrong += slow_choices(chosen, times, p, tolerance)
+        for n, alg in chosen.items():
+            ours = {a: t for a, t in times[n].items() if a != "library"}
+            best = min(ours, key=ours.get)
+            out[(p, n)] = (alg, ours[alg], best, ours[best])
+    source = "; ".join(dict.fromkeys(sources))
+    grading.expect(not wrong, "choose_allgather is too slow at the paper's scale (two "
+                   "nodes, cyclic placement):\n  "
+                   + "\n  ".join(wrong)
+                   + "\nChoose with lecture 06's Hockney costs: the admissible algorithm "
+                   "with the least collectives.predict('allgather', alg, p, block_bytes, "
+                   f"ALPHA_US, BETA_MBPS).t_us.\n(Times: {source}.)")
+    return {"source": source, "chosen": out}
+
+
+def show_choices(choose: Callable, p: int = 64, sizes: Sequence[int] = GRADED[64], *,
+                 tolerance: float = TOLERANCE) -> None:
+    """Not graded: a table of every algorithm's simulated time, your choice marked.
+
+    Runs the simulation where SimGrid is installed (a few seconds, once per session) and
+    reads the course's reference data where it is not, and says which.
+    """
+    if grading.not_while_grading():
+        return None
+    print(f"{sim.label(PLATFORM)}: allgather on {p} ranks of the allgather paper's two "
+          f"nodes, placed cyclically; µs per call. A simulation, not a measurement: it "
+          f"leaves out {sim.LEAVES_OUT}.")
+    ok, why = sim.available()
+    if not ok:
+        print(f"SimGrid is not installed here ({why.split(':')[0]}): this is reference "
+              f"data, the same simulation run on the course's machine.")
+    try:
+        times, source = simulated(p, sizes, progress=True)
+    except (RuntimeError, OSError) as exc:
+        print(f"No simulated times: {exc}")
+        return None
+    chosen, errors = {}, {}
+    for n in sizes:
+        try:
+            got = choose(p, n)
+        except Exception as exc:  # noqa: BLE001 - shown, not raised: this is a try-it view
+            errors[n] = f"raised {type(exc).__name__}: {exc}"
+            continue
+        problem = choice_problem(got, p)
+        if problem:
+            errors[n] = problem
+        else:
+            chosen[n] = got
+    algs = [*admissible(p), "library"]
+    width = max(len(a) for a in algs) + 2
+    head = "".join(f"{_fmt_bytes(n):>14}" for n in sizes)
+    print(f"\n{'algorithm':<{width}}{head}")
+    for a in algs:
+        cells = []
+        for n in sizes:
+            ours = {k: t for k, t in times[n].items() if k != "library"}
+            mark = ("*" if a != "library" and ours[a] == min(ours.values()) else " ") + (
+                "<" if chosen.get(n) == a else " ")
+            cells.append(f"{times[n][a]:>12,.1f}{mark}")
+        name = "library" if a == "library" else a
+        print(f"{name:<{width}}" + "".join(cells))
+    print("\n* fastest of our algorithms at that size   < your choice   library: SMPI's "
+          "port of Open MPI's decision rules (not one of yours to choose)")
+    for n in sizes:
+        if n in errors:
+            print(f"{_fmt_bytes(n)}: choose_allgather({p}, {n}) {errors[n]}")
+            continue
+        if n not in chosen:
+            continue
+        ours = {k: t for k, t in times[n].items() if k != "library"}
+        ratio = ours[chosen[n]] / min(ours.values())
+        print(f"{_fmt_bytes(n)}: you chose {chosen[n]}, {ratio:.2f} times the fastest: "
+              + ("within" if ratio <= tolerance else "NOT within") + f" {tolerance:g} times")
+    print(f"(Times: {source}.)")
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# the reference for machines without SimGrid
+
+
+def reference_records(progress=True) -> list[dict]:
+    """Every simulation of :data:`GRADED`, made now (SimGrid needed): the records of the
+    reference JSON."""
+    recs = []
+    for p, sizes in GRADED.items():
+        recs += _simulate(p, sizes, progress)
+    return recs
+
+
+def write_reference(path: str | Path | None = None, progress=True) -> Path:
+    """Simulate :data:`GRADED` and write ``reference/simulated/lab06-allgather-paper.json``."""
+    path = Path(path) if path else sim.reference_dir() / f"{REFERENCE}.json"
+    recs = reference_records(progress)
+    meta = sim.meta(PLATFORM, map_by=MAP_BY, cases={str(p): list(s) for p, s in GRADED.items()},
+                    reps=1, library="ompi", purpose="lab 06, Part F: the grader's verdicts "
+                    "where SimGrid is missing, and the try-it table")
+    path.write_text(json.dumps({"meta": meta, "records": recs}, indent=1) + "\n")
+    return path
