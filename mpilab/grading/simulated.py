@@ -3,22 +3,28 @@
 The lab's test cell calls::
 
     from mpilab.grading import simulated as grading_simulated
-    grading_simulated.check_choose_allgather(choose_allgather, {64: (32, 2048, 131072)})
+    grading_simulated.check_choose_allgather(
+        choose_allgather, {(64, "cyclic"): (32, 2048, 131072), (64, "block"): (...)})
 
 and its try-it cell ``grading_simulated.show_choices(choose_allgather, 64, sizes)``.
 
-The student's ``choose_allgather(p, block_bytes)`` returns the name of one of the course's
-allgather algorithms (:data:`mpilab.collectives.ALGORITHMS`) for `p` ranks of the
-allgather paper's two nodes, placed cyclically, and blocks of `block_bytes`. It is plain
-Python on plain data and runs through :func:`mpilab.grading.call_local` (at autograde
-time in the sandbox, under a timeout), so a choice that raises, loops, returns something
-that is not a name, or names an algorithm that cannot run on `p` ranks fails this check
-alone.
+The student's ``choose_allgather(p, block_bytes, placement)`` returns the name of one of
+the course's allgather algorithms (:data:`mpilab.collectives.ALGORITHMS`) for `p` ranks of
+the allgather paper's two nodes, placed ``"cyclic"`` (rank r on node r % 2, the paper's
+placement, ``map_by="node"``) or in ``"block"`` (the first half of the ranks on node 0,
+``map_by="slot"``), and blocks of `block_bytes`. It is plain Python on plain data and
+runs through :func:`mpilab.grading.call_local` (at autograde time in the sandbox, under a
+timeout), so a choice that raises, loops, returns something that is not a name, or names
+an algorithm that cannot run on `p` ranks fails this check alone.
 
 The verdict: the course's own C algorithms simulated with SimGrid SMPI
-(:func:`mpilab.sim.collective`, platform ``allgather-paper``, ``map_by="node"``). The
-choice earns the points when, at every graded size, its simulated time is at most
-:data:`TOLERANCE` times the fastest admissible algorithm's. Computation is off in these
+(:func:`mpilab.sim.collective`, platform ``allgather-paper``, at the case's placement).
+The choice earns the points when, at every graded case, its simulated time is at most
+:data:`TOLERANCE` times the fastest admissible algorithm's. The placement matters: with
+cyclic placement every ring neighbour is on the other node and the logarithmic
+algorithms win at every size; with block placement only the messages between the two
+halves cross the link between the nodes, and which algorithm wins changes with the
+block size (how many flows share that link in a step, and how many latencies cross it). Computation is off in these
 runs, so they are deterministic: they are made once per grading session (kept in the
 grader's private cache folder for :data:`mpilab.grading.network.CACHE_SECONDS`), and where
 SimGrid is missing (or fails) the check reads the same simulation saved with the course,
@@ -37,7 +43,7 @@ from mpilab.grading.network import _cached
 
 __all__ = [
     "PLATFORM",
-    "MAP_BY",
+    "PLACEMENTS",
     "TOLERANCE",
     "ALPHA_US",
     "BETA_MBPS",
@@ -54,16 +60,22 @@ __all__ = [
 ]
 
 PLATFORM = "allgather-paper"
-MAP_BY = "node"  # cyclic: rank r on node r % 2, as the paper placed its processes
+#: The student's placement names and SMPI's: cyclic, rank r on node r % 2, as the paper
+#: placed its processes; block, ranks 0..p/2-1 on node 0 (node 0 filled first).
+PLACEMENTS = {"cyclic": "node", "block": "slot"}
 #: A choice is right when its simulated time is at most this many times the fastest one's.
 TOLERANCE = 1.25
 #: One message across the paper's network, from the platform file: two private links of
 #: 7.5 µs each way (assumed, typical of MPI over TCP), 40 Gb/s Ethernet (the paper's).
 ALPHA_US = 15.0
 BETA_MBPS = 5000.0
-#: Every (ranks, block sizes) the lab grades, visible and hidden; the reference JSON holds
-#: these simulations (and the library's choice beside them), job by job as graded.
-GRADED = {64: (32, 2048, 131072), 62: (128, 8192, 32768), 128: (512, 32768)}
+#: Every ((ranks, placement), block sizes) the lab grades, visible (64 ranks) and hidden;
+#: the reference JSON holds these simulations (and the library's choice beside them), job
+#: by job as graded. At block placement each set has sizes where different algorithms win
+#: by more than the tolerance (a constant answer fails there).
+GRADED = {(64, "cyclic"): (32, 2048, 131072), (64, "block"): (32, 2048, 131072),
+          (62, "cyclic"): (128, 8192, 32768), (62, "block"): (512, 8192, 32768),
+          (128, "cyclic"): (512, 32768), (128, "block"): (128, 8192)}
 REFERENCE = "lab06-allgather-paper"
 SIM_TIMEOUT = 240  # seconds per simulated job (a few seconds each on a 2-core machine)
 CALL_TIMEOUT = 10  # seconds per call of the student's function
@@ -85,33 +97,47 @@ def admissible(p: int) -> list[str]:
 # the simulated times
 
 
-def _simulate(p: int, sizes: Sequence[int], progress=None) -> list[dict]:
+def _placement(placement: str) -> str:
+    """SMPI's map_by for a placement name of :data:`PLACEMENTS`."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not "
+                         f"{placement!r:.60}")
+    return PLACEMENTS[placement]
+
+
+def _simulate(p: int, sizes: Sequence[int], placement: str, progress=None) -> list[dict]:
     """Our admissible algorithms and the library's choice, one simulated job each."""
     return sim.collective("allgather", [*admissible(p), "library"], sizes, ranks=p,
-                          platform=PLATFORM, map_by=MAP_BY, library="ompi", reps=1,
-                          timeout=SIM_TIMEOUT, progress=progress)
+                          platform=PLATFORM, map_by=_placement(placement), library="ompi",
+                          reps=1, timeout=SIM_TIMEOUT, progress=progress)
 
 
-def _key(p: int, sizes: Sequence[int]) -> str:
+def _key(p: int, sizes: Sequence[int], placement: str) -> str:
     plat = sim.platform(PLATFORM)
     digest = hashlib.sha256(plat.path.read_bytes() + sim.version().encode()).hexdigest()[:12]
-    return f"sim-allgather-{PLATFORM}-{MAP_BY}-{p}-{'-'.join(map(str, sizes))}-{digest}"
+    return (f"sim-allgather-{PLATFORM}-{_placement(placement)}-{p}-"
+            f"{'-'.join(map(str, sizes))}-{digest}")
 
 
-def _reference(p: int, sizes: Sequence[int]) -> list[dict]:
+def _reference(p: int, sizes: Sequence[int], placement: str) -> list[dict]:
     doc = sim.load_reference(REFERENCE)
-    recs = [r for r in doc["records"] if r["ranks"] == p and r["size_bytes"] in sizes]
+    map_by = _placement(placement)
+    recs = [r for r in doc["records"]
+            if r["ranks"] == p and r["map_by"] == map_by and r["size_bytes"] in sizes]
     have = {r["size_bytes"] for r in recs}
     missing = [n for n in sizes if n not in have]
     if missing:
         raise RuntimeError(f"reference/simulated/{REFERENCE}.json has no simulation of "
-                           f"{p} ranks at {missing} B: regenerate it where SimGrid runs "
+                           f"{p} ranks ({placement} placement) at {missing} B: regenerate "
+                           "it where SimGrid runs "
                            "(mpilab.grading.simulated.write_reference())")
     return recs
 
 
-def simulated(p: int, sizes: Iterable[int], *, progress=None) -> tuple[dict, str]:
-    """Simulated µs per call of every admissible algorithm, and where the numbers come from.
+def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
+              progress=None) -> tuple[dict, str]:
+    """Simulated µs per call of every admissible algorithm on `p` ranks placed
+    `placement` (``"cyclic"`` or ``"block"``), and where the numbers come from.
 
     Returns
     -------
@@ -121,16 +147,18 @@ def simulated(p: int, sizes: Iterable[int], *, progress=None) -> tuple[dict, str
         course's reference data and why.
     """
     sizes = tuple(int(n) for n in sizes)
+    _placement(placement)
     label = sim.label(PLATFORM)
     ok, why = sim.available()
     if ok:
         try:
-            recs = _cached(_key(p, sizes), lambda: _simulate(p, sizes, progress))
+            recs = _cached(_key(p, sizes, placement),
+                           lambda: _simulate(p, sizes, placement, progress))
             source = f"{label}, simulated with SimGrid {sim.version()} for this session"
         except (sim.SimUnavailable, RuntimeError, OSError) as exc:
             ok, why = False, f"the simulation failed here: {str(exc).splitlines()[0][:200]}"
     if not ok:
-        recs = _reference(p, sizes)
+        recs = _reference(p, sizes, placement)
         source = (f"{label}, reference data (reference/simulated/{REFERENCE}.json, "
                   f"simulated with SimGrid on the course's machine; not simulated here: "
                   f"{why})")
@@ -162,10 +190,15 @@ def choice_problem(choice, p: int) -> str | None:
     return None
 
 
+_WHERE = {"cyclic": "placed cyclically", "block": "placed in blocks (node 0 first)"}
+
+
 def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, float]],
-                 p: int, tolerance: float = TOLERANCE) -> list[str]:
+                 p: int, placement: str = "cyclic",
+                 tolerance: float = TOLERANCE) -> list[str]:
     """One line per size where the chosen algorithm is more than `tolerance` times slower
-    than the fastest admissible one (simulated), naming the size and the times."""
+    than the fastest admissible one (simulated), naming the placement, the size and the
+    times."""
     lines = []
     for n, alg in chosen.items():
         ours = {a: t for a, t in times[n].items() if a != "library"}
@@ -174,7 +207,7 @@ def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, flo
         if ratio <= tolerance:
             continue
         every = " | ".join(f"{a} {t:,.0f}" for a, t in sorted(ours.items(), key=lambda x: x[1]))
-        lines.append(f"on {p} ranks, blocks of {n:,} B ({_fmt_bytes(n)}): you chose {alg}, "
+        lines.append(f"on {p} ranks {_WHERE[placement]}, blocks of {n:,} B ({_fmt_bytes(n)}): you chose {alg}, "
                      f"simulated {ours[alg]:,.0f} µs per call; the fastest, {best}, takes "
                      f"{ours[best]:,.0f} µs: yours is {ratio:.1f} times that (at most "
                      f"{tolerance:g} times counts).\n    simulated µs per call: {every}")
@@ -185,33 +218,40 @@ def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, flo
 # the graded check, and the try-it view
 
 
-def _cases(cases) -> list[tuple[int, tuple[int, ...]]]:
+def _cases(cases) -> list[tuple[int, str, tuple[int, ...]]]:
     items = cases.items() if isinstance(cases, Mapping) else cases
-    return [(int(p), tuple(int(n) for n in sizes)) for p, sizes in items]
+    out = []
+    for (p, placement), sizes in items:
+        _placement(placement)
+        out.append((int(p), placement, tuple(int(n) for n in sizes)))
+    return out
 
 
-def _ask(choose: Callable, p: int, sizes: Sequence[int]) -> dict[int, str]:
+def _ask(choose: Callable, p: int, sizes: Sequence[int], placement: str) -> dict[int, str]:
     __tracebackhide__ = True
     chosen = {}
     for n in sizes:
-        got = grading.call_local(choose, p, n, timeout=CALL_TIMEOUT)
+        got = grading.call_local(choose, p, n, placement, timeout=CALL_TIMEOUT)
         problem = choice_problem(got, p)
-        grading.expect(problem is None, f"choose_allgather({p}, {n}) {problem}")
+        grading.expect(problem is None,
+                       f"choose_allgather({p}, {n}, {placement!r}) {problem}")
         chosen[n] = got
     return chosen
 
 
 def check_choose_allgather(choose: Callable, cases, *,
                            tolerance: float = TOLERANCE) -> dict:
-    """`choose(p, block_bytes)` names, at every case, an algorithm that runs on p ranks and
-    whose simulated time is at most `tolerance` times the fastest admissible one's.
+    """`choose(p, block_bytes, placement)` names, at every case, an algorithm that runs on
+    p ranks and whose simulated time is at most `tolerance` times the fastest admissible
+    one's.
 
     Parameters
     ----------
     choose : callable
-        The student's ``choose_allgather(p, block_bytes) -> name``.
-    cases : mapping or iterable of (int, sequence of int)
-        ``{p: (block sizes in bytes)}``.
+        The student's ``choose_allgather(p, block_bytes, placement) -> name``.
+    cases : mapping or iterable of ((int, str), sequence of int)
+        ``{(p, placement): (block sizes in bytes)}``, placement ``"cyclic"`` or
+        ``"block"``.
     tolerance : float
         How many times the fastest simulated time a choice may take.
 
@@ -219,7 +259,7 @@ def check_choose_allgather(choose: Callable, cases, *,
     -------
     dict
         ``source`` (where the simulated times come from, to print) and ``chosen``:
-        ``{(p, size): (alg, its µs, fastest alg, fastest µs)}``.
+        ``{(p, placement, size): (alg, its µs, fastest alg, fastest µs)}``.
 
     Raises
     ------
@@ -230,51 +270,70 @@ def check_choose_allgather(choose: Callable, cases, *,
     """
     __tracebackhide__ = True
     cases = _cases(cases)
-    asked = [(p, sizes, _ask(choose, p, sizes)) for p, sizes in cases]  # fail fast
+    asked = [(p, pl, sizes, _ask(choose, p, sizes, pl))  # fail fast
+             for p, pl, sizes in cases]
     out, wrong, sources = {}, [], []
-    for p, sizes, chosen in asked:
-        times, source = simulated(p, sizes)
+    for p, placement, sizes, chosen in asked:
+        times, source = simulated(p, sizes, placement)
         sources.append(source)
-        wrong += slow_choices(chosen, times, p, tolerance)
+        wrong += slow_choices(chosen, times, p, placement, tolerance)
         for n, alg in chosen.items():
             ours = {a: t for a, t in times[n].items() if a != "library"}
             best = min(ours, key=ours.get)
-            out[(p, n)] = (alg, ours[alg], best, ours[best])
+            out[(p, placement, n)] = (alg, ours[alg], best, ours[best])
     source = "; ".join(dict.fromkeys(sources))
     grading.expect(not wrong, "choose_allgather is too slow at the paper's scale (two "
-                   "nodes, cyclic placement):\n  "
+                   "nodes of 32 cores, one link between them):\n  "
                    + "\n  ".join(wrong)
-                   + "\nChoose with lecture 06's Hockney costs: the admissible algorithm "
-                   "with the least collectives.predict('allgather', alg, p, block_bytes, "
-                   f"ALPHA_US, BETA_MBPS).t_us.\n(Times: {source}.)")
+                   + "\nCount, step by step, the messages that cross the link between the "
+                   "nodes at that placement: each crossing pays ALPHA_US, and the bytes "
+                   "of every message crossing one way in the same step share the link's "
+                   f"BETA_MBPS.\n(Times: {source}.)")
     return {"source": source, "chosen": out}
 
 
-def show_choices(choose: Callable, p: int = 64, sizes: Sequence[int] = GRADED[64], *,
+def show_choices(choose: Callable, p: int = 64,
+                 sizes: Sequence[int] = GRADED[(64, "cyclic")],
+                 placements: Sequence[str] = tuple(PLACEMENTS), *,
                  tolerance: float = TOLERANCE) -> None:
-    """Not graded: a table of every algorithm's simulated time, your choice marked.
+    """Not graded: per placement, a table of every algorithm's simulated time, your choice
+    marked.
 
-    Runs the simulation where SimGrid is installed (a few seconds, once per session) and
-    reads the course's reference data where it is not, and says which.
+    Runs the simulation where SimGrid is installed (seconds, once per session) and reads
+    the course's reference data where it is not, and says which.
     """
     if grading.not_while_grading():
         return None
     print(f"{sim.label(PLATFORM)}: allgather on {p} ranks of the allgather paper's two "
-          f"nodes, placed cyclically; µs per call. A simulation, not a measurement: it "
-          f"leaves out {sim.LEAVES_OUT}.")
+          f"nodes; µs per call. A simulation, not a measurement: it leaves out "
+          f"{sim.LEAVES_OUT}.")
     ok, why = sim.available()
     if not ok:
         print(f"SimGrid is not installed here ({why.split(':')[0]}): this is reference "
               f"data, the same simulation run on the course's machine.")
+    for placement in placements:
+        _show_one(choose, p, tuple(sizes), placement, tolerance)
+    return None
+
+
+def _show_one(choose: Callable, p: int, sizes: tuple[int, ...], placement: str,
+              tolerance: float) -> None:
+    nodes = sim.hostfile(sim.platform(PLATFORM), p, PLACEMENTS["block"])[1]
+    half = nodes.count(0)  # node 0 is filled first: its cores, or half of an oversubscription
+    where = {"cyclic": f"cyclic placement (rank r on node r % 2, the paper's; map_by "
+                       f"{PLACEMENTS['cyclic']})",
+             "block": f"block placement (ranks 0-{half - 1} on node 0, {half}-{p - 1} on "
+                      f"node 1; map_by {PLACEMENTS['block']})"}[placement]
+    print(f"\n{p} ranks, {where}; {sim.label(PLATFORM)}:")
     try:
-        times, source = simulated(p, sizes, progress=True)
+        times, source = simulated(p, sizes, placement, progress=True)
     except (RuntimeError, OSError) as exc:
         print(f"No simulated times: {exc}")
-        return None
+        return
     chosen, errors = {}, {}
     for n in sizes:
         try:
-            got = choose(p, n)
+            got = choose(p, n, placement)
         except Exception as exc:  # noqa: BLE001 - shown, not raised: this is a try-it view
             errors[n] = f"raised {type(exc).__name__}: {exc}"
             continue
@@ -286,7 +345,7 @@ def show_choices(choose: Callable, p: int = 64, sizes: Sequence[int] = GRADED[64
     algs = [*admissible(p), "library"]
     width = max(len(a) for a in algs) + 2
     head = "".join(f"{_fmt_bytes(n):>14}" for n in sizes)
-    print(f"\n{'algorithm':<{width}}{head}")
+    print(f"{'algorithm':<{width}}{head}")
     for a in algs:
         cells = []
         for n in sizes:
@@ -294,22 +353,21 @@ def show_choices(choose: Callable, p: int = 64, sizes: Sequence[int] = GRADED[64
             mark = ("*" if a != "library" and ours[a] == min(ours.values()) else " ") + (
                 "<" if chosen.get(n) == a else " ")
             cells.append(f"{times[n][a]:>12,.1f}{mark}")
-        name = "library" if a == "library" else a
-        print(f"{name:<{width}}" + "".join(cells))
-    print("\n* fastest of our algorithms at that size   < your choice   library: SMPI's "
+        print(f"{a:<{width}}" + "".join(cells))
+    print("* fastest of our algorithms at that size   < your choice   library: SMPI's "
           "port of Open MPI's decision rules (not one of yours to choose)")
     for n in sizes:
         if n in errors:
-            print(f"{_fmt_bytes(n)}: choose_allgather({p}, {n}) {errors[n]}")
+            print(f"{_fmt_bytes(n)}: choose_allgather({p}, {n}, {placement!r}) {errors[n]}")
             continue
         if n not in chosen:
             continue
         ours = {k: t for k, t in times[n].items() if k != "library"}
         ratio = ours[chosen[n]] / min(ours.values())
-        print(f"{_fmt_bytes(n)}: you chose {chosen[n]}, {ratio:.2f} times the fastest: "
-              + ("within" if ratio <= tolerance else "NOT within") + f" {tolerance:g} times")
+        print(f"{_fmt_bytes(n)}, {placement}: you chose {chosen[n]}, {ratio:.2f} times the "
+              "fastest: " + ("within" if ratio <= tolerance else "NOT within")
+              + f" {tolerance:g} times")
     print(f"(Times: {source}.)")
-    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,8 +378,8 @@ def reference_records(progress=True) -> list[dict]:
     """Every simulation of :data:`GRADED`, made now (SimGrid needed): the records of the
     reference JSON."""
     recs = []
-    for p, sizes in GRADED.items():
-        recs += _simulate(p, sizes, progress)
+    for (p, placement), sizes in GRADED.items():
+        recs += _simulate(p, sizes, placement, progress)
     return recs
 
 
@@ -329,8 +387,9 @@ def write_reference(path: str | Path | None = None, progress=True) -> Path:
     """Simulate :data:`GRADED` and write ``reference/simulated/lab06-allgather-paper.json``."""
     path = Path(path) if path else sim.reference_dir() / f"{REFERENCE}.json"
     recs = reference_records(progress)
-    meta = sim.meta(PLATFORM, map_by=MAP_BY, cases={str(p): list(s) for p, s in GRADED.items()},
-                    reps=1, library="ompi", purpose="lab 06, Part F: the grader's verdicts "
-                    "where SimGrid is missing, and the try-it table")
+    meta = sim.meta(PLATFORM, placements=PLACEMENTS,
+                    cases={f"{p} {pl}": list(s) for (p, pl), s in GRADED.items()},
+                    reps=1, library="ompi", purpose="lab 06, Part F: the grader's "
+                    "verdicts where SimGrid is missing, and the try-it table")
     path.write_text(json.dumps({"meta": meta, "records": recs}, indent=1) + "\n")
     return path
