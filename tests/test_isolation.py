@@ -486,3 +486,16 @@ def test_the_sandbox_can_be_switched_off_or_required(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
     with pytest.raises(sandbox.SandboxError, match="bwrap"):
         Sandbox(str(tmp_path / "b"))
+
+
+def test_every_top_level_folder_but_the_systems_is_hidden(tmp_path):
+    """Another copy of the course may sit anywhere (/work, /srv, /opt): only the system's
+    folders stay readable; links such as /bin -> usr/bin are left alone."""
+    from mpilab.grading import sandbox
+
+    for d in ("usr", "etc", "var", "work", "srv", "opt"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "bin").symlink_to("usr")
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    assert sandbox._outside_system(str(tmp_path)) == [str(tmp_path / d)
+                                                      for d in ("opt", "srv", "work")]

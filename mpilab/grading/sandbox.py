@@ -5,8 +5,11 @@ workers that run the checked functions, the compiler of a Cython exercise) start
 :meth:`Sandbox.popen`:
 
 * **bubblewrap** (``bwrap``) gives it its own mount, PID, network and IPC namespaces: the
-  whole file system read-only, with the course directory, the lab sources, the
-  repository, ``/root`` and ``/home`` replaced by empty directories; fresh ``/tmp`` and
+  system's folders (:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/var`` ...) and the
+  Python environment read-only, every other top-level folder (``/root``, ``/home``,
+  ``/srv``, ``/opt``, ``/work``: wherever a copy of the course may sit), the course
+  directory, the lab sources and the repository replaced by empty directories; fresh
+  ``/tmp`` and
   ``/dev/shm`` of bounded size; only the submission's own scratch folders writable; no
   network but loopback; no process outside the sandbox visible. When the sandbox's first
   process dies, the kernel kills every process in it (a PID namespace cannot outlive its
@@ -89,6 +92,22 @@ def _package_dirs() -> list[str]:
     if (pkg.parent / "pyproject.toml").exists() and kernels.is_dir():
         dirs.add(str(kernels))
     return sorted(os.path.realpath(d) for d in dirs)
+
+
+#: Top-level folders a sandboxed process may read (the rest are emptied): the system's
+#: programs, libraries and settings, and the kernel's file systems.
+SYSTEM_DIRS = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc",
+                         "dev", "proc", "sys", "tmp", "var", "nix", "gnu"})
+
+
+def _outside_system(root: str = "/") -> list[str]:
+    """Top-level folders of `root` that are not :data:`SYSTEM_DIRS` (nor links to them)."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name not in SYSTEM_DIRS and os.path.isdir(path) and not os.path.islink(path):
+            out.append(path)
+    return out
 
 
 def _checkout() -> str | None:
@@ -295,7 +314,10 @@ class Sandbox:
              "--perms", "1777", "--tmpfs", "/var/tmp"]
         if not self.as_root:
             b += ["--unshare-user"]
-        hidden = ["/root", "/home", "/run", *self.hide]
+        # Everything at the top of the file system but the system's own folders is
+        # hidden (another copy of the course may sit anywhere: /work, /srv, /opt, /mnt);
+        # the Python environment and mpilab are bound back below.
+        hidden = ["/root", "/home", "/run", *self.hide, *_outside_system()]
         co = _checkout()
         if co:
             hidden.append(co)
