@@ -50,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import collectives as _collectives
 from . import jobs, models, runtime, timing, validate
 from . import kernels as _kernels
 
@@ -65,17 +66,9 @@ PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
 PROGRAMS = _kernels.STANDALONE
 CFLAGS = ("-O3", "-std=gnu11", "-Wall", "-Wno-unused-function")
 #: Our C algorithms per operation, in the order of kernels/collectives/c_collectives.h
-#: (algorithm i is code i + 1; 0 is the library's collective).
-OUR_ALGORITHMS = {
-    "bcast": ("linear", "binary_tree", "binomial"),
-    "reduce": ("gather_reduce", "binomial", "recursive_halving"),
-    "allreduce": ("recursive_doubling", "ring"),
-    "barrier": ("linear", "tree", "dissemination"),
-    "scatter": ("linear", "binomial"),
-    "gather": ("linear", "binomial"),
-    "allgather": ("linear", "bruck", "recursive_doubling", "ring", "neighbor_exchange",
-                  "two_proc"),
-}
+#: (algorithm i is code i + 1; 0 is the library's collective): the teaching API's list,
+#: which keeps that order (tests/test_sim.py checks it against the compiled kernel's).
+OUR_ALGORITHMS = {op: tuple(algs) for op, algs in _collectives.ALGORITHMS.items()}
 #: SMPI's own allgather algorithms that correspond to Open MPI's, and our name for each:
 #: run forced, they show which one SMPI's port of Open MPI's decision picked.
 SMPI_ALLGATHER = {"bruck": "bruck", "rdb": "recursive_doubling", "ring": "ring",
@@ -452,13 +445,11 @@ def allgather(ranks: int, sizes: Iterable[int], *, platform: str | Platform,
     summary gives per size the best of our algorithms, the library's time and choice,
     and whether the library picked the best (:func:`allgather_summary`).
     """
-    from .collectives import ALGORITHMS
-
     ranks = validate.count(ranks, "ranks", 2)
     sizes = [validate.count(n, "size", 1) for n in sizes]
     if algs is None:
         algs = [a for a in OUR_ALGORITHMS["allgather"]
-                if ALGORITHMS["allgather"][a].admissible(ranks) is None]
+                if _collectives.ALGORITHMS["allgather"][a].admissible(ranks) is None]
     recs = collective("allgather", [*algs, "library"], sizes, ranks=ranks, platform=platform,
                       map_by=map_by, library=library, reps=reps, timeout=timeout,
                       progress=progress)
@@ -690,9 +681,7 @@ def check_collective(op: str = "allgather", algs: Sequence[str] = ("ring", "bruc
     rows = []
     for p in ranks:
         for alg in algs:
-            from .collectives import ALGORITHMS
-
-            if ALGORITHMS[op][alg].admissible(p) is not None:
+            if _collectives.ALGORITHMS[op][alg].admissible(p) is not None:
                 continue
             meas = {r["size_bytes"]: r for r in measure_collective(op, alg, sizes, ranks=p)}
             simd = {r["size_bytes"]: r for r in collective(op, [alg], sizes, ranks=p,
