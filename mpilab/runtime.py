@@ -29,16 +29,36 @@ class MPINotFound(RuntimeError):
 
 
 def selected_library() -> str:
-    """The MPI the course uses on this machine: ``$MPILAB_MPI`` (openmpi by default)."""
-    lib = os.environ.get("MPILAB_MPI", "openmpi").strip().lower() or "openmpi"
+    """The MPI the course uses on this machine: ``$MPILAB_MPI``; unset, the MPI the active
+    environment ships (a venv with the PyPI ``mpich`` wheel: mpich), else openmpi."""
+    lib = os.environ.get("MPILAB_MPI", "").strip().lower()
+    if not lib:
+        for d in _env_bins():
+            if os.path.exists(os.path.join(d, "mpichversion")):
+                return "mpich"
+        lib = "openmpi"
     if lib not in LIBRARIES:
         raise ValueError(f"MPILAB_MPI must be one of {LIBRARIES}, got {lib!r}")
     return lib
 
 
+def _env_bins() -> list[str]:
+    """The active Python environment's bin folders: a venv with the PyPI ``openmpi`` or
+    ``mpich`` wheel, or a conda environment, ships its own ``mpicc`` and ``mpiexec``."""
+    dirs = [os.path.join(sys.prefix, "bin")]
+    if os.environ.get("CONDA_PREFIX"):
+        dirs.append(os.path.join(os.environ["CONDA_PREFIX"], "bin"))
+    return dirs
+
+
 def _find_tool(base: str, lib: str) -> str:
-    # Debian installs both libraries side by side as mpicc.openmpi / mpicc.mpich;
-    # conda and most clusters have only the plain name.
+    # The active environment's own MPI first (the one its mpi4py loads), then Debian's
+    # side-by-side names (mpicc.openmpi / mpicc.mpich), then the plain name on PATH
+    # (most clusters' modules).
+    for d in _env_bins():
+        path = os.path.join(d, base)
+        if os.access(path, os.X_OK) and _launcher_family_of_tool(path, base) in (lib, "unknown"):
+            return path
     for name in (f"{base}.{lib}", base):
         path = shutil.which(name)
         if path:
@@ -64,7 +84,8 @@ def library_info() -> dict:
     """Name, family and version of the MPI library mpi4py loaded."""
     from mpi4py import MPI
 
-    text = MPI.Get_library_version().strip()
+    release_singleton_segments()
+    text = MPI.Get_library_version().replace("\x00", "").strip()  # C string: NUL-ended
     first = text.splitlines()[0].strip() if text else "unknown"
     low = text.lower()
     family = "openmpi" if "open mpi" in low else "mpich" if "mpich" in low else "other"
@@ -85,6 +106,16 @@ def library_info() -> dict:
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py_version": mpi4py.__version__,
     }
+
+
+def _launcher_family_of_tool(path: str, base: str) -> str:
+    """Which library an environment's mpicc/mpiexec belongs to (by the files beside it)."""
+    bindir = os.path.dirname(path)
+    if os.path.exists(os.path.join(bindir, "ompi_info")):
+        return "openmpi"
+    if os.path.exists(os.path.join(bindir, "mpichversion")):
+        return "mpich"
+    return "unknown"
 
 
 def _launcher_family(path: str) -> str:
@@ -122,12 +153,205 @@ def _openmpi_major(path: str) -> int:
     return 4
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (affinity-aware; what oversubscription is judged by)."""
+def _affinity_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def _cgroup_dirs(controller: str) -> list[str]:
+    """This process's cgroup folders for `controller`, innermost first, up to the root.
+
+    cgroup v2 (one unified hierarchy, ``0::/path``) when its controller is enabled there,
+    else the v1 hierarchy that carries `controller`. A limit set on any ancestor applies,
+    so callers take the smallest. Paths are mapped through the mount's own root (in a
+    container with a cgroup namespace the mount shows only the container's subtree).
+    """
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [ln.rstrip("\n").split(":", 2) for ln in f if ln.count(":") >= 2]
+        with open("/proc/self/mountinfo") as f:
+            mounts = [ln.split() for ln in f]
+    except OSError:
+        return []
+    found: list[tuple[str, str]] = []  # (mount point, cgroup path)
+    for fields in mounts:
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        fstype, root, point = fields[sep + 1], fields[3], fields[4]
+        opts = fields[sep + 3].split(",") if len(fields) > sep + 3 else []
+        for hier, ctrls, path in lines:
+            if fstype == "cgroup2" and hier == "0":
+                try:
+                    with open(os.path.join(point, "cgroup.controllers")) as c:
+                        if controller not in c.read().split():
+                            continue
+                except OSError:
+                    continue
+            elif not (fstype == "cgroup" and controller in ctrls.split(",")
+                      and controller in opts):
+                continue
+            rel = os.path.relpath(path, root) if path.startswith(root) else path
+            found.append((point, "" if rel == "." else rel.strip("/")))
+    dirs: list[str] = []
+    for point, rel in found[:1]:
+        parts = [p for p in rel.split("/") if p]
+        for i in range(len(parts), -1, -1):
+            dirs.append(os.path.join(point, *parts[:i]))
+    return dirs
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _env_number(name: str) -> float | None:
+    value = os.environ.get(name, "").strip()
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number > 0 else None
+
+
+def cpu_quota() -> tuple[float | None, str]:
+    """CPUs this process may use by time quota, and where the limit comes from.
+
+    The smallest of cgroup v2 ``cpu.max``, cgroup v1 ``cpu.cfs_quota_us / cfs_period_us``
+    (over this cgroup and its ancestors) and ``$CPU_LIMIT`` (JupyterHub and Binder set
+    it). ``(None, "none")`` without a quota. A quota is not an affinity mask: a container
+    limited to one CPU still sees every core in ``sched_getaffinity`` and ``nproc``.
+    """
+    best: tuple[float | None, str] = (None, "none")
+
+    def take(value: float | None, source: str) -> None:
+        nonlocal best
+        if value is not None and value > 0 and (best[0] is None or value < best[0]):
+            best = (value, source)
+
+    for d in _cgroup_dirs("cpu"):
+        text = _read(os.path.join(d, "cpu.max"))
+        if text:  # v2: "max 100000" or "100000 100000"
+            quota, _, period = text.partition(" ")
+            if quota != "max" and period:
+                take(int(quota) / int(period), f"cgroup {os.path.join(d, 'cpu.max')}")
+            continue
+        quota, period = (_read(os.path.join(d, f"cpu.cfs_{k}_us")) for k in ("quota", "period"))
+        if quota and period and int(quota) > 0:
+            take(int(quota) / int(period), f"cgroup {os.path.join(d, 'cpu.cfs_quota_us')}")
+    take(_env_number("CPU_LIMIT"), "$CPU_LIMIT")
+    return best
+
+
+def usable_cores() -> int:
+    """Cores this process may keep busy at once: what oversubscription is judged by.
+
+    The smaller of the CPU affinity mask and the cgroup/``$CPU_LIMIT`` quota, rounded
+    down (at least 1): MPI ranks poll while they wait, so two ranks under a 1.5-CPU quota
+    take turns on the CPU time as surely as on one core.
+    """
+    cores = _affinity_cores()
+    quota, _ = cpu_quota()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota + 1e-9)))
+    return cores
+
+
+_NO_LIMIT = 1 << 60  # cgroup v1 reports "unlimited" as a page-rounded 2**63 - 1
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        return 0
+
+
+def memory_limit() -> tuple[int, str]:
+    """Bytes of memory this process may use, and what sets that figure.
+
+    The smallest of physical memory, cgroup v2 ``memory.max`` / v1
+    ``memory.limit_in_bytes`` over this cgroup and its ancestors, and ``$MEM_LIMIT``.
+    """
+    best = (physical_memory(), "physical memory")
+    for d in _cgroup_dirs("memory"):
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            text = _read(os.path.join(d, name))
+            if text and text != "max" and text.isdigit() and int(text) < _NO_LIMIT:
+                if int(text) < best[0]:
+                    best = (int(text), f"cgroup {os.path.join(d, name)}")
+                break
+    env = _env_number("MEM_LIMIT")
+    if env is not None and int(env) < best[0]:
+        best = (int(env), "$MEM_LIMIT")
+    return best
+
+
+def shm_size(directory: str = "/dev/shm") -> tuple[int, int]:
+    """Size and free bytes of the shared-memory file system MPI's transports map.
+
+    Docker's default is 64 MiB. Open MPI puts one segment per rank there (a few MiB
+    each; ``vader_segment.*`` or ``sm_segment.*``), and MPI-3 shared-memory windows
+    allocate from it too: a big window in a small /dev/shm dies with SIGBUS.
+    """
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return 0, 0
+    return st.f_frsize * st.f_blocks, st.f_frsize * st.f_bavail
+
+
+def resources() -> dict:
+    """What this process may use: cores (and why), memory (and why), /dev/shm.
+
+    Every measurement record carries it (:func:`machine_info`), and lectures scale their
+    problem sizes by it (:func:`small_machine`).
+    """
+    quota, quota_from = cpu_quota()
+    mem, mem_from = memory_limit()
+    shm, shm_free = shm_size()
+    return {
+        "cores": usable_cores(),
+        "affinity_cores": _affinity_cores(),
+        "cpu_quota": quota,
+        "cpu_quota_from": quota_from,
+        "memory_bytes": mem,
+        "memory_from": mem_from,
+        "physical_memory_bytes": physical_memory(),
+        "shm_bytes": shm,
+        "shm_free_bytes": shm_free,
+    }
+
+
+SMALL_MEMORY = 4 << 30
+
+
+def small_machine() -> str:
+    """Why the lectures should run their small sweeps here, or "" when full ones fit.
+
+    ``$MPILAB_QUICK=1`` (tests, impatient readers), one core (Binder: every timing waits
+    for the operating system to switch ranks) or less than 4 GiB of memory (Binder's 1-2
+    GiB: the full sweeps' largest grids and messages would not fit beside the engines).
+    ``MPILAB_QUICK=0`` asks for the full sweeps anyway.
+    """
+    forced = os.environ.get("MPILAB_QUICK", "").strip()
+    if forced == "1":
+        return "MPILAB_QUICK=1"
+    if forced == "0":
+        return ""
+    if usable_cores() < 2:
+        return "one core"
+    mem, _ = memory_limit()
+    if mem < SMALL_MEMORY:
+        return f"{mem / 2**30:.1f} GiB of memory"
+    return ""
 
 
 def is_root() -> bool:
@@ -274,6 +498,8 @@ def _mapped_paths() -> set[str]:
 
 # Open MPI's shared-memory transport: vader in 4.x, sm in 5.x
 SEGMENT_PREFIXES = ("vader_segment.", "sm_segment.")
+# MPICH 5's shared-memory segments (mpich_shm_<id>_<n>)
+SEGMENT_PREFIXES += ("mpich_shm_",)
 
 
 def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
@@ -302,6 +528,35 @@ def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
             removed += 1
         except OSError:
             continue
+    return removed
+
+
+def release_singleton_segments() -> int:
+    """Unlink the shared-memory segments of this process if it is an MPI singleton.
+
+    A process that initialises MPI without a launcher (a notebook kernel importing a
+    compiled kernel, the grader, pytest) is a job of one rank. Open MPI 5 still creates
+    its 16 MiB ``sm_segment.*`` file for it, and only the launcher (PRRTE) would remove
+    it: a singleton's file stays in /dev/shm after the process ends (seen with 5.0.11
+    from PyPI), and four kernels fill Binder's 64 MiB /dev/shm. No other process ever
+    opens a singleton's segment, so its name is removed at once; the memory stays mapped
+    and is freed when the process ends. Returns how many files were unlinked.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    try:
+        if (mpi is None or not mpi.Is_initialized() or mpi.Is_finalized()
+                or mpi.COMM_WORLD.Get_size() != 1):
+            return 0
+        with open("/proc/self/maps") as f:
+            paths = {ln.split(None, 5)[-1].strip() for ln in f if "/dev/shm/" in ln}
+    except (OSError, AttributeError):
+        return 0
+    removed = 0
+    for path in paths:
+        if os.path.basename(path).startswith(SEGMENT_PREFIXES) and path.startswith("/dev/shm/"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
     return removed
 
 
@@ -388,6 +643,9 @@ def eager_limits(library: str | None = None) -> dict:
     return found
 
 
+_RECORDED_RESOURCES = ("cores", "cpu_quota", "memory_bytes", "shm_bytes")
+
+
 @functools.cache
 def machine_info() -> dict:
     """Host facts every measurement record carries."""
@@ -403,7 +661,7 @@ def machine_info() -> dict:
     return {
         "hostname": socket.gethostname(),
         "cpu_model": model,
-        "cores": usable_cores(),
+        **{k: v for k, v in resources().items() if k in _RECORDED_RESOURCES},
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "binder": bool(os.environ.get("MPILAB_BINDER") or os.environ.get("BINDER_LAUNCH_HOST")),

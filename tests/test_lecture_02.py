@@ -7,6 +7,7 @@ tables carry the paper's figures beside this machine's and say how they were mea
 and the figures were drawn.
 """
 
+import os
 import re
 
 import pytest
@@ -21,6 +22,14 @@ pytestmark = pytest.mark.slow
 
 def has_png(cell) -> bool:
     return any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+def test_lecture_02_picks_its_sweeps_from_the_machine():
+    """Small sweeps under MPILAB_QUICK=1, or by itself on one core (tests/test_container.py)."""
+    nb = executed("02-halo-exchange")
+    why = os.environ.get("MPILAB_EXPECT_SMALL", "MPILAB_QUICK=1")
+    assert f"Small sweeps ({why}); MPILAB_QUICK=0 runs the full ones." in text_of(
+        cell_with(nb, "SMALL = runtime.small_machine()"))
 
 
 def test_lecture_02_naive_exchange_works_small_and_deadlocks_large():

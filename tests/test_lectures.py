@@ -7,6 +7,7 @@ does not deadlock teaches the wrong lesson). The key outputs of each lecture are
 as text, and no process of the lecture's cluster may outlive the run.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -29,6 +30,9 @@ except runtime.MPINotFound as exc:  # pragma: no cover - depends on the machine
 pytestmark = pytest.mark.slow
 
 _runs: dict = {}
+# "1": small sweeps; "auto": the lecture decides from the machine (tests/test_container.py
+# runs lecture 02 inside a one-CPU cgroup that way)
+QUICK = os.environ.get("MPILAB_QUICK", "1")
 
 
 def executed(stem: str):
@@ -36,7 +40,7 @@ def executed(stem: str):
     if stem not in _runs:
         try:
             _runs[stem] = notebooks.execute(ROOT / "lectures" / f"{stem}.md",
-                                            timeout=CELL_TIMEOUT, env={"MPILAB_QUICK": "1"})
+                                            timeout=CELL_TIMEOUT, env={"MPILAB_QUICK": QUICK})
         except Exception as exc:  # reported by every test that needs this lecture
             _runs[stem] = exc
     nb = _runs[stem]
