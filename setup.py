@@ -4,6 +4,23 @@ Each kernel lives in kernels/<name>/ (C source, header, .pxd mirroring the heade
 .pyx) and becomes the extension module mpilab.kernels.<name>. The ping-pong loop is also
 built as a standalone MPI program, mpilab/kernels/_bin/mpilab-pingpong, the reference
 the Cython kernel is benchmarked against.
+
+What an installed mpilab needs besides its modules travels inside the package, so that a
+non-editable install (`pip install .`, a wheel) works from any directory:
+
+    mpilab/_kernel_src/<folder>/   kernels/<folder>/ as it is in the repository (C,
+                                   headers, Cython, Fortran): the SimGrid and coarray
+                                   programs and a notebook's Cython are built from it at
+                                   run time (mpilab.kernels.source_dir() finds it);
+    mpilab/kernels/_bin/           the standalone MPI programs, built by build_ext below;
+    mpilab/kernels/*.pyi           the kernels' type stubs;
+    mpilab/platforms/*.xml         the simulated machines (SimGrid).
+
+The sources are not copied: package_dir maps the data-only packages
+mpilab._kernel_src.<folder> onto kernels/<folder>, so the sdist carries kernels/ where this
+file compiles from and the wheel carries it under mpilab/_kernel_src/. A checkout (an
+editable install, or `make kernels`, i.e. build_ext --inplace) has no mpilab/_kernel_src
+and uses kernels/ itself.
 """
 
 import importlib.util
@@ -92,4 +109,21 @@ class BuildWithPrograms(build_ext):
             subprocess.run(cmd, check=True, cwd=HERE)
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildWithPrograms})
+PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.plots",
+            "mpilab.platforms"]  # the last holds data only
+KERNEL_SOURCES = ["*.c", "*.h", "*.pyx", "*.pxd", "*.pxi", "*.f90"]
+SOURCE_FOLDERS = sorted(p.name for p in (HERE / "kernels").iterdir()
+                        if p.is_dir() and any(next(p.glob(g), None) for g in KERNEL_SOURCES))
+
+setup(
+    packages=[*PACKAGES, *(f"mpilab._kernel_src.{f}" for f in SOURCE_FOLDERS)],
+    package_dir={"mpilab._kernel_src": "kernels"},
+    package_data={
+        "mpilab": ["py.typed"],
+        "mpilab.kernels": ["*.pyi"],
+        "mpilab.platforms": ["*.xml"],
+        **{f"mpilab._kernel_src.{f}": KERNEL_SOURCES for f in SOURCE_FOLDERS},
+    },
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildWithPrograms},
+)

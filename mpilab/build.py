@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import kernels as _kernels
 from . import runtime
 
 __all__ = ["CompileError", "CythonModule", "CompiledFunction", "cython", "load", "cache_dir"]
@@ -246,10 +247,13 @@ def _compile(source: str, name: str, module_name: str, root: Path, final: Path,
         pyx.write_text(source)
         label = f"{name}.pyx"
         # Cython finds mpi4py's .pxd files on sys.path, as setup.py's cythonize does.
-        kernels_common = Path(__file__).resolve().parent.parent / "kernels" / "common"
+        try:  # the checkout's kernels/common, or the installed package's copy
+            kernels_common = _kernels.source_dir() / "common"
+        except FileNotFoundError:
+            kernels_common = None
         cy = [sys.executable, "-m", "cython", "-3", "--fast-fail", pyx.name, "-o",
               f"{module_name}.c"]
-        if kernels_common.is_dir():
+        if kernels_common is not None and kernels_common.is_dir():
             cy[3:3] = ["-I", str(kernels_common)]
         res = _run(cy, work, timeout)
         if res.returncode != 0:

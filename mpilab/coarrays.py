@@ -56,14 +56,28 @@ from pathlib import Path
 
 import numpy as np
 
+from . import build as _build
 from . import halo, jobs, runtime, validate
+from . import kernels as _kernels
 
 __all__ = ["MODES", "PROGRAMS", "CoarraysUnavailable", "available", "build",
            "run_wave", "time_wave", "reference"]
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "kernels" / "caf"
-BIN = Path(__file__).resolve().parent / "kernels" / "_bin"
+
+def _bin_dir() -> Path:
+    """Where the programs are built: beside the compiled kernels when that folder can be
+    written (a checkout, a user's own environment), else a per-user cache (mpilab
+    installed system-wide)."""
+    package_bin = _kernels.BIN
+    probe = package_bin if package_bin.exists() else package_bin.parent
+    if os.access(probe, os.W_OK):
+        return package_bin
+    return _build.cache_dir().parent / "bin"
+
+
+#: Fortran sources: the checkout's kernels/caf, or the installed package's copy.
+SRC = _kernels.source_dir() / "caf"
+BIN = _bin_dir()
 
 #: Exchange modes, and the program that runs each.
 PROGRAMS = {"blocking": "wave_mpif", "nonblocking": "wave_mpif", "coarray": "wave_caf",
@@ -148,7 +162,8 @@ def _stamp(name: str, tools: dict) -> str:
 def build(force: bool = False) -> dict[str, Path]:
     """Compile ``wave_mpif`` (with ``mpif90``) and ``wave_caf`` (with ``caf``).
 
-    The programs go to ``mpilab/kernels/_bin/``; each is rebuilt only when one of its
+    The programs go to ``mpilab/kernels/_bin/`` (:data:`BIN`; a per-user cache
+    where that folder cannot be written); each is rebuilt only when one of its
     sources, the flags or the compiler changed (a hash beside it says which it was
     built from), or when `force` is true. Concurrent builds wait for each other.
 

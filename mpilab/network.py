@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import collectives, jobs, netlab, runtime, timing, tuning
+from . import collectives, jobs, netlab, paths, runtime, timing, tuning
 
 __all__ = ["PINGPONG_SIZES", "RING_BLOCK", "PLACEMENTS", "REFERENCE", "measure", "reference",
            "schedules", "data_rate_MBps"]
@@ -39,8 +39,7 @@ __all__ = ["PINGPONG_SIZES", "RING_BLOCK", "PLACEMENTS", "REFERENCE", "measure",
 PINGPONG_SIZES = (8, 64, 1024, 16384, 65536, 131072, 262144, 524288, 1 << 20)
 RING_BLOCK = 256 * 1024  # bytes per rank: well past the token bucket and the eager limit
 PLACEMENTS = {"slot": "block (0 1 | 2 3)", "node": "cyclic (0 2 | 1 3)"}
-REFERENCE = (Path(__file__).resolve().parent.parent / "reference" / "2core-epyc-openmpi414"
-             / "net-lab07-fast-ethernet.json")
+REFERENCE = Path("2core-epyc-openmpi414") / "net-lab07-fast-ethernet.json"  # in reference/
 REFERENCE_MACHINE = "a 2-core AMD EPYC with Open MPI 4.1.4 (reference/2core-epyc-openmpi414)"
 # TCP data per full Ethernet frame: 1448 B of data in 1514 B (IPv4, TCP with timestamps)
 WIRE_DATA = 1448 / 1514
@@ -117,8 +116,12 @@ def _burst(shaping: dict) -> int | None:
 
 
 def reference(path: str | Path = REFERENCE) -> dict:
-    """The measurement of :func:`measure` made on the reference machine, labelled."""
-    doc = json.loads(Path(path).read_text())
+    """The measurement of :func:`measure` made on the reference machine, labelled.
+
+    A relative `path` is read from the course's ``reference/`` (:mod:`mpilab.paths`).
+    """
+    path = Path(path)
+    doc = json.loads((path if path.is_absolute() else paths.reference_dir() / path).read_text())
     return {**doc, "measured": False,
             "source": f"REFERENCE DATA measured on {REFERENCE_MACHINE}, not on this machine"}
 

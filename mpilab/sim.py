@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collectives as _collectives
-from . import jobs, models, runtime, timing, validate
+from . import jobs, models, paths, runtime, timing, validate
 from . import kernels as _kernels
 
 __all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "label",
@@ -59,7 +59,7 @@ __all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "
            "check_this_machine", "check_collective", "measure_collective", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = ROOT / "kernels"
+KERNELS = _kernels.source_dir()  # the checkout's kernels/, or the installed package's copy
 PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
 #: The standalone programs and their sources under kernels/: the list setup.py builds
 #: with mpicc (the same C files the Python kernels are built from).
@@ -697,7 +697,7 @@ def check_collective(op: str = "allgather", algs: Sequence[str] = ("ring", "bruc
 
 def reference_dir() -> Path:
     """Where the simulated reference results live (for machines without SimGrid)."""
-    return ROOT / "reference" / "simulated"
+    return paths.reference_dir() / "simulated"
 
 
 def load_reference(name: str) -> dict:

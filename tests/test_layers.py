@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parent.parent / "mpilab"
 # longer name says otherwise ("mpilab" is the package's __init__ alone)
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.netlab",
-                     "mpilab.papers",
+                     "mpilab.papers", "mpilab.paths",
                      "mpilab.validate",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning", "mpilab.network",
                       "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
                       "mpilab.plots.collectives", "mpilab.grading"]),
-    ("front ends", ["mpilab.bench", "mpilab.grading.bench", "mpilab.grading.course"]),
+    ("front ends", ["mpilab.bench", "mpilab.grading.bench", "mpilab.grading.course",
+                    "mpilab.doctor"]),
 ]
 
 

@@ -23,10 +23,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import paths
+
 __all__ = ["REPO", "LABS", "nbgrader", "make_course", "solutions", "submit", "full",
            "scores", "checks_of", "hostile", "PATCH_EVERYTHING", "graded_seconds"]
 
-REPO = Path(__file__).resolve().parents[2]
+try:  # the course's folders: the checkout, or MPILAB_COURSE for an installed package
+    REPO = paths.course_root()
+except paths.CourseNotFound:
+    REPO = Path(__file__).resolve().parents[2]  # a clear FileNotFoundError when used
 LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
         "lab05-collectives", "lab06-allgather", "lab07-across-the-link"]
 

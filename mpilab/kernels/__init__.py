@@ -26,6 +26,13 @@ STANDALONE = {
 }
 NAMES = tuple(KERNELS)
 BIN = Path(__file__).parent / "_bin"
+#: Where the sources live. A checkout keeps them in the repository's ``kernels/``; an
+#: installed wheel carries the same tree as package data in ``mpilab/_kernel_src/``
+#: (setup.py maps the package ``mpilab._kernel_src`` onto ``kernels/``), so what
+#: builds from source at run time (coarray programs, SimGrid programs, a notebook's
+#: Cython that includes ``kernels/common``) finds it either way.
+_PACKAGED_SOURCES = Path(__file__).resolve().parent.parent / "_kernel_src"
+_CHECKOUT_SOURCES = Path(__file__).resolve().parent.parent.parent / "kernels"
 
 
 def __getattr__(name):
@@ -39,9 +46,25 @@ def __getattr__(name):
         ) from exc
 
 
+def source_dir() -> Path:
+    """The folder of the kernels' sources (``common/``, ``caf/``, one folder per kernel).
+
+    The package's own copy when mpilab is installed from a wheel, else the checkout's
+    ``kernels/`` (an editable install, or ``make kernels`` in place).
+    """
+    if _PACKAGED_SOURCES.is_dir():
+        return _PACKAGED_SOURCES
+    if _CHECKOUT_SOURCES.is_dir():
+        return _CHECKOUT_SOURCES
+    raise FileNotFoundError(
+        f"the kernels' sources are neither in {_PACKAGED_SOURCES} (an installed mpilab) nor "
+        f"in {_CHECKOUT_SOURCES} (a checkout): reinstall mpilab")
+
+
 def program(name: str) -> Path:
     """Path of a standalone kernel program, e.g. ``program('mpilab-pingpong')``."""
     path = BIN / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is not built; run `make kernels`")
+        raise FileNotFoundError(f"{path} is not built; run `make kernels` (in a checkout) "
+                                "or reinstall mpilab")
     return path

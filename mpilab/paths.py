@@ -1,0 +1,52 @@
+"""Where the course's files are: lectures, labs, autograder and reference data.
+
+The package and the course are two things: a checkout holds both (``pip install -e .``,
+``make``), while a non-editable ``pip install .`` puts only the package in
+site-packages, and the course's folders stay in the checkout the notebooks run from. The
+course root is, in this order: ``$MPILAB_COURSE``; the folder above the package when it
+is a checkout; the nearest folder at or above the working directory that holds
+``lectures/``, ``labs/`` and ``reference/`` (a notebook runs in ``lectures/`` or
+``labs/<lab>/``, a command in the checkout).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CourseNotFound", "course_root", "reference_dir"]
+
+_MARKERS = ("lectures", "labs", "reference")
+
+
+class CourseNotFound(FileNotFoundError):
+    """No course folder (lectures/, labs/, reference/) was found."""
+
+
+def _is_course(path: Path) -> bool:
+    return all((path / m).is_dir() for m in _MARKERS)
+
+
+def course_root() -> Path:
+    """The course's folder (see the module's docstring); :class:`CourseNotFound` if none."""
+    env = os.environ.get("MPILAB_COURSE")
+    if env:
+        root = Path(env).expanduser().resolve()
+        if not _is_course(root):
+            raise CourseNotFound(f"MPILAB_COURSE={env} has no lectures/, labs/ and reference/")
+        return root
+    beside = Path(__file__).resolve().parent.parent
+    if _is_course(beside):
+        return beside
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if _is_course(folder):
+            return folder
+    raise CourseNotFound(
+        "the course's folders (lectures/, labs/, reference/) are not beside the installed "
+        f"package nor above {here}: run from a checkout of the course, or set MPILAB_COURSE")
+
+
+def reference_dir() -> Path:
+    """``reference/``: measurements and simulations saved on known machines, labelled."""
+    return course_root() / "reference"
