@@ -18,13 +18,18 @@ again reconnects in well under a second.
 from __future__ import annotations
 
 import argparse
+import getpass
 import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
 import socket
+import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,9 @@ from typing import Any
 from . import jobs, netlab, runtime, validate
 
 DEFAULT_TIMEOUT = 30.0
+# How the controller and the engines start: "local" (processes of this host) or "slurm"
+# (two batch jobs: the controller, and the engines as one MPI job in their allocation).
+LAUNCHERS = ("local", "slurm")
 # Defined on every engine, so cells run with execute() or %%mpi can use them at once.
 _PRELUDE = (
     "from mpi4py import MPI\n"
@@ -177,12 +185,35 @@ class MPICluster:
         ``unshaped``).
     map_by : {"node", "slot"}
         ``node``: ranks dealt round-robin over the nodes; ``slot``: node0 filled first.
+    launcher : {"local", "slurm"}
+        ``slurm``: the controller and the engines are Slurm batch jobs, submitted with
+        ``sbatch`` through ipyparallel's ``SlurmControllerLauncher`` and
+        ``SlurmEngineSetLauncher``; the engines are one ``mpiexec`` (the command
+        :func:`mpilab.runtime.launch` gives) inside a job of `n` tasks. :meth:`stop` and
+        :meth:`restart` cancel the jobs (docs/cluster.md).
+    partition, time_limit : str, optional
+        Slurm only: ``sbatch --partition`` and ``--time`` of both jobs.
+    sbatch_args : sequence of str
+        Slurm only: more ``sbatch`` options for both jobs (``["--account=hpc101"]``).
     """
 
     def __init__(self, n: int = 4, transport: str = "shm", cluster_id: str | None = None,
                  start_timeout: float = 60.0, *, nodes: int | None = None,
-                 link: str = "fast-ethernet", map_by: str = "node"):
-        self.launch = runtime.launch(n, transport)  # validates n and transport
+                 link: str = "fast-ethernet", map_by: str = "node", launcher: str = "local",
+                 partition: str | None = None, time_limit: str | None = None,
+                 sbatch_args: Sequence[str] = ()):
+        # validates n and transport; a crashed rank must not hide which one it was
+        self.launch = runtime.launch(n, transport, crash_ends_job=False)
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+        if launcher == "slurm" and nodes is not None:
+            raise ValueError("emulated nodes (nodes=...) run on this host, not under Slurm")
+        if launcher != "slurm" and (partition or time_limit or sbatch_args):
+            raise ValueError("partition, time_limit and sbatch_args are for launcher='slurm'")
+        self.launcher = launcher
+        self.partition, self.time_limit = partition, time_limit
+        self.sbatch_args = [str(a) for a in sbatch_args]
+        self.slurm_overcommit = False  # more ranks than the partition has CPUs
         if nodes is not None:
             validate.count(nodes, "nodes")
             netlab.link_profile(link)  # a clear error for an unknown profile, now
@@ -224,6 +255,8 @@ class MPICluster:
             pl = self.launch.placement
             d.update(link=pl["link"], map_by=pl["map_by"], ranks_per_node=pl["ranks_per_node"],
                      node_of_rank=pl["node_of_rank"], shaping=pl["shaping"])
+        if self.launcher == "slurm":
+            d.update(self._slurm_info())
         d.update(self.library)
         return d
 
@@ -245,6 +278,8 @@ class MPICluster:
             if self.fabric is not None:
                 s += ("; emulated: " + "; ".join(self.fabric.shaping["applied"])
                       + "; not emulated: " + "; ".join(self.fabric.shaping["not_emulated"]))
+        if self.launcher == "slurm":
+            s += ", started as Slurm jobs"
         if self.launch.oversubscribed:
             s += (f" (oversubscribed: {self.n} ranks share {cores} core{'s' * (cores != 1)}, "
                   "so ranks take turns and timings include waiting for a core)")
@@ -263,8 +298,12 @@ class MPICluster:
         if self.nodes:  # the command names the fabric, which a restart replaces
             return {"n": self.n, "transport": self.transport, "nodes": self.nodes,
                     "link": self.link, "map_by": self.map_by, "env": self.launch.env}
-        return {"n": self.n, "transport": self.transport, "command": list(self.launch.command),
-                "env": self.launch.env}
+        settings = {"n": self.n, "transport": self.transport,
+                    "command": list(self.launch.command), "env": self.launch.env}
+        if self.launcher == "slurm":
+            settings.update(launcher="slurm", partition=self.partition,
+                            time_limit=self.time_limit, sbatch_args=self.sbatch_args)
+        return settings
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> MPICluster:
@@ -331,6 +370,8 @@ class MPICluster:
         # No nanny: it only serves per-engine signals (useless under MPI) and lingers
         # for up to a minute after a stop.
         launcher.engine_args = ["--IPEngine.enable_nanny=False"]
+        if self.launcher == "slurm":
+            self._use_slurm(cl)
         self._cluster = cl
         try:
             with runtime.without_mpi_singleton_env():  # ipyparallel copies os.environ
@@ -406,7 +447,10 @@ class MPICluster:
             self._cluster.controller = None
             self._cluster.engines = {}
             self._cluster.shutdown_atexit = False
+        cancelled = self._cancel_slurm_jobs()
         n = kill_cluster_processes(self.cluster_id)
+        if cancelled:
+            self._wait_slurm_jobs_gone(cancelled)
         if self.fabric is not None:
             self.fabric.down()  # with anything still running on its nodes
             self.fabric = None
@@ -430,6 +474,104 @@ class MPICluster:
                 netlab.load(fid).down()
             except KeyError:
                 pass
+
+    # -- Slurm (launcher="slurm") --------------------------------------------------------
+    def _use_slurm(self, cl) -> None:
+        """Have `cl` submit its controller and its engines as Slurm batch jobs."""
+        from ipyparallel.cluster.launcher import SlurmControllerLauncher, SlurmEngineSetLauncher
+
+        if not shutil.which("sbatch"):
+            raise ClusterError("launcher='slurm' needs Slurm's sbatch, which is not on PATH "
+                               "(on one host as root: scripts/slurm-local.sh start)")
+        cl.controller_launcher_class = SlurmControllerLauncher
+        cl.engine_launcher_class = SlurmEngineSetLauncher
+        # The controller's node is known only once its job runs: it listens on every
+        # interface, and engines and this client find it by its host name.
+        cl.controller_ip = "*"
+        cpus = _partition_cpus(self.partition)
+        self.slurm_overcommit = (cpus is not None and self.n > cpus and not
+                                 {"-O", "--overcommit"} & set(self.sbatch_args))
+
+        def script(name: str, lines: list[str]) -> str:
+            # ipyparallel fills {n}, {cluster_id}, {output_file}, {program_and_args}
+            opts = [f"--partition={self.partition}"] * bool(self.partition)
+            opts += [f"--time={self.time_limit}"] * bool(self.time_limit)
+            opts += self.sbatch_args
+            user = "\n".join(f"#SBATCH {o}" for o in opts).replace("{", "{{").replace("}", "}}")
+            return "\n".join(["#!/bin/sh", "#SBATCH --export=ALL",
+                              f"#SBATCH --job-name={name}-{{cluster_id}}",
+                              "#SBATCH --output={output_file}", user, *lines, ""])
+
+        batch_dir = self._profile_dir() / "slurm"
+        batch_dir.mkdir(parents=True, exist_ok=True)
+        ctl = cl.config.SlurmControllerLauncher
+        ctl.batch_template = script("ipcontroller", ["#SBATCH --ntasks=1",
+                                                     "exec {program_and_args}"])
+        ctl.batch_file_name = str(batch_dir / f"{self.cluster_id}-controller.sbatch")
+        ctl.connection_info_timeout = self.start_timeout  # the job may wait in the queue
+        eng = cl.config.SlurmEngineSetLauncher
+        # The engines are one MPI job: the same mpiexec, options and environment (root,
+        # oversubscription, transport) as on this host, inside the job's allocation.
+        mpiexec = shlex.join(self.launch.command).replace("{", "{{").replace("}", "}}")
+        eng.batch_template = script("ipengine", [
+            "#SBATCH --ntasks={n}", *["#SBATCH --overcommit"] * self.slurm_overcommit,
+            f"exec {mpiexec} {{program_and_args}}"])
+        eng.batch_file_name = str(batch_dir / f"{self.cluster_id}-engines.sbatch")
+        eng.environment = dict(self.launch.env)
+        eng.engine_args = ["--mpi", "--IPEngine.enable_nanny=False"]
+
+    def _slurm_info(self) -> dict:
+        ids = {"controller": "", "engines": []}
+        if self._cluster is not None:
+            ids["controller"] = getattr(self._cluster.controller, "job_id", "") or ""
+            ids["engines"] = [es.job_id for es in self._cluster.engines.values()
+                              if getattr(es, "job_id", "")]
+        return {"launcher": "slurm", "mpiexec": " ".join(self.launch.command),
+                "slurm_jobs": ids, "partition": self.partition or "",
+                "slurm_overcommit": self.slurm_overcommit}
+
+    def _slurm_job_names(self) -> str:
+        return f"ipcontroller-{self.cluster_id},ipengine-{self.cluster_id}"
+
+    def _uses_slurm(self) -> bool:
+        if self.launcher == "slurm":
+            return True
+        try:  # a run of this cluster id that another process started
+            return json.loads(self._meta_path().read_text())["settings"].get("launcher") == "slurm"
+        except (OSError, ValueError, KeyError, AttributeError):
+            return False
+
+    def _slurm_jobs(self) -> list[str]:
+        """Ids of this cluster's jobs that Slurm still lists (pending, running, ending)."""
+        out = _slurm(["squeue", "-h", "--user", getpass.getuser(),
+                      "--name", self._slurm_job_names(), "-o", "%i"])
+        return out.split()
+
+    def _cancel_slurm_jobs(self) -> list[str]:
+        """scancel this cluster's jobs (found by name, so an earlier run's too)."""
+        if not self._uses_slurm():
+            return []
+        try:
+            ids = self._slurm_jobs()
+            if ids:
+                _slurm(["scancel", *ids])
+        except ClusterError as exc:
+            warnings.warn(f"could not cancel this cluster's Slurm jobs: {exc}", stacklevel=3)
+            return []
+        for f in (self._profile_dir() / "slurm").glob(f"{self.cluster_id}-*.sbatch"):
+            f.unlink(missing_ok=True)
+        return ids
+
+    def _wait_slurm_jobs_gone(self, ids: list[str], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            while (left := self._slurm_jobs()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except ClusterError as exc:
+            left = [f"unknown ({exc})"]
+        if left:
+            warnings.warn(f"Slurm still lists jobs {', '.join(left)} of {self.cluster_id} "
+                          f"{timeout:g} s after scancel", stacklevel=3)
 
     def stop(self) -> None:
         """Stop every process of this cluster (controller, mpiexec, engines)."""
@@ -570,6 +712,30 @@ class MPICluster:
             raise ClusterDied("an engine died, and the MPI job with it: call lab.restart()") from None
 
 
+def _slurm(cmd: list[str], timeout: float = 30.0) -> str:
+    """Output of a Slurm command; a ClusterError with its message when it fails."""
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"{cmd[0]}: {exc}") from None
+    if res.returncode:
+        raise ClusterError(f"{shlex.join(cmd)}: {res.stderr.strip() or res.returncode}")
+    return res.stdout
+
+
+def _partition_cpus(partition: str | None) -> int | None:
+    """CPUs of a Slurm partition (the default one when None); None when unknown."""
+    try:
+        out = _slurm(["sinfo", "-h", "-o", "%P %C", *(["-p", partition] if partition else [])])
+    except ClusterError:
+        return None
+    for line in out.splitlines():
+        name, cpus = line.split()
+        if partition or name.endswith("*"):  # sinfo marks the default partition with *
+            return int(cpus.rsplit("/", 1)[-1])  # allocated/idle/other/total
+    return None
+
+
 def _show_partial(ar) -> None:
     """Print what a timed-out cell wrote so far (the lesson is often in it)."""
     try:
@@ -599,26 +765,32 @@ def current() -> MPICluster | None:
 
 def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
           start_timeout: float = 60.0, nodes: int | None = None, link: str = "fast-ethernet",
-          map_by: str = "node") -> MPICluster:
+          map_by: str = "node", launcher: str = "local", partition: str | None = None,
+          time_limit: str | None = None, sbatch_args: Sequence[str] = ()) -> MPICluster:
     """Start (or reconnect to) this notebook's cluster of `n` MPI engines.
 
     Calling it again with the same settings returns the running cluster at once;
     with other settings it replaces it. With `nodes`, the ranks run on that many
-    emulated nodes joined by `link` (see :class:`MPICluster`).
+    emulated nodes joined by `link`; with ``launcher="slurm"`` the controller and the
+    engines are Slurm jobs (see :class:`MPICluster`).
     """
     global _current
     cid = cluster_id or default_cluster_id()
-    same = (cid, n, transport, nodes, link if nodes else None, map_by if nodes else None)
+    slurm = (launcher, partition, time_limit, [str(a) for a in sbatch_args])
+    same = (cid, n, transport, nodes, link if nodes else None, map_by if nodes else None, slurm)
     if _current is not None and _current.client is not None and not _current.broken and (
             _current.cluster_id, _current.n, _current.transport, _current.nodes,
             _current.link if _current.nodes else None,
-            _current.map_by if _current.nodes else None) == same:
+            _current.map_by if _current.nodes else None,
+            (_current.launcher, _current.partition, _current.time_limit,
+             _current.sbatch_args)) == same:
         if _current.healthy(timeout=5):
             return _current
     if _current is not None and _current.cluster_id == cid:
         _current.stop()
     c = MPICluster(n, transport, cid, start_timeout=start_timeout, nodes=nodes, link=link,
-                   map_by=map_by)
+                   map_by=map_by, launcher=launcher, partition=partition,
+                   time_limit=time_limit, sbatch_args=sbatch_args)
     if os.environ.get("MPILAB_GRADING"):
         # At autograde time the tests run elsewhere (mpilab.grading.isolated): the
         # notebook's own engines start only if one of its cells uses them.
@@ -641,7 +813,10 @@ def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
         raise ClusterError(f"no running mpilab cluster {cluster_id!r}") from None
     c = MPICluster(settings["n"], settings["transport"], cluster_id,
                    nodes=settings.get("nodes"), link=settings.get("link", "fast-ethernet"),
-                   map_by=settings.get("map_by", "node"))
+                   map_by=settings.get("map_by", "node"),
+                   launcher=settings.get("launcher", "local"),
+                   partition=settings.get("partition"), time_limit=settings.get("time_limit"),
+                   sbatch_args=settings.get("sbatch_args", ()))
     if not c._reconnect():
         raise ClusterError(f"cluster {cluster_id!r} does not answer; start it again")
     _current = c
@@ -663,6 +838,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
                    help="spread the ranks over N emulated nodes (root; mpilab.netlab)")
     s.add_argument("--link", default="fast-ethernet", choices=list(netlab.PROFILES))
     s.add_argument("--map-by", default="node", choices=("node", "slot"))
+    s.add_argument("--launcher", default="local", choices=LAUNCHERS,
+                   help="slurm: the controller and the engines are Slurm jobs")
+    s.add_argument("--partition", default=None, help="Slurm partition (with --launcher slurm)")
+    s.add_argument("--time-limit", default=None, help="Slurm time limit, e.g. 01:00:00")
     st = sub.add_parser("stop", help="stop a cluster")
     st.add_argument("--id", default="mpilab-default")
     sub.add_parser("clean", help="kill every mpilab cluster process of this user")
@@ -672,7 +851,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if not a.cmd == "clean" and not a.id.startswith("mpilab-"):
         p.error("cluster ids start with 'mpilab-'")
     if a.cmd == "start":
-        c = MPICluster(a.n, a.transport, a.id, nodes=a.nodes, link=a.link, map_by=a.map_by)
+        c = MPICluster(a.n, a.transport, a.id, nodes=a.nodes, link=a.link, map_by=a.map_by,
+                       launcher=a.launcher, partition=a.partition, time_limit=a.time_limit)
         c.persistent_nodes = True  # the nodes stay up with the cluster, until `stop`
         try:
             c.start()
