@@ -560,12 +560,18 @@ def release_singleton_segments() -> int:
     return removed
 
 
-def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch:
+def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
+           crash_ends_job: bool = True) -> Launch:
     """Launcher command and environment for `ranks` processes over `transport`.
 
     ``shm`` is the library's default on one host (shared memory between ranks);
     ``tcp`` forces the network stack over the loopback interface, which is what a
     message between two nodes goes through, minus the wire.
+
+    ``crash_ends_job=False`` (the notebook's engines): a rank that exits does not make
+    the launcher kill the others at once, so the cluster can say which rank died. MPICH's
+    hydra kills every rank within milliseconds otherwise; Open MPI's launcher is slow
+    enough for that already. The cluster restarts the whole job after a crash anyway.
     """
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
@@ -608,10 +614,13 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None) -> Launch
                 args += ["--mca", "smsc", "^cma"]
         # No "did you mean to run on more cores" chatter in notebooks.
         env["OMPI_MCA_rmaps_base_inherit"] = "0"
-    elif transport == "tcp":
-        # MPICH ch4: route even local messages through the network module.
-        env["MPIR_CVAR_NOLOCAL"] = "1"
-        env["MPIR_CVAR_CH4_NOLOCAL"] = "1"
+    else:
+        if not crash_ends_job and family == "mpich":
+            args += ["-disable-auto-cleanup"]
+        if transport == "tcp":
+            # MPICH ch4: route even local messages through the network module.
+            env["MPIR_CVAR_NOLOCAL"] = "1"
+            env["MPIR_CVAR_CH4_NOLOCAL"] = "1"
     return Launch(ranks, transport, exe, tuple(args), env, over, family)
 
 

