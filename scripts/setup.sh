@@ -15,8 +15,9 @@
 #    test suite passed with (constraints.txt; skipped inside a conda environment that has
 #    MPI: that environment is used as it is). MPILAB_LATEST=1 installs the newest
 #    releases instead (what `make test-latest` uses, in a copy of the tree).
-# 3. With --test: Chromium for the browser test (root on Debian only), and a second
-#    cloudpickle release in .venv/alt/ (tests/test_sources.py runs both).
+# 3. With --test: Chromium for the browser test and Slurm (slurm-wlm, munge) for the
+#    cluster-launcher test (root on Debian only), and a second cloudpickle release in
+#    .venv/alt/ (tests/test_sources.py runs both).
 # The kernels are built by `make kernels`, which runs after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -164,13 +165,26 @@ if [[ "$stamp_have" != "$stamp_want" ]] \
   echo "$stamp_want" > "$stamp_file"
 fi
 
-# Lectures are MyST markdown: open them as notebooks in JupyterLab (same file Binder uses).
+# JupyterLab's defaults for everyone: .md opens as a notebook; no news or update pop-ups
+# (the same file Binder uses).
 install -D -m 644 binder/overrides.json \
   "$($PY -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings/overrides.json"
 
-# --- 3. Browser for the JupyterLab test; the other cloudpickle --------------------------
+# --- 3. Browser for the JupyterLab test; Slurm; the other cloudpickle --------------------
 if [[ $WANT_TEST == 1 ]] && ! have chromium; then
   apt_install chromium fonts-dejavu-core || say "no chromium (not root?): the browser test will be skipped"
+fi
+# A one-host Slurm for tests/test_slurm.py (scripts/slurm-local.sh configures and starts it).
+if [[ $WANT_TEST == 1 ]] && { ! have slurmctld || ! have munged; }; then
+  apt_install slurm-wlm munge || say "no Slurm (not root?): tests/test_slurm.py will be skipped"
+fi
+# repo2docker, in a venv of its own, reads binder/ as Binder would (tests/test_binder.py);
+# it needs neither Docker nor conda-forge for that.
+R2D_VERSION=2026.4.0
+if [[ $WANT_TEST == 1 ]] && [[ ! -x .venv/alt/repo2docker/bin/repo2docker ]]; then
+  { python3 -m venv .venv/alt/repo2docker \
+    && .venv/alt/repo2docker/bin/pip install -q "jupyter-repo2docker==$R2D_VERSION"; } \
+    || { rm -rf .venv/alt/repo2docker; say "no repo2docker: tests/test_binder.py skips its check"; }
 fi
 # cloudpickle 3.1.3 pickles a function's code with co_filename "<dynamic-code>", 3.1.2
 # with the original file name; the source lines of engine frames must not depend on it.

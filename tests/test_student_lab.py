@@ -1,0 +1,370 @@
+"""A student's JupyterLab (`make lab`, Binder): the course, and nothing that errors or invites
+a wrong click.
+
+The server is started as `make lab` and binder/start start it: ``jupyter/student`` on
+``JUPYTER_CONFIG_PATH`` (tests/test_jupyterlab.py has the machinery and the instructor's
+side). A student sees no formgrader, course list, create-assignment, assignment list or
+Validate button from nbgrader, no IPython Parallel sidebar, no question about Jupyter news,
+not the layout of an earlier session, and the terminal stays quiet when a notebook
+restarts its cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import needs_mpi
+from test_jupyterlab import (
+    RESULTS,
+    ROOT,
+    SAVED_FILE,
+    chromium,
+    main_tab,
+    new_page,
+    open_lab,
+    page_config,
+    running_lab,
+    screenshot_on_failure,
+)
+
+STUDENT = ROOT / "jupyter" / "student"
+HIDDEN_SERVER_EXTENSIONS = (
+    "nbgrader.server_extensions.formgrader",
+    "nbgrader.server_extensions.course_list",
+    "nbgrader.server_extensions.assignment_list",
+    "nbgrader.server_extensions.validate_assignment",
+    "ipyparallel",
+)
+# What the server's log (the terminal that runs `make lab`) must not show a student: nbgrader's
+# exchange errors, ipyparallel copying a controller's log, any error the server logs.
+BAD_LOG = re.compile(r"ExchangeError|Unwritable directory|IPController|Output for ipcontroller"
+                     r"|^\[E ", re.M)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with running_lab(tmp_path_factory.mktemp("jupyterlab-student"), "student") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
+
+
+@pytest.fixture
+def page(browser):
+    yield from new_page(browser)
+
+
+def _disabled_plugins() -> list[str]:
+    data = json.loads((STUDENT / "labconfig" / "page_config.json").read_text())
+    return [name for name, off in data["disabledExtensions"].items() if off]
+
+
+def _installed_plugin_ids() -> str:
+    """The JavaScript of every installed lab extension, where plugin ids are declared."""
+    import sys
+
+    base = Path(sys.prefix, "share", "jupyter", "labextensions")
+    return "\n".join(p.read_text(errors="replace") for p in base.glob("**/static/*.js"))
+
+
+def assert_quiet_log(lab) -> None:
+    text = lab.log.read_text(errors="replace")
+    bad = [m.group(0) for m in BAD_LOG.finditer(text)]
+    assert not bad, f"the server log shows {bad[:5]}:\n{lab.log_tail()}"
+
+
+# --- HTTP checks --------------------------------------------------------------------------
+def test_instructor_server_extensions_are_not_loaded(lab):
+    """nbgrader's instructor and exchange handlers and ipyparallel's are not served."""
+    log = lab.log.read_text(errors="replace")
+    for name in HIDDEN_SERVER_EXTENSIONS:
+        assert f"{name} | extension was successfully loaded" not in log, lab.log_tail()
+    assert "jupyterlab_jupytext | extension was successfully loaded" in log, lab.log_tail()
+    for path in ("/formgrader/api/status", "/formgrader/api/assignments", "/formgrader/courses",
+                 "/assignments?course_id=mpilab", "/nbgrader_version?version=0",
+                 "/ipyparallel/clusters"):
+        status, _body = lab.get(path)
+        assert status == 404, f"{path} answered {status} on a student's server"
+
+
+def test_hidden_plugins_are_real_plugin_ids(lab):
+    """Every plugin the student config disables exists (a renamed one would reappear)."""
+    installed = _installed_plugin_ids()
+    disabled = set(page_config(lab)["disabledExtensions"])
+    for plugin in _disabled_plugins():
+        assert f'"{plugin}"' in installed, f"no installed lab extension declares {plugin}"
+        assert plugin in disabled, f"{plugin} is not disabled on the server: {sorted(disabled)}"
+    for plugin in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                   "@jupyter/nbgrader:course-list", "ipyparallel-labextension:plugin"):
+        assert plugin in disabled
+
+
+def test_a_fresh_workspace_at_every_start(lab):
+    """Layouts are kept in a folder of this server's own, empty at start, not the user's."""
+    where = Path(page_config(lab)["workspacesDir"])
+    assert where.resolve() != lab.workspaces.resolve()
+    assert where.is_dir() and where.name.startswith("mpilab-workspaces-")
+    assert any(lab.workspaces.iterdir()), "the saved workspace the test relies on is gone"
+
+
+# --- in a browser -----------------------------------------------------------------------------
+@pytest.mark.browser
+def test_browser_student_sees_the_course_and_nothing_else(lab, page):
+    """In Chromium: no Nbgrader menu (no Formgrader, Course List, Create Assignment), no
+    create-assignment or IPython Parallel sidebar, no dialog or notification, and the
+    layout saved by an earlier session does not come back (nor its kernels)."""
+    from playwright.sync_api import expect
+
+    with screenshot_on_failure(page, "jupyterlab-student"):
+        open_lab(page, lab.url + "/lab")
+        # The launcher shows once the (empty) layout is restored; the instructor's server,
+        # given the same saved workspace, shows its editor instead.
+        expect(main_tab(page, "Launcher")).to_be_visible(timeout=30_000)
+        expect(main_tab(page, Path(SAVED_FILE).name)).to_have_count(0)
+
+        menus = page.locator("#jp-menu-panel .lm-MenuBar-itemLabel")
+        expect(menus.filter(has_text=re.compile("^File$"))).to_be_visible()
+        expect(menus.filter(has_text=re.compile("^Nbgrader$"))).to_have_count(0)
+        expect(page.locator('.lm-TabBar-tab[data-id="ipp-cluster-launcher"]')).to_have_count(0)
+        expect(page.locator("#ipp-cluster-launcher")).to_have_count(0)
+        expect(page.locator('.lm-TabBar-tab[title="Nbgrader Create Assignment"]')).to_have_count(0)
+
+        # nbgrader's commands are not registered at all: the command palette has none.
+        page.keyboard.press("Control+Shift+C")
+        palette = page.locator("#modal-command-palette")
+        expect(palette).to_be_visible()
+        for words in ("Formgrader", "Course List", "Create Assignment", "Assignment List"):
+            palette.locator("input").fill(words)
+            items = palette.locator(".lm-CommandPalette-item",
+                                    has_text=re.compile(words, re.I))
+            expect(items).to_have_count(0)
+        page.keyboard.press("Escape")
+
+        # JupyterLab asks about news within a second or two of loading, where it asks.
+        page.wait_for_timeout(3000)
+        expect(page.locator(".jp-Dialog")).to_have_count(0)
+        expect(page.locator(".Toastify__toast")).to_have_count(0)
+        expect(page.locator(".jp-Notification-Status")).to_have_text("0")
+    status, body = lab.get("/api/sessions")
+    assert status == 200 and json.loads(body) == [], f"kernels were started: {body}"
+    assert_quiet_log(lab)
+    RESULTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(RESULTS / "jupyterlab-student.png"))
+
+
+LECTURE_PROBE = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3 (ipykernel)
+  language: python
+  name: python3
+---
+
+# Viewer probe
+
+```{code-cell} ipython3
+answer = 6 * 7
+```
+"""
+
+
+def _end_sessions(lab, page=None, settle: float = 60) -> None:
+    """Close `page`, then shut every kernel down. A kernel is first left to finish starting
+    (one killed while it imports prints a KeyboardInterrupt to the server's terminal), and
+    a page's notebook to get its kernel (a page closed before that leaves the server
+    starting a kernel nobody will end); the page goes before its kernel does, or JupyterLab
+    would start it another one."""
+    deadline = time.monotonic() + settle
+    while time.monotonic() < deadline:
+        status, body = lab.get("/api/kernels")
+        kernels = json.loads(body) if status == 200 else []
+        if (kernels or page is None) and all(k["execution_state"] in ("idle", "dead")
+                                             for k in kernels):
+            break
+        time.sleep(0.5)
+    if page is not None:
+        page.close()
+    status, body = lab.get("/api/sessions")
+    for session in json.loads(body) if status == 200 else []:
+        req = urllib.request.Request(f"{lab.url}/api/sessions/{session['id']}", method="DELETE",
+                                     headers=_xsrf_headers(lab))
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except OSError:
+            pass
+
+
+@pytest.mark.browser
+def test_browser_opens_a_myst_lecture_as_a_notebook(lab, page):
+    """Double-clicking a MyST .md (as lectures are) opens a notebook, not a text editor,
+    with no Validate button (nbgrader's, which can only fail on a lecture)."""
+    from playwright.sync_api import expect
+
+    RESULTS.mkdir(exist_ok=True)
+    probe = RESULTS / "viewer-probe.md"  # results/ is git-ignored
+    probe.write_text(LECTURE_PROBE)
+    try:
+        with screenshot_on_failure(page, "viewer-probe"):
+            open_lab(page, lab.url + "/lab/tree/results")
+            item = page.locator(
+                "#filebrowser .jp-DirListing-item",
+                has=page.locator(".jp-DirListing-itemText", has_text="viewer-probe.md"),
+            )
+            expect(item).to_be_visible(timeout=30_000)
+            item.dblclick()
+            notebook = page.locator(".jp-NotebookPanel")
+            expect(notebook).to_be_visible(timeout=30_000)
+            expect(notebook.locator(".jp-MarkdownCell h1")).to_contain_text("Viewer probe")
+            expect(notebook.locator(".jp-CodeCell .jp-InputArea-editor")).to_contain_text(
+                "answer = 6 * 7"
+            )
+            expect(page.locator(".jp-FileEditor")).to_have_count(0)
+            toolbar = notebook.locator(".jp-NotebookPanel-toolbar")
+            expect(toolbar).to_be_visible()
+            expect(toolbar.get_by_text("Validate", exact=True)).to_have_count(0)
+            expect(page.locator(".jp-Dialog")).to_have_count(0)
+    finally:
+        # The notebook started a kernel: shut it down with the page.
+        _end_sessions(lab, page)
+        probe.unlink(missing_ok=True)
+        checkpoints = RESULTS / ".ipynb_checkpoints"  # JupyterLab made one on opening
+        (checkpoints / "viewer-probe-checkpoint.md").unlink(missing_ok=True)
+        try:
+            checkpoints.rmdir()
+        except OSError:
+            pass
+    assert_quiet_log(lab)
+
+
+# --- a cluster restarted from a notebook ----------------------------------------------------
+def _xsrf_headers(lab) -> dict[str, str]:
+    """The cookie and header a browser sends with a POST (Jupyter server checks both)."""
+    with urllib.request.urlopen(lab.url + "/lab", timeout=10) as r:
+        cookies = r.headers.get_all("Set-Cookie") or []
+    for c in cookies:
+        name, _, rest = c.partition("=")
+        if name.strip() == "_xsrf":
+            token = rest.split(";")[0]
+            return {"X-XSRFToken": token, "Cookie": f"_xsrf={token}"}
+    return {}
+
+
+def _run_in_kernel(lab, path: str, code: str, timeout: float) -> list[str]:
+    """Run `code` in a kernel the server starts for notebook `path`; its stream output."""
+    from tornado import websocket
+
+    req = urllib.request.Request(
+        lab.url + "/api/sessions", method="POST",
+        data=json.dumps({"path": path, "type": "notebook", "name": "",
+                         "kernel": {"name": "python3"}}).encode(),
+        headers={"Content-Type": "application/json", **_xsrf_headers(lab)},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as r:
+        kernel = json.load(r)["kernel"]["id"]
+    out: list[str] = []
+
+    async def run():
+        ws = await websocket.websocket_connect(
+            lab.url.replace("http", "ws", 1) + f"/api/kernels/{kernel}/channels")
+        msg_id = uuid.uuid4().hex
+        ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "",
+                       "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": False,
+                        "user_expressions": {}, "allow_stdin": False},
+        }))  # fmt: skip
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                raw = await ws.read_message()
+                if raw is None:
+                    break
+                if isinstance(raw, bytes):
+                    continue
+                msg = json.loads(raw)
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                kind = msg["msg_type"]
+                if kind == "stream":
+                    out.append(msg["content"]["text"])
+                elif kind == "error":
+                    out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+                elif kind == "execute_reply":
+                    return
+            out.append("TIMEOUT")
+        finally:
+            ws.close()
+
+    # In a thread of its own: Playwright's sync API keeps an event loop in this one.
+    failed: list[BaseException] = []
+
+    def in_thread():
+        try:
+            asyncio.run(asyncio.wait_for(run(), timeout + 10))
+        except BaseException as exc:  # reported below, in the test's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=in_thread, daemon=True)
+    worker.start()
+    worker.join(timeout + 20)
+    if failed:
+        raise failed[0]
+    return out
+
+
+@needs_mpi
+def test_restarting_a_cluster_keeps_the_terminal_quiet(lab):
+    """A notebook starts, restarts and stops its cluster while the page polls for clusters
+    (as the IPython Parallel sidebar does): nothing of the controller's log reaches the
+    server's terminal (ipyparallel's server side would copy 100 lines of it per restart)."""
+    probe = RESULTS / "cluster-probe.md"
+    RESULTS.mkdir(exist_ok=True)
+    probe.write_text(LECTURE_PROBE)
+    polled: list[int] = []
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            try:
+                polled.append(lab.get("/ipyparallel/clusters")[0])
+            except OSError:
+                pass
+            stop.wait(1.0)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    code = ("from mpilab import cluster\nc = cluster.start(2)\nc.restart()\n"
+            "print('ranks', c.run(lambda: 1))\nc.stop()\nprint('stopped')")
+    try:
+        out = _run_in_kernel(lab, "results/cluster-probe.md", code, timeout=240)
+    finally:
+        stop.set()
+        poller.join(timeout=10)
+        _end_sessions(lab)
+        probe.unlink(missing_ok=True)
+    text = "".join(out)
+    assert "stopped" in text, text
+    assert polled and set(polled) == {404}, polled
+    assert_quiet_log(lab)
+
+
+def test_server_log_stays_quiet(lab):
+    """After everything above: no ExchangeError, server error or controller output logged."""
+    assert_quiet_log(lab)
