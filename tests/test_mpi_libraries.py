@@ -119,3 +119,39 @@ def test_the_kernels_use_the_library_mpi4py_loaded():
     libs = ast.literal_eval(out.stdout)
     assert len({os.path.realpath(p) for p in libs}) == 1, libs
     assert "size changed, may indicate binary incompatibility" not in out.stderr, out.stderr
+
+
+def _another_libmpi() -> str | None:
+    """An MPI library on this machine other than the one in use (Debian's, when the
+    tests run on a PyPI wheel's), or None."""
+    mine = set(runtime_libs())
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        for name in ("libmpi.so.40", "libmpi.so.12", "libmpich.so.12"):
+            path = os.path.realpath(os.path.join(d, name))
+            if os.path.exists(path) and path not in mine:
+                return path
+    return None
+
+
+def runtime_libs() -> list[str]:
+    code = ("from mpi4py import MPI\nfrom mpilab import kernels\n"
+            "print('\\n'.join(kernels.mpi_libraries()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=runtime.clean_env())
+    return out.stdout.split()
+
+
+def test_a_kernel_beside_a_second_mpi_library_is_refused_with_a_clear_error():
+    """Two MPI libraries in one process (a kernel built for another MPI) would crash at
+    the first call; importing the kernel says why instead."""
+    other = _another_libmpi()
+    if other is None:
+        pytest.skip("no second MPI library on this machine (the PyPI-wheel runs have one)")
+    code = (f"import ctypes\nfrom mpi4py import MPI\nctypes.CDLL({other!r})\n"
+            "try:\n    from mpilab.kernels import pingpong\nexcept ImportError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=runtime.clean_env())
+    assert out.returncode == 0, out.stderr
+    assert "refused: the compiled kernel 'pingpong' and mpi4py use different MPI" in out.stdout
+    assert other in out.stdout

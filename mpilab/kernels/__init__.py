@@ -5,6 +5,8 @@ is the kernel. Each takes an mpi4py communicator and never initialises MPI itsel
 """
 
 import importlib
+import os
+import re
 from pathlib import Path
 
 #: The one list of kernels: module name -> its C sources in ``kernels/<name>/`` (besides
@@ -35,15 +37,38 @@ _PACKAGED_SOURCES = Path(__file__).resolve().parent.parent / "_kernel_src"
 _CHECKOUT_SOURCES = Path(__file__).resolve().parent.parent.parent / "kernels"
 
 
+def mpi_libraries() -> list[str]:
+    """The MPI libraries (``libmpi.so*``, ``libmpich.so*``) this process has loaded."""
+    found = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if re.match(r"libmpi(ch)?\.so", os.path.basename(path)):
+                    found.add(os.path.realpath(path))
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return sorted(found)
+
+
 def __getattr__(name):
     if name not in NAMES:
         raise AttributeError(f"module 'mpilab.kernels' has no attribute {name!r}")
     try:
-        return importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(f"{__name__}.{name}")
     except ImportError as exc:
         raise ImportError(
             f"the compiled kernel {name!r} is not built ({exc}); run `make kernels`"
         ) from exc
+    # A kernel compiled with another MPI's mpicc than the library mpi4py loaded brings a
+    # second libmpi into the process, and its first call crashes: say so instead.
+    libs = mpi_libraries()
+    if len(libs) > 1:
+        raise ImportError(
+            f"the compiled kernel {name!r} and mpi4py use different MPI libraries "
+            f"({', '.join(libs)}): the kernels were built for another MPI than the one in "
+            "use; run `make kernels` (a checkout) or reinstall mpilab with this MPI")
+    return module
 
 
 def source_dir() -> Path:
