@@ -168,3 +168,40 @@ def test_reconnect_from_another_process_is_fast():
     while cluster.cluster_processes(cid) and time.time() < deadline:
         time.sleep(0.2)
     assert cluster.cluster_processes(cid) == []
+
+
+def _flaky_launcher(tmp_path, failures: int) -> str:
+    """A real launcher that exits 213 at its first `failures` starts, then is mpiexec."""
+    from mpilab import runtime
+
+    state = tmp_path / "starts"
+    wrapper = tmp_path / "mpiexec-flaky"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" != "--version" ] && [ "$(cat {state} 2>/dev/null | wc -c)" -lt {failures} ]; then\n'
+        f"  printf x >> {state}; echo 'launcher gave up' >&2; exit 213\n"
+        "fi\n"
+        f'exec {runtime.mpiexec()} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_launcher_that_exits_at_start_gets_one_more_try(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPILAB_MPIEXEC", _flaky_launcher(tmp_path, failures=1))
+    c = cluster.MPICluster(2, cluster_id=f"mpilab-test-flaky-{os.getpid()}")
+    try:
+        c.start()
+        assert c.run(lambda: 7, timeout=20) == [7, 7]
+        assert "Engine set stopped" in c.timings["start_retried_after"]
+    finally:
+        c.stop()
+    assert cluster.cluster_processes(c.cluster_id) == []
+
+
+def test_a_launcher_that_keeps_failing_is_reported_with_its_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPILAB_MPIEXEC", _flaky_launcher(tmp_path, failures=5))
+    c = cluster.MPICluster(2, cluster_id=f"mpilab-test-flaky2-{os.getpid()}")
+    with pytest.raises(cluster.ClusterError, match="(?s)did not start.*launcher gave up"):
+        c.start()
+    assert (tmp_path / "starts").read_text() == "xx"  # two tries, no more
+    assert cluster.cluster_processes(c.cluster_id) == []

@@ -86,7 +86,7 @@ def test_more_ranks_than_cores_run_and_say_so(script):
 def test_a_killed_job_leaves_no_shared_memory(script):
     before = segments()
     with pytest.raises(jobs.JobTimeout) as err:
-        jobs.run(runtime.launch(3), [sys.executable, str(script), "stay"], timeout=15)
+        jobs.run(runtime.launch(3), [sys.executable, str(script), "stay"], timeout=8)
     assert "waiting" in err.value.stdout  # it was killed in the middle, segments in use
     assert segments() - before == set()
 
