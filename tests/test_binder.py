@@ -77,14 +77,14 @@ def test_start_lets_open_mpi_run_more_ranks_than_cores():
     env.pop("PRTE_MCA_rmaps_default_mapping_policy", None)
     if runtime.is_root():  # Binder never is; this machine may be
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # one line from rank 0: lines printed by several ranks at once can interleave
     program = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
-               "print(c.Get_rank(), c.Get_size(), flush=True)")
+               "got = c.gather((c.Get_rank(), c.Get_size()));"
+               "c.Get_rank() or print('ranks', sorted(got), flush=True)")
     r = _start(runtime.mpiexec(), "-n", str(ranks), sys.executable, "-c", program, env=env,
                timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(line.split()[0] for line in r.stdout.splitlines()) == sorted(
-        str(i) for i in range(ranks)), r.stdout
-    assert {line.split()[1] for line in r.stdout.splitlines()} == {str(ranks)}
+    assert f"ranks {[(i, ranks) for i in range(ranks)]}" in r.stdout, r.stdout
 
 
 def _repo2docker_python() -> str | None:
