@@ -60,6 +60,11 @@ def __getattr__(name):
         raise ImportError(
             f"the compiled kernel {name!r} is not built ({exc}); run `make kernels`"
         ) from exc
+    # Importing a kernel initialises MPI: a process that did so alone (a notebook's kernel)
+    # must not leave Open MPI 5's singleton segment in /dev/shm (runtime's docstring).
+    from .. import runtime
+
+    runtime.release_singleton_segments()
     # A kernel compiled with another MPI's mpicc than the library mpi4py loaded brings a
     # second libmpi into the process, and its first call crashes: say so instead.
     libs = mpi_libraries()
