@@ -86,11 +86,21 @@ def extensions():
         compiler_directives={"language_level": 3},
         build_dir="build/cython",  # generated C must not overwrite the kernels' own .c
         quiet=True,
+        nthreads=max(1, len(os.sched_getaffinity(0))),
     )
 
 
 class BuildWithPrograms(build_ext):
-    """build_ext, then the standalone MPI programs next to the extensions."""
+    """build_ext, then the standalone MPI programs next to the extensions.
+
+    The extensions compile in parallel, one per core, unless ``-j`` says otherwise: the
+    kernels are half of a fresh install's time (48 s on one of 2 cores, 27 s on both).
+    """
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = max(1, len(os.sched_getaffinity(0)))
 
     def run(self):
         super().run()

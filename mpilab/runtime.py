@@ -531,6 +531,63 @@ def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
     return removed
 
 
+# MPICH's hydra: each node's proxy writes the machine's topology for its ranks to
+# /tmp/hydra_hwloc_xmlfile_XXXXXX (a fixed path: TMPDIR is not read) and unlinks it only
+# when it ends normally; under -disable-auto-cleanup (the notebook's engines) or SIGKILL
+# the file stays (93 of them after a day of tests here).
+HYDRA_TOPOLOGY_PREFIX = "hydra_hwloc_xmlfile_"
+HYDRA_PROCESSES = ("hydra_pmi_proxy", "mpiexec.hydra")
+
+
+def remove_stale_hydra_files(directory: str = "/tmp") -> int:
+    """Delete the topology files of MPICH jobs that have ended; how many.
+
+    The ranks read the file once, in ``MPI_Init``, while their proxy runs, and nothing
+    names the proxy that wrote a given file: so this user's files are removed only when
+    none of this user's hydra processes is alive (a later call catches what a running
+    job kept).
+    """
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(HYDRA_TOPOLOGY_PREFIX)]
+    except OSError:
+        return 0
+    uid = os.geteuid()
+    mine = [n for n in names if _owned_by(os.path.join(directory, n), uid)]
+    if not mine or _hydra_running(uid):
+        return 0
+    removed = 0
+    for name in mine:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+    return removed
+
+
+def _owned_by(path: str, uid: int) -> bool:
+    try:
+        return os.lstat(path).st_uid == uid
+    except OSError:
+        return False
+
+
+def _hydra_running(uid: int) -> bool:
+    """Whether one of this user's hydra processes is alive (a zombie, killed but not yet
+    reaped by its parent, is not)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+            if (name in HYDRA_PROCESSES and state not in "ZX"
+                    and os.stat(f"/proc/{pid}").st_uid == uid):
+                return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def release_singleton_segments() -> int:
     """Unlink the shared-memory segments of this process if it is an MPI singleton.
 
@@ -615,6 +672,8 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
         # No "did you mean to run on more cores" chatter in notebooks.
         env["OMPI_MCA_rmaps_base_inherit"] = "0"
     else:
+        if family == "mpich":
+            remove_stale_hydra_files()
         if not crash_ends_job and family == "mpich":
             args += ["-disable-auto-cleanup"]
         if transport == "tcp":

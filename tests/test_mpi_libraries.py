@@ -91,6 +91,37 @@ def test_a_killed_job_leaves_no_shared_memory(script):
     assert segments() - before == set()
 
 
+def hydra_files() -> set[str]:
+    return {n for n in os.listdir("/tmp") if n.startswith(runtime.HYDRA_TOPOLOGY_PREFIX)}
+
+
+@pytest.mark.parametrize("ending", ["finishes", "killed"])
+def test_an_mpich_job_leaves_no_topology_file(script, ending):
+    """MPICH's proxies write /tmp/hydra_hwloc_xmlfile_* for their ranks and keep it when
+    they run with -disable-auto-cleanup (the engines) or are killed."""
+    if runtime.library_info()["mpi_library"] != "mpich":
+        pytest.skip("MPICH's hydra only (scripts/test-mpi.sh mpich)")
+    before = hydra_files()
+    launch = runtime.launch(2, crash_ends_job=False)
+    assert "-disable-auto-cleanup" in launch.args
+    if ending == "killed":
+        with pytest.raises(jobs.JobTimeout) as err:
+            jobs.run(launch, [sys.executable, str(script), "stay"], timeout=8)
+        assert "waiting" in err.value.stdout
+    else:
+        out = jobs.run(launch, [sys.executable, str(script)], timeout=60)
+        assert "ring [1, 0]" in out.stdout, out.stdout + out.stderr
+    assert hydra_files() - before == set()
+
+
+def test_asking_which_mpi_is_loaded_leaves_nothing():
+    """`kernels.mpi_libraries()` after a plain ``from mpi4py import MPI`` (an Open MPI 5
+    singleton's segment stayed in /dev/shm in a CI run)."""
+    before = segments()
+    assert runtime_libs()
+    assert segments() - before == set()
+
+
 def test_a_process_that_only_initialises_mpi_leaves_nothing():
     """A singleton: a notebook kernel or the grader importing a compiled kernel."""
     before = segments()

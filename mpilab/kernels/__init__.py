@@ -38,7 +38,14 @@ _CHECKOUT_SOURCES = Path(__file__).resolve().parent.parent.parent / "kernels"
 
 
 def mpi_libraries() -> list[str]:
-    """The MPI libraries (``libmpi.so*``, ``libmpich.so*``) this process has loaded."""
+    """The MPI libraries (``libmpi.so*``, ``libmpich.so*``) this process has loaded.
+
+    Whoever asks has loaded MPI (``from mpi4py import MPI`` initialises it): an MPI
+    singleton's segment is released here too (runtime.release_singleton_segments).
+    """
+    from .. import runtime
+
+    runtime.release_singleton_segments()
     found = set()
     try:
         with open("/proc/self/maps") as f:
