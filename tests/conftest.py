@@ -109,3 +109,20 @@ def no_cluster_left_behind():
 def pytest_sessionfinish(session, exitstatus):
     """This process's own MPI singleton (imported kernels) must not leave a segment."""
     runtime.release_singleton_segments()
+
+
+# --- Chromium through Playwright, for the JupyterLab tests (tests/jupyterlab_harness.py) ----
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, one per module; skips the test when it or Playwright is missing."""
+    from jupyterlab_harness import chromium
+
+    yield from chromium()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh browser context and page for each test."""
+    from jupyterlab_harness import new_page
+
+    yield from new_page(browser)

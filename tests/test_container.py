@@ -86,11 +86,10 @@ def test_a_benchmark_record_says_what_it_ran_under(binder_like, tmp_path):
 def test_lecture_02_and_lab_02_pass_in_one_cpu_and_2_gib(binder_like):
     """Their own tests, run inside the limits; the lecture picks its small sweeps itself.
 
-    Every test of the lecture (one execution of it), and the lab's source validated and
-    a correct and a deadlocking submission autograded (the rest of test_lab02 grades more
-    submissions the same way, outside the limits)."""
-    lab = ("test_source_notebook_validates or test_correct_gets_full_marks "
-           "or test_deadlock_loses_only_that_part")
+    Every test of the lecture (one execution of it), and a correct and a deadlocking
+    submission of the lab autograded (the rest of test_lab02, its source's validation
+    included, runs the same cells outside the limits)."""
+    lab = "test_correct_gets_full_marks or test_deadlock_loses_only_that_part"
     out = _run(binder_like, [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                              "tests/test_lecture_02.py", "tests/test_lab02.py",
                              "-k", f"test_lecture_02 or {lab}"],

@@ -2,8 +2,8 @@
 a wrong click.
 
 The server is started as `make lab` and binder/start start it: ``jupyter/student`` on
-``JUPYTER_CONFIG_PATH`` (tests/test_jupyterlab.py has the machinery and the instructor's
-side). A student sees no formgrader, course list, create-assignment, assignment list or
+``JUPYTER_CONFIG_PATH`` (tests/jupyterlab_harness.py has the machinery,
+tests/test_jupyterlab.py the instructor's side). A student sees no formgrader, course list, create-assignment, assignment list or
 Validate button from nbgrader, no IPython Parallel sidebar, no question about Jupyter news,
 not the layout of an earlier session, and the terminal stays quiet when a notebook
 restarts its cluster.
@@ -23,13 +23,11 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_mpi
-from test_jupyterlab import (
+from jupyterlab_harness import (
     RESULTS,
     ROOT,
     SAVED_FILE,
-    chromium,
     main_tab,
-    new_page,
     open_lab,
     page_config,
     running_lab,
@@ -54,16 +52,6 @@ BAD_LOG = re.compile(r"ExchangeError|Unwritable directory|IPController|Output fo
 def lab(tmp_path_factory):
     with running_lab(tmp_path_factory.mktemp("jupyterlab-student"), "student") as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
-
-
-@pytest.fixture
-def page(browser):
-    yield from new_page(browser)
 
 
 def _disabled_plugins() -> list[str]:
