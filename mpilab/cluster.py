@@ -203,7 +203,9 @@ class MPICluster:
                  partition: str | None = None, time_limit: str | None = None,
                  sbatch_args: Sequence[str] = ()):
         # validates n and transport; a crashed rank must not hide which one it was
-        self.launch = runtime.launch(n, transport, crash_ends_job=False)
+        # engines have threads besides the one that calls MPI (ipykernel's): funneled
+        self.launch = runtime.launch(n, transport, crash_ends_job=False,
+                                     thread_level="funneled")
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
         if launcher == "slurm" and nodes is not None:
@@ -333,7 +335,8 @@ class MPICluster:
             if self.nodes:
                 self.fabric = netlab.load(saved["fabric"])
                 self.launch = self.fabric.launch(self.n, map_by=self.map_by,
-                                                 transport=self.transport)
+                                                 transport=self.transport,
+                                                 thread_level="funneled")
             cl = ipp.Cluster.from_file(cluster_id=self.cluster_id)
             self._cluster = cl
             self.client = cl.connect_client_sync()
@@ -354,7 +357,8 @@ class MPICluster:
             except netlab.NetlabUnavailable as exc:
                 raise ClusterError(f"no emulated nodes here: {exc}") from None
             self.launch = self.fabric.launch(self.n, map_by=self.map_by,
-                                             transport=self.transport)
+                                             transport=self.transport,
+                                             thread_level="funneled")
             controller_ip = self.fabric.switch_address  # the engines reach it across
         for attempt in (1, 2):
             cl = ipp.Cluster(engines="mpi", n=self.n, cluster_id=self.cluster_id,

@@ -276,7 +276,8 @@ class Fabric:
         return path
 
     def launch(self, ranks: int, *, ranks_per_node: int | None = None, map_by: str = "node",
-               transport: str = "shm", lib: str | None = None) -> runtime.Launch:
+               transport: str = "shm", lib: str | None = None,
+               thread_level: str = "single") -> runtime.Launch:
         """How to start `ranks` MPI processes spread over the nodes.
 
         `map_by` ``node`` deals ranks round-robin (rank 0 on node0, rank 1 on node1, ...:
@@ -294,7 +295,7 @@ class Fabric:
         if per * len(self.nodes) < ranks:
             raise ValueError(f"{ranks} ranks do not fit on {len(self.nodes)} nodes with "
                              f"{per} ranks per node")
-        base = runtime.launch(ranks, transport, lib)
+        base = runtime.launch(ranks, transport, lib, thread_level=thread_level)
         if base.family != "openmpi":
             raise NetlabUnavailable("emulated nodes are wired for Open MPI's launcher "
                                     f"(hostfile + rsh agent); {base.exe} is {base.family}")

@@ -21,6 +21,8 @@ import sys
 from dataclasses import asdict, dataclass
 
 TRANSPORTS = ("shm", "tcp")
+# MPI_Init_thread's levels, as mpi4py names them (MPI4PY_RC_THREAD_LEVEL)
+THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 LIBRARIES = ("openmpi", "mpich")
 
 
@@ -160,7 +162,7 @@ def _affinity_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _cgroup_dirs(controller: str) -> list[str]:
+def cgroup_dirs(controller: str) -> list[str]:
     """This process's cgroup folders for `controller`, innermost first, up to the root.
 
     cgroup v2 (one unified hierarchy, ``0::/path``) when its controller is enabled there,
@@ -236,7 +238,7 @@ def cpu_quota() -> tuple[float | None, str]:
         if value is not None and value > 0 and (best[0] is None or value < best[0]):
             best = (value, source)
 
-    for d in _cgroup_dirs("cpu"):
+    for d in cgroup_dirs("cpu"):
         text = _read(os.path.join(d, "cpu.max"))
         if text:  # v2: "max 100000" or "100000 100000"
             quota, _, period = text.partition(" ")
@@ -281,7 +283,7 @@ def memory_limit() -> tuple[int, str]:
     ``memory.limit_in_bytes`` over this cgroup and its ancestors, and ``$MEM_LIMIT``.
     """
     best = (physical_memory(), "physical memory")
-    for d in _cgroup_dirs("memory"):
+    for d in cgroup_dirs("memory"):
         for name in ("memory.max", "memory.limit_in_bytes"):
             text = _read(os.path.join(d, name))
             if text and text != "max" and text.isdigit() and int(text) < _NO_LIMIT:
@@ -618,12 +620,19 @@ def release_singleton_segments() -> int:
 
 
 def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
-           crash_ends_job: bool = True) -> Launch:
+           crash_ends_job: bool = True, thread_level: str = "single") -> Launch:
     """Launcher command and environment for `ranks` processes over `transport`.
 
     ``shm`` is the library's default on one host (shared memory between ranks);
     ``tcp`` forces the network stack over the loopback interface, which is what a
     message between two nodes goes through, minus the wire.
+
+    `thread_level` is what the ranks' mpi4py asks ``MPI_Init_thread`` for. ``single``
+    suits a process with one thread (a benchmark's worker); a process with other threads
+    that never call MPI (an ipyparallel engine: ipykernel's heartbeat, control and
+    output threads) must ask for ``funneled``. Open MPI 4.1 turns on its thread-safe
+    internals for any level above ``single`` (``opal_set_using_threads`` in
+    ``ompi_mpi_init.c``); Open MPI 5 and MPICH only for ``multiple``.
 
     ``crash_ends_job=False`` (the notebook's engines): a rank that exits does not make
     the launcher kill the others at once, so the cluster can say which rank died. MPICH's
@@ -634,16 +643,13 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if thread_level not in THREAD_LEVELS:
+        raise ValueError(f"thread_level must be one of {THREAD_LEVELS}, got {thread_level!r}")
     exe = mpiexec(lib)
     family = launcher_family(exe)
     cores = usable_cores()
     over = ranks > cores
-    env: dict[str, str] = {
-        # Engines and kernels call MPI from the main thread only. Open MPI 4.1 takes a
-        # slower path for any level above single (8 B round trip here: 0.20 us at
-        # funneled, 0.14 us at single, the same as the C program).
-        "MPI4PY_RC_THREAD_LEVEL": "single",
-    }
+    env: dict[str, str] = {"MPI4PY_RC_THREAD_LEVEL": thread_level}
     args: list[str] = []
     if family == "openmpi":
         remove_stale_shm_segments()

@@ -23,14 +23,14 @@ class CgroupUnavailable(RuntimeError):
 
 
 def _v1_dir(controller: str) -> str | None:
-    dirs = runtime._cgroup_dirs(controller)
+    dirs = runtime.cgroup_dirs(controller)
     if dirs and not os.path.exists(os.path.join(dirs[0], "cgroup.controllers")):
         return dirs[0]
     return None
 
 
 def _v2_dir() -> str | None:
-    dirs = runtime._cgroup_dirs("memory")
+    dirs = runtime.cgroup_dirs("memory")
     if dirs and os.path.exists(os.path.join(dirs[0], "cgroup.controllers")):
         return dirs[0]
     return None

@@ -60,12 +60,36 @@ def test_ratios_are_sane(pingpong_json):
     assert best(tcp, "kernel", 8) > best(shm, "kernel", 8)
 
 
+def test_thread_levels_are_measured_side_by_side(tmp_path):
+    """One job per MPI_Init_thread level and round; every record says what it asked for
+    and what MPI provided (MPI may give more than asked, never less for these)."""
+    path = tmp_path / "levels.json"
+    res = bench("pingpong", "--sizes", "8", "--impls", "kernel,c-standalone", "--reps", "2",
+                "--rounds", "2", "--min-time", "0.002", "--thread-levels", "single,funneled",
+                "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    assert "kernel@single" in res.stdout and "kernel@funneled" in res.stdout, res.stdout
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["settings"]["thread_levels"] == ["single", "funneled"]
+    got = {(r["impl"], r["thread_level"]): r for r in doc["records"]}
+    assert set(got) == {("kernel", "single"), ("kernel", "funneled"),
+                        ("c-standalone", "single")}
+    order = ["single", "funneled", "serialized", "multiple"]
+    for level in ("single", "funneled"):
+        r = got[("kernel", level)]
+        assert order.index(r["thread_provided"]) >= order.index(level), r
+        assert len(r["times_us"]) == 4  # 2 repetitions x 2 rounds, one job per round
+    assert got[("c-standalone", "single")]["thread_provided"] is None
+
+
 def test_bad_arguments_fail_cleanly():
     res = bench("pingpong", "--sizes", "8,lots")
     assert res.returncode == 2 and "not a size" in res.stderr
     res = bench("pingpong", "--impls", "kernel,abacus", "--sizes", "8")
     assert res.returncode == 2 and "impl must be one of" in res.stderr
     assert bench("nosuchbench").returncode == 2
+    res = bench("pingpong", "--sizes", "8", "--thread-levels", "single,lots")
+    assert res.returncode == 2 and "thread level must be one of" in res.stderr
 
 
 def test_cluster_lifecycle_benchmark(tmp_path):

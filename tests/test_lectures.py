@@ -119,6 +119,19 @@ def test_lecture_00_deadlock_is_caught_and_recovered():
         "processes left: 0" in stopped, stopped
 
 
+def test_lecture_00_engines_ask_for_funneled_and_measure_what_it_costs():
+    """The engines have ipykernel's threads beside the MPI one: FUNNELED, granted on every
+    rank; the cost of the level is measured side by side with SINGLE."""
+    nb = executed("00-mpi-in-a-notebook")
+    state = text_of(cell_with(nb, "lab.run(init_state"))
+    assert state.count("'funneled'") == 4 and "'single'" not in state, state
+    out = text_of(cell_with(nb, "thread_levels=("))
+    for level in ("single", "funneled"):
+        assert re.search(rf"asked for {level} *, got {level} *: median [\d.]+ µs", out), out
+    ratio = re.search(r"funneled / single: ([\d.]+) \(medians\)", out)
+    assert ratio and 0.2 < float(ratio.group(1)) < 5, out
+
+
 def test_lecture_00_small_exchange_passes():
     """The same send-first exchange with 64 bytes completes (eager)."""
     nb = executed("00-mpi-in-a-notebook")

@@ -43,6 +43,13 @@ def test_bad_launch_arguments(bad):
         runtime.launch(args["ranks"], args["transport"])
 
 
+def test_the_thread_level_asked_for_is_in_the_launch_environment():
+    assert runtime.launch(2).env["MPI4PY_RC_THREAD_LEVEL"] == "single"
+    assert runtime.launch(2, thread_level="funneled").env["MPI4PY_RC_THREAD_LEVEL"] == "funneled"
+    with pytest.raises(ValueError, match="thread_level must be one of"):
+        runtime.launch(2, thread_level="FUNNELED")
+
+
 def test_library_selection(monkeypatch):
     monkeypatch.setenv("MPILAB_MPI", "lam")
     with pytest.raises(ValueError, match="MPILAB_MPI"):

@@ -7,8 +7,13 @@
 All three run in one invocation with the same iteration counts (calibrated once per
 size on the kernel), alternating in `--rounds` rounds, so their ratios are measured
 side by side. Records carry impl (kernel, c-standalone, mpi4py), transport, size_bytes,
-t_us_min, t_us_median, quartiles, spread and bandwidth_MBps; meta says which machine,
-MPI and launcher produced them and whether the run was oversubscribed.
+thread_level, t_us_min, t_us_median, quartiles, spread and bandwidth_MBps; meta says which
+machine, MPI and launcher produced them and whether the run was oversubscribed.
+
+``--thread-levels single,funneled`` runs the Python implementations once per level of
+``MPI_Init_thread`` in every round (a job each: the level is fixed at start-up), so what a
+level costs is measured side by side; records carry ``thread_level`` (asked) and
+``thread_provided`` (what MPI gave). The standalone C program always runs at ``single``.
 
 With ``--nodes N`` the two ranks run on emulated nodes (:mod:`mpilab.netlab`, root):
 ``--map-by node`` puts them on two nodes, across the ``--link``; ``--map-by slot`` both
@@ -28,6 +33,7 @@ has not been, and then the measured times are printed beside the simulated ones.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -60,8 +66,11 @@ def _worker(args_path: str, out_path: str) -> int:
         recs += [{**r, "impl": "copy"} for r in
                  measure_memcopy(MPI.COMM_SELF, a["sizes"], reps=a["reps"])]
     if comm.rank == 0:
+        levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                  MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
         with open(out_path, "w") as f:
-            json.dump({"iters": iters, "records": recs, "library": runtime.library_info()}, f)
+            json.dump({"iters": iters, "records": recs, "library": runtime.library_info(),
+                       "thread_provided": levels[MPI.Query_thread()]}, f)
     return 0
 
 
@@ -76,39 +85,52 @@ def _standalone(launch, sizes, iters, mode, reps, warmup, timeout):
 
 def run(sizes, *, transport="shm", impls=IMPLS, mode="roundtrip", reps=7, rounds=2,
         min_time=0.01, timeout=TIMEOUT, nodes=None, link="fast-ethernet",
-        map_by="node", copy=False) -> tuple[dict, list[dict]]:
+        map_by="node", copy=False, thread_levels=("single",)) -> tuple[dict, list[dict]]:
     """Measure; returns (meta, records).
 
     With `nodes`, the two ranks run on emulated nodes joined by `link` (``map_by``
     ``node``: one on each, across the link; ``slot``: both on node0). With `copy`, rank
-    0 also times the local copy of each size (records with impl ``copy``).
+    0 also times the local copy of each size (records with impl ``copy``). Each of
+    `thread_levels` gets its own job per round (``MPI_Init_thread``'s level).
     """
     impls = validate.names(impls, IMPLS, "impl")
+    thread_levels = validate.names(thread_levels, runtime.THREAD_LEVELS, "thread level")
     if copy and any(int(n) % 8 for n in sizes):
         raise ValueError("with --copy the sizes are whole doubles: multiples of 8 bytes, "
                          f"got {[n for n in sizes if int(n) % 8]}")
     with placed(2, transport, nodes=nodes, link=link, map_by=map_by) as (launch, where):
         return _run(launch, where, sizes, transport=transport, impls=impls, mode=mode,
-                    reps=reps, rounds=rounds, min_time=min_time, timeout=timeout, copy=copy)
+                    reps=reps, rounds=rounds, min_time=min_time, timeout=timeout, copy=copy,
+                    thread_levels=thread_levels)
 
 
-def _run(launch, where, sizes, *, transport, impls, mode, reps, rounds, min_time, timeout,
-         copy):
+def _at_level(launch: runtime.Launch, level: str) -> runtime.Launch:
+    return dataclasses.replace(launch, env={**launch.env, "MPI4PY_RC_THREAD_LEVEL": level})
+
+
+def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_time, timeout,
+         copy, thread_levels=("single",)):
     module = "mpilab.bench.pingpong"
     base = {"sizes": sizes, "mode": mode, "reps": reps, "min_time": min_time,
             "impls": list(impls), "copy": copy}
     # Calibrate once on the kernel; every implementation then runs the same iterations.
-    first = python_worker(launch, module, {**base, "impls": [], "copy": False}, timeout)
+    first = python_worker(_at_level(launch, thread_levels[0]), module,
+                          {**base, "impls": [], "copy": False}, timeout)
     iters = {int(k): v for k, v in first["iters"].items()}
     warmup = {n: max(1, min(it, 100)) for n, it in iters.items()}
-    pooled: dict[tuple[str, int], list[float]] = {}
+    pooled: dict[tuple[str, int, str], list[float]] = {}
     copy_iters: dict[int, int] = {}
+    provided = {}
     for _ in range(rounds):
-        if any(i != "c-standalone" for i in impls) or copy:
-            doc = python_worker(launch, module, {**base, "iters": iters}, timeout)
+        for level in thread_levels if (any(i != "c-standalone" for i in impls) or copy) else ():
+            doc = python_worker(_at_level(launch, level), module, {**base, "iters": iters},
+                                timeout)
+            provided[level] = doc["thread_provided"]
             for rec in doc["records"]:
+                if rec["impl"] == "copy" and level != thread_levels[0]:
+                    continue  # a local copy does not depend on MPI's thread level
                 times = [t * 1e-6 for t in rec["times_us"]]
-                pooled.setdefault((rec["impl"], rec["size_bytes"]), []).append(times)
+                pooled.setdefault((rec["impl"], rec["size_bytes"], level), []).append(times)
                 if rec["impl"] == "copy":
                     copy_iters[rec["size_bytes"]] = rec["iters"]
         if "c-standalone" in impls:
@@ -117,10 +139,15 @@ def _run(launch, where, sizes, *, transport, impls, mode, reps, rounds, min_time
             for n in sizes:
                 raw.update(_standalone(launch, [n], iters, mode, reps, warmup[n], timeout))
             for n, times in raw.items():
-                pooled.setdefault(("c-standalone", n), []).append(times)
+                pooled.setdefault(("c-standalone", n, "single"), []).append(times)
     records = []
-    for (impl, n), parts in sorted(pooled.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    order = {lv: i for i, lv in enumerate(runtime.THREAD_LEVELS)}
+    for (impl, n, level), parts in sorted(pooled.items(),
+                                          key=lambda kv: (kv[0][1], kv[0][0], order[kv[0][2]])):
         times = [t for part in parts for t in part]
+        # the C program asks for single and does not report what it got
+        where = {**where0, "thread_level": level,
+                 "thread_provided": None if impl == "c-standalone" else provided.get(level)}
         if impl == "copy":  # rank 0 alone, on its node
             records.append(record(times, size_bytes=n, impl=impl, transport="none",
                                   mode="local", iters=copy_iters[n], ranks=1,
@@ -131,7 +158,7 @@ def _run(launch, where, sizes, *, transport, impls, mode, reps, rounds, min_time
                               **where))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
                 "rounds": rounds, "min_time": min_time, "iters": iters, "copy": copy,
-                **where}
+                "thread_levels": list(thread_levels), **where0}
     return run_meta(launch, settings, first["library"]), records
 
 
@@ -139,9 +166,22 @@ def table(records: list[dict]) -> str:
     """Plain-text summary: median one-way time per impl, ratios to c-standalone, and with
     copies the paper's transfer / copy ratio per impl."""
     sizes = sorted({r["size_bytes"] for r in records})
-    impls = [i for i in IMPLS if any(r["impl"] == i for r in records)]
+    levels = {r.get("thread_level", "single") for r in records
+              if r["impl"] not in ("copy", "c-standalone")}
+
+    def name(r: dict) -> str:  # "kernel", or "kernel@funneled" when levels were compared
+        level = r.get("thread_level", "single")
+        return r["impl"] if len(levels) < 2 or r["impl"] in ("copy", "c-standalone") \
+            else f"{r['impl']}@{level}"
+
+    impls: list[str] = []  # columns: implementations in IMPLS order, levels in order
+    for i in IMPLS:
+        for level in runtime.THREAD_LEVELS:
+            n = name({"impl": i, "thread_level": level})
+            if n not in impls and any(name(r) == n for r in records):
+                impls.append(n)
     copies = {r["size_bytes"]: r["t_us_median"] for r in records if r["impl"] == "copy"}
-    by = {(r["impl"], r["size_bytes"]): r for r in records}
+    by = {(name(r), r["size_bytes"]): r for r in records}
     head = f"{'size (B)':>10} " + " ".join(f"{i + ' (us)':>18}" for i in impls)
     if "c-standalone" in impls:
         head += "  " + " ".join(f"{i + '/C':>12}" for i in impls if i != "c-standalone")
@@ -214,6 +254,9 @@ def main(argv=None) -> int:
     p.add_argument("--mode", choices=("roundtrip", "oneway"), default="roundtrip")
     p.add_argument("--copy", action="store_true",
                    help="also time rank 0's local copy of each size (transfer / copy ratio)")
+    p.add_argument("--thread-levels", default="single",
+                   help="MPI_Init_thread levels to compare, comma-separated: "
+                        + ", ".join(runtime.THREAD_LEVELS) + " (one job each per round)")
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
@@ -225,7 +268,8 @@ def main(argv=None) -> int:
         return run(validate.sizes(a.sizes), transport=a.transport,
                    impls=a.impls, mode=a.mode, reps=a.reps,
                    rounds=a.rounds, min_time=a.min_time, timeout=a.timeout,
-                   nodes=a.nodes, link=a.link, map_by=a.map_by, copy=a.copy)
+                   nodes=a.nodes, link=a.link, map_by=a.map_by, copy=a.copy,
+                   thread_levels=a.thread_levels)
 
     def show(m, recs):
         return (f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} "

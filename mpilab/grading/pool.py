@@ -131,7 +131,8 @@ class Pool:
         lsock.bind(path)
         os.chmod(path, 0o777)
         lsock.listen(self.size)
-        launch = runtime.launch(self.size)
+        # the workers run faulthandler's watchdog thread beside the one that calls MPI
+        launch = runtime.launch(self.size, thread_level="funneled")
         env = {**self.env, **launch.env}
         argv = launch.argv([sys.executable, "-P", "-m", "mpilab.grading.worker", path,
                             self.workdir])
