@@ -413,12 +413,18 @@ def calibrate(comm, op: str, alg: str, nbytes: int, *, min_time: float = 0.005,
 
 def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
              iters: int | dict | None = None, warmup: int | None = None,
-             min_time: float = 0.005, root: int = 0, impl: str | None = None) -> list[dict]:
+             min_time: float = 0.005, root: int = 0, impl: str | None = None,
+             separated: bool = False) -> list[dict]:
     """Time `op` with `alg` at each block size (bytes), inside C; one record per size.
 
     Collective. The protocol is the course's (``mpilab_timing.h``): warm-up calls,
     barrier, the timed loop in C, the slowest rank's time, `reps` repetitions. `iters`
     (calls per repetition, per size with a dict) is calibrated to `min_time` when None.
+    The calls of the loop run back to back, so those of a rooted collective (bcast,
+    reduce, scatter, gather) may overlap and the loop then times a throughput; with
+    `separated` an untimed barrier precedes every call and each rank sums the time of
+    its calls only (OSU's way), which times one call's latency. Records say which in
+    ``timing`` (``back-to-back`` or ``separated``).
 
     Returns
     -------
@@ -440,9 +446,11 @@ def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
         if it is None:
             it = calibrate(comm, op, alg, n, min_time=min_time, root=root)
         w = warmup if warmup is not None else max(1, min(it, 20))
-        t = k.time(comm, op, alg, n, root=root, warmup=w, iters=it, reps=reps)
+        t = k.time(comm, op, alg, n, root=root, warmup=w, iters=it, reps=reps,
+                   separated=separated)
         out.append(record(list(t), size_bytes=n, impl=label, op=op, alg=alg,
-                          ranks=comm.Get_size(), iters=it))
+                          ranks=comm.Get_size(), iters=it,
+                          timing="separated" if separated else "back-to-back"))
     return out
 
 

@@ -90,13 +90,40 @@ def library_has(op: str, alg: str, lib: str | None = None) -> bool:
     return True
 
 
+# Open MPI 4.1's fixed rule for a reduce with a commutative operation (MPI_SUM), from
+# coll_tuned_decision_fixed.c (ompi_coll_tuned_reduce_intra_dec_fixed): (communicator
+# size bound, [(message size bound, algorithm), ...]); None closes a list.
+_REDUCE_NAMES = {1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial",
+                 6: "in-order_binary", 7: "rabenseifner"}
+_REDUCE_RULE = [
+    (4, [(8, 7), (16, 4), (32, 3), (262144, 1), (524288, 3), (1048576, 2), (None, 3)]),
+    (8, [(4096, 4), (65536, 2), (262144, 5), (524288, 1), (1048576, 5), (None, 1)]),
+    (16, [(8192, 4), (None, 5)]),
+    (32, [(4096, 4), (None, 5)]),
+    (256, [(None, 5)]),
+    (512, [(8192, 5), (16384, 6), (None, 5)]),
+    (2048, [(None, 5)]),
+    (4096, [(512, 5), (1024, 6), (8192, 5), (16384, 6), (None, 5)]),
+    (None, [(16, 5), (32, 6), (1024, 5), (2048, 6), (8192, 5), (16384, 6), (None, 5)]),
+]
+
+
+def _reduce_default(p: int, n: int) -> str:
+    for bound, rules in _REDUCE_RULE:
+        if bound is None or p < bound:
+            return _REDUCE_NAMES[next(a for lim, a in rules if lim is None or n < lim)]
+    raise AssertionError("unreachable: the last rule has no bound")
+
+
 def library_default(op: str, p: int, nbytes: int) -> dict:
-    """The allgather algorithm Open MPI 4.1 picks by default: its documented rule.
+    """The allgather or reduce algorithm Open MPI 4.1 picks by default: its documented rule.
 
     Derived by reading Open MPI 4.1's ``coll_tuned_decision_fixed.c``
-    (``ompi_coll_tuned_allgather_intra_dec_fixed``), not asked from the library: a
-    label for comparison with measurements, which is where to check it. ``nbytes`` is
-    the per-rank block (the rule's ``dsize * scount``).
+    (``ompi_coll_tuned_allgather_intra_dec_fixed``, and for a reduce with a commutative
+    operation such as a sum ``ompi_coll_tuned_reduce_intra_dec_fixed``), not asked from
+    the library: a label for comparison with measurements, which is where to check it.
+    ``nbytes`` is the per-rank block for an allgather (the rule's ``dsize * scount``), the
+    whole message for a reduce (``dsize * count``).
 
     Returns
     -------
@@ -105,9 +132,15 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
         ``decision`` where the library falls back (recursive doubling on a
         non-power-of-two count runs Bruck, neighbor exchange on an odd count runs ring).
     """
-    if op != "allgather":
-        raise ValueError("only the allgather rule is encoded (op='allgather')")
+    if op not in ("allgather", "reduce"):
+        raise ValueError(f"only the allgather and reduce rules are encoded, not {op!r}")
     n = int(nbytes)
+    if op == "reduce":
+        alg = _reduce_default(int(p), n)
+        return {"decision": alg, "runs": alg,
+                "source": "library's documented default for a commutative operation: "
+                          "derived from Open MPI 4.1 coll_tuned_decision_fixed.c, not "
+                          "queried from the library"}
     if p == 2:
         alg = "two_proc"
     elif p < 32:

@@ -63,6 +63,16 @@ def test_models_are_labelled_predictions_and_steps_match_the_registry():
     assert tuning.library_default("allgather", 6, 8)["runs"] == "bruck"
     assert tuning.library_default("allgather", 48, 100000)["runs"] == "ring"
     assert "derived from Open MPI" in tuning.library_default("allgather", 4, 8)["source"]
+    # the reduce rule (commutative operation), at the lectures' sizes and a few others
+    reduce = {(p, n): tuning.library_default("reduce", p, n)["runs"]
+              for p, n in ((2, 4), (2, 100), (3, 10240), (4, 100), (4, 10240), (8, 100),
+                           (8, 10240), (64, 100), (300, 10000), (5000, 20))}
+    assert reduce == {(2, 4): "rabenseifner", (2, 100): "linear", (3, 10240): "linear",
+                      (4, 100): "binary", (4, 10240): "chain", (8, 100): "binary",
+                      (8, 10240): "binomial", (64, 100): "binomial",
+                      (300, 10000): "in-order_binary", (5000, 20): "in-order_binary"}
+    with pytest.raises(ValueError, match="only the allgather and reduce rules"):
+        tuning.library_default("bcast", 4, 8)
     assert tuning.library_env("allgather", "neighbor_exchange", "openmpi") == {
         "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
         "OMPI_MCA_coll_tuned_allgather_algorithm": "5"}

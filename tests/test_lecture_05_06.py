@@ -96,6 +96,26 @@ def test_lecture_05_measures_every_operation_at_every_p_with_progress():
     assert "ran oversubscribed" in text
 
 
+def test_lecture_05_times_rooted_collectives_one_call_at_a_time():
+    """Back-to-back calls of a rooted collective can overlap; the lecture shows both ways
+    side by side and draws its verdicts from the separated timing."""
+    nb = executed("05-collectives-trees")
+    ways = text_of(cell_with(nb, "def both_ways("))
+    for op in ("reduce", "gather", "bcast", "allreduce"):
+        assert op in ways, ways
+    assert "back-to-back / separated" in ways and "fastest repetition, µs per call" in ways
+    assert "separated=True" in cell_with(nb, "def time_op(").source
+
+
+def test_lecture_05_names_the_library_s_own_reduce_rule():
+    nb = executed("05-collectives-trees")
+    text = text_of(cell_with(nb, 'tuning.library_default("reduce"'))
+    assert "Open MPI 4.1's reduce rule (MPI_SUM)" in text
+    # read from the source: linear up to 3 ranks at both sizes, a binary tree at 4 and 100 B
+    assert re.search(r"^\s*2\s+linear\s+linear\s*$", text, re.M), text
+    assert re.search(r"^\s*4\s+binary\s+chain\s*$", text, re.M), text
+
+
 def test_lecture_05_tables_put_the_paper_beside_this_machine():
     nb = executed("05-collectives-trees")
     text = text_of(cell_with(nb, "COMPARE = {"))

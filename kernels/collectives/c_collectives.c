@@ -707,9 +707,9 @@ static int one_call(void *p)
                     x->w);
 }
 
-int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbuf,
+static int coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbuf,
                      int count, int dtype, int redop, int root, void *work,
-                     int warmup, int iters, int reps, double *times)
+                     int warmup, int iters, int reps, double *times, int separated)
 {
     step_ctx x;
     int err = setup(&x.c, comm, NULL, 0);
@@ -723,7 +723,26 @@ int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbu
     x.s = (const char *)sbuf;
     x.r = (char *)rbuf;
     x.w = (char *)work;
+    if (separated)
+        return mpilab_time_steps_separated(comm, one_call, &x, warmup, iters, reps, 1.0,
+                                           times);
     return mpilab_time_steps(comm, one_call, &x, warmup, iters, reps, 1.0, times);
+}
+
+int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbuf,
+                     int count, int dtype, int redop, int root, void *work,
+                     int warmup, int iters, int reps, double *times)
+{
+    return coll_time(comm, op, alg, sbuf, rbuf, count, dtype, redop, root, work, warmup,
+                     iters, reps, times, 0);
+}
+
+int mpilab_coll_time_separated(MPI_Comm comm, int op, int alg, const void *sbuf,
+                               void *rbuf, int count, int dtype, int redop, int root,
+                               void *work, int warmup, int iters, int reps, double *times)
+{
+    return coll_time(comm, op, alg, sbuf, rbuf, count, dtype, redop, root, work, warmup,
+                     iters, reps, times, 1);
 }
 
 /* ------------------------------------------------------------------ MPI_T control */

@@ -47,6 +47,11 @@ int mpilab_coll_time(MPI_Comm comm, int op, int alg, const void *sbuf, void *rbu
                      int count, int dtype, int redop, int root, void *work,
                      int warmup, int iters, int reps, double *times);
 
+/* The same with every call separated by an untimed barrier (mpilab_timing.h) */
+int mpilab_coll_time_separated(MPI_Comm comm, int op, int alg, const void *sbuf,
+                               void *rbuf, int count, int dtype, int redop, int root,
+                               void *work, int warmup, int iters, int reps, double *times);
+
 int mpilab_coll_set_cvar_int(const char *name, int value);
 
 #endif

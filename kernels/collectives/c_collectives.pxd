@@ -18,4 +18,9 @@ cdef extern from "c_collectives.h" nogil:
                          int count, int dtype, int redop, int root, void *work,
                          int warmup, int iters, int reps, double *times)
 
+    int mpilab_coll_time_separated(MPI_Comm comm, int op, int alg, const void *sbuf,
+                                   void *rbuf, int count, int dtype, int redop, int root,
+                                   void *work, int warmup, int iters, int reps,
+                                   double *times)
+
     int mpilab_coll_set_cvar_int(const char *name, int value)

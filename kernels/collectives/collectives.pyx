@@ -244,11 +244,13 @@ def trace(MPI.Comm comm not None, str op, str alg, count, *, dtype="uint8", root
 
 
 def time(MPI.Comm comm not None, str op, str alg, count, *, dtype="uint8", root=0,
-         redop="sum", warmup=3, iters=10, reps=5):
+         redop="sum", warmup=3, iters=10, reps=5, bint separated=False):
     """Time `op` with `alg` on `count` elements per block, inside C (mpilab_timing.h).
 
     Returns a float64 array of `reps` times in seconds per call, the slowest rank's,
-    identical on every rank. Buffers are allocated here.
+    identical on every rank. Buffers are allocated here. `separated`: an untimed barrier
+    before every call, each rank timing its calls only (OSU's way), so successive calls
+    of a rooted collective cannot overlap; otherwise the calls run back to back.
     """
     cdef int o, a, ro, cnt, dt, err, w, it, rp_, r_
     cdef long long wb
@@ -271,7 +273,11 @@ def time(MPI.Comm comm not None, str op, str alg, count, *, dtype="uint8", root=
     w, it, rp_ = warmup, iters, reps
     sp, rbp, wp = _cptr(s), _ptr(r), _ptr(work)
     with nogil:
-        err = c.mpilab_coll_time(cc, o, a, sp, rbp, cnt, dt, ro, r_, wp, w, it, rp_, &t[0])
+        if separated:
+            err = c.mpilab_coll_time_separated(cc, o, a, sp, rbp, cnt, dt, ro, r_, wp, w, it,
+                                               rp_, &t[0])
+        else:
+            err = c.mpilab_coll_time(cc, o, a, sp, rbp, cnt, dt, ro, r_, wp, w, it, rp_, &t[0])
     _check_mpi(err)
     return times
 

@@ -19,8 +19,9 @@ def trace(comm: MPI.Comm, op: str, alg: str, count: int, *, dtype: str = "uint8"
 
 def time(comm: MPI.Comm, op: str, alg: str, count: int, *, dtype: str = "uint8", root: int = 0,
          redop: str = "sum", warmup: int = 3, iters: int = 10,
-         reps: int = 5) -> NDArray[np.float64]:
-    """`reps` seconds per call, the slowest rank's, timed inside C (collective)."""
+         reps: int = 5, separated: bool = False) -> NDArray[np.float64]:
+    """`reps` seconds per call, the slowest rank's, timed inside C (collective); with
+    `separated` an untimed barrier before every call."""
 
 def set_cvar(name: str, value: int) -> None:
     """Write the integer MPI_T control variable `name` (local to this process)."""

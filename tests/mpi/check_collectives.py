@@ -234,6 +234,12 @@ def python_api_runs_times_and_traces():
     assert lib[0]["impl"] == "library:default" and lib[0]["iters"] >= 1
     every = comm.allgather([x["t_us_median"] for x in recs + lib])
     assert all(x == every[0] for x in every)
+    assert {x["timing"] for x in recs + lib} == {"back-to-back"}
+    # one call at a time: an untimed barrier before each, the slowest rank's sum
+    sep = C.time_alg(comm, "reduce", "binomial", [16], reps=3, iters=4, separated=True)
+    assert sep[0]["timing"] == "separated" and sep[0]["iters"] == 4
+    assert len(sep[0]["times_us"]) == 3 and min(sep[0]["times_us"]) > 0
+    assert comm.allgather(sep[0]["times_us"]) == [sep[0]["times_us"]] * size
     ev = C.events(comm, "bcast", "linear", 5, root=size - 1)
     assert len(ev) == size and sum(len(e) for e in ev) == 2 * (size - 1)
 
