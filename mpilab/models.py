@@ -192,8 +192,10 @@ class PiecewiseHockney(_Predicts):
     segments : tuple of HockneyFit
         One fit, or two ordered by size.
     switch_bytes : int or None
-        First message size of the upper segment (where the eager to rendezvous switch
-        shows in the data); None when the data are one line.
+        First message size of the upper segment, where the data bend; None when the
+        data are one line. A bend may be the eager-to-rendezvous switch, or another
+        change of path (a single-copy mechanism, the page size, a cache size): compare it
+        with the library's eager limit before calling it a protocol switch.
     """
 
     segments: tuple[HockneyFit, ...]
@@ -222,7 +224,7 @@ class PiecewiseHockney(_Predicts):
             return self.segments[0].model
         low, high = self.segments
         return (
-            f"Hockney fit with switch at {self.switch_bytes:,} B: "
+            f"Hockney fit with a bend at {self.switch_bytes:,} B: "
             f"{params_label(low.alpha_us, low.beta_MBps)} below it; "
             f"{params_label(high.alpha_us, high.beta_MBps)} from it"
         )

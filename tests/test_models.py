@@ -152,7 +152,7 @@ def test_piecewise_finds_the_protocol_switch(seed):
     assert high.alpha_us == pytest.approx(2.0, rel=0.1)
     assert high.beta_MBps == pytest.approx(10000, rel=0.1)
     assert (low.size_max, high.size_min) == (4096, 8192)
-    assert "switch at 8,192 B" in fit.model
+    assert "bend at 8,192 B" in fit.model
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])

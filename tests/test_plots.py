@@ -78,7 +78,7 @@ def test_a_protocol_switch_is_marked():
     fits = fit_records(df, by="transport")
     assert fits["shm"].switch_bytes == 8192
     fig = latency_bandwidth(df, fits=fits)
-    assert "eager → rendezvous at 8 KiB" in legend_text(fig)
+    assert "bend found by the two-line fit at 8 KiB" in legend_text(fig)
     assert any(
         ln.get_linestyle() == ":" and ln.get_xdata()[0] == 8192 for ln in fig.axes[0].get_lines()
     )

@@ -70,6 +70,9 @@ def make_course(root: Path, labs, repo: Path = REPO) -> Path:
         if res.returncode != 0 or not (root / "autograder" / "release" / lab).is_dir():
             raise RuntimeError(f"nbgrader generate_assignment {lab} failed:\n"
                                f"{res.stdout}{res.stderr}")
+        if "DuplicateCellId" in res.stdout + res.stderr:  # the header's ids against the lab's
+            raise RuntimeError(f"nbgrader generate_assignment {lab} warned of duplicate cell "
+                               f"ids:\n{res.stdout}{res.stderr}")
     return root
 
 

@@ -179,7 +179,7 @@ def latency_bandwidth(df: pd.DataFrame, *, by="transport", fits=None, title=None
             if switch is not None:
                 for ax in (ax_t, ax_bw):
                     ax.axvline(switch, linestyle=":", color=color,
-                               label=f"eager → rendezvous at {format_bytes(switch)}")
+                               label=f"bend found by the two-line fit at {format_bytes(switch)}")
 
     handles, labels = ax_t.get_legend_handles_labels()
     if has_spread:
