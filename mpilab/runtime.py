@@ -680,8 +680,8 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
     else:
         if family == "mpich":
             remove_stale_hydra_files()
-        if not crash_ends_job and family == "mpich":
-            args += ["-disable-auto-cleanup"]
+            if not crash_ends_job:
+                args += ["-disable-auto-cleanup"]
         if transport == "tcp":
             # MPICH ch4: route even local messages through the network module.
             env["MPIR_CVAR_NOLOCAL"] = "1"

@@ -68,12 +68,9 @@ def __getattr__(name):
             f"the compiled kernel {name!r} is not built ({exc}); run `make kernels`"
         ) from exc
     # Importing a kernel initialises MPI: a process that did so alone (a notebook's kernel)
-    # must not leave Open MPI 5's singleton segment in /dev/shm (runtime's docstring).
-    from .. import runtime
-
-    runtime.release_singleton_segments()
-    # A kernel compiled with another MPI's mpicc than the library mpi4py loaded brings a
-    # second libmpi into the process, and its first call crashes: say so instead.
+    # must not leave Open MPI 5's singleton segment in /dev/shm; mpi_libraries() below
+    # releases it. A kernel compiled with another MPI's mpicc than the library mpi4py
+    # loaded brings a second libmpi into the process, and its first call crashes: say so.
     libs = mpi_libraries()
     if len(libs) > 1:
         raise ImportError(
