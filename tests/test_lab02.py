@@ -19,12 +19,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_batch import check_run
 from test_labs import (
     HOSTILE_PATCH,
     assert_source_validates,
-    check_run,
     errors_of,
-    graded_notebook,
     printed_by,
     released_failing_every_test,
     stubs_and_tests,
@@ -365,9 +364,9 @@ def test_released_stubs_fail_every_test(course):
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
-def test_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB, "correct", solutions(LAB), POINTS)
-    nb = graded_notebook(course, LAB, "correct")
+@pytest.mark.submission(LAB, "correct", lambda: solutions(LAB))
+def test_correct_gets_full_marks(request, course):
+    nb, seconds = check_run(request, course, POINTS)
     for gid, name in [("test_exchange_sendrecv", "exchange_sendrecv"),
                       ("test_exchange_nonblocking", "exchange_nonblocking"),
                       ("test_step_overlap", "step_overlap"),
@@ -376,35 +375,36 @@ def test_correct_gets_full_marks(course):
     # the given exchange was shown deadlocking, with the lines the ranks were stuck on
     shown = printed_by(nb, "test_exchange_fixed")
     assert "exchange_naive deadlocks" in shown and "cart.Send(" in shown, shown
-    print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} correct submission autograded in {seconds:.1f} s")
 
 
-def test_other_correct_styles_get_full_marks(course):
-    _, wall = check_run(course, LAB, "alternative", ALTERNATIVES, POINTS)
-    print(f"[wall] {LAB} correct submission in other styles autograded in {wall:.1f} s")
+@pytest.mark.submission(LAB, "alternative", ALTERNATIVES)
+def test_other_correct_styles_get_full_marks(request, course):
+    _, seconds = check_run(request, course, POINTS)
+    print(f"[wall] {LAB} correct submission in other styles autograded in {seconds:.1f} s")
 
 
-def test_wrong_gets_partial_marks(course):
-    answers = {**solutions(LAB), "exchange_sendrecv": SENDRECV_EAST_WEST_SWAPPED,
-               "step_overlap": OVERLAP_WAITS_FIRST}
+@pytest.mark.submission(LAB, "wrong", lambda: {
+    **solutions(LAB), "exchange_sendrecv": SENDRECV_EAST_WEST_SWAPPED,
+    "step_overlap": OVERLAP_WAITS_FIRST})
+def test_wrong_gets_partial_marks(request, course):
     want = {**POINTS, "test_exchange_sendrecv": 0.0, "test_step_overlap": 0.0}
-    _, wall = check_run(course, LAB, "wrong", answers, want)
-    nb = graded_notebook(course, LAB, "wrong")
+    nb, seconds = check_run(request, course, want)
     err = errors_of(nb, "test_exchange_sendrecv")
     # the message names the rank, the ghost edge, what it holds and whose edge it should be
     assert "rank 0: the east ghost column holds 0.0s" in err, err
     assert "expected rank 1's west edge (its east neighbour)" in err, err
     assert "between posting" in errors_of(nb, "test_step_overlap")
-    print(f"[wall] {LAB} wrong submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} wrong submission autograded in {seconds:.1f} s")
 
 
-def test_wrong_ghosts_and_ring_are_named(course):
-    answers = {**solutions(LAB), "exchange_nonblocking": NONBLOCKING_NO_COLUMNS,
-               "step_overlap": OVERLAP_RING_TOO_EARLY, "exchange_fixed": FIXED_WITH_SENDRECV}
+@pytest.mark.submission(LAB, "wrong2", lambda: {
+    **solutions(LAB), "exchange_nonblocking": NONBLOCKING_NO_COLUMNS,
+    "step_overlap": OVERLAP_RING_TOO_EARLY, "exchange_fixed": FIXED_WITH_SENDRECV})
+def test_wrong_ghosts_and_ring_are_named(request, course):
     want = {**POINTS, "test_exchange_nonblocking": 0.0, "test_step_overlap": 0.0,
             "test_exchange_fixed": 0.0}
-    check_run(course, LAB, "wrong2", answers, want)
-    nb = graded_notebook(course, LAB, "wrong2")
+    nb, _ = check_run(request, course, want)
     err = errors_of(nb, "test_exchange_nonblocking")
     assert "the west ghost column holds 0.0s (nothing arrived?)" in err, err
     err = errors_of(nb, "test_step_overlap")
@@ -413,36 +413,36 @@ def test_wrong_ghosts_and_ring_are_named(course):
     assert "keep the blocking cart.Send" in errors_of(nb, "test_exchange_fixed")
 
 
-def test_deadlock_loses_only_that_part(course):
-    answers = {**solutions(LAB), "exchange_fixed": FIXED_RECEIVES_FIRST}
-    _, wall = check_run(course, LAB, "deadlock", answers, {**POINTS, "test_exchange_fixed": 0.0})
-    err = errors_of(graded_notebook(course, LAB, "deadlock"), "test_exchange_fixed")
+@pytest.mark.submission(LAB, "deadlock", lambda: {**solutions(LAB),
+                                                  "exchange_fixed": FIXED_RECEIVES_FIRST})
+def test_deadlock_loses_only_that_part(request, course):
+    nb, seconds = check_run(request, course, {**POINTS, "test_exchange_fixed": 0.0})
+    err = errors_of(nb, "test_exchange_fixed")
     # the try-it cell above the check ran it first and timed out (naming the stuck lines);
     # the graded check then skips it at once instead of waiting for the same timeout again
     assert ("TimedOut" in err or "Skipped" in err) and "exchange_fixed" in err, err
-    shown = all_output(graded_notebook(course, LAB, "deadlock"))
+    shown = all_output(nb)
     assert "TimedOut: halo_harness with exchange_fixed" in shown, shown
     assert "was at line 8 of exchange_fixed: cart.Recv(" in shown, shown  # where it was stuck
-    print(f"[wall] {LAB} deadlocking submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} deadlocking submission autograded in {seconds:.1f} s")
 
 
-def test_hostile_gets_no_marks_for_wrong_answers(course):
-    answers = {
-        "exchange_sendrecv": HOSTILE_PATCH + HARNESS_OVERRIDE + GRADING_HALO_PATCH
-        + SENDRECV_EAST_WEST_SWAPPED,
-        "exchange_nonblocking": HOSTILE_PATCH + LIAR + NONBLOCKING_NO_COLUMNS.rstrip()
-        + "\n    return Liar()\n",
-        # only the lab's module patched, in the student's kernel: the checks run elsewhere
-        "step_overlap": GRADING_HALO_PATCH + OVERLAP_RING_TOO_EARLY,
-        # the given exchange, unchanged: it timed out in the demo, so it is not run again
-        "exchange_fixed": HOSTILE_PATCH + given_naive(),
-    }
-    _, wall = check_run(course, LAB, "hostile", answers, {k: 0.0 for k in POINTS})
-    nb = graded_notebook(course, LAB, "hostile")
+@pytest.mark.submission(LAB, "hostile", lambda: {
+    "exchange_sendrecv": HOSTILE_PATCH + HARNESS_OVERRIDE + GRADING_HALO_PATCH
+    + SENDRECV_EAST_WEST_SWAPPED,
+    "exchange_nonblocking": HOSTILE_PATCH + LIAR + NONBLOCKING_NO_COLUMNS.rstrip()
+    + "\n    return Liar()\n",
+    # only the lab's module patched, in the student's kernel: the checks run elsewhere
+    "step_overlap": GRADING_HALO_PATCH + OVERLAP_RING_TOO_EARLY,
+    # the given exchange, unchanged: it timed out in the demo, so it is not run again
+    "exchange_fixed": HOSTILE_PATCH + given_naive(),
+})
+def test_hostile_gets_no_marks_for_wrong_answers(request, course):
+    nb, seconds = check_run(request, course, {k: 0.0 for k in POINTS})
     for gid, name in [("test_exchange_sendrecv", "exchange_sendrecv"),
                       ("test_exchange_nonblocking", "exchange_nonblocking"),
                       ("test_step_overlap", "step_overlap")]:
         assert f"{name} is right" not in printed_by(nb, gid)  # the patches fool no check
         assert "CheckFailed" in errors_of(nb, gid)
     assert "Skipped" in errors_of(nb, "test_exchange_fixed")
-    print(f"[wall] {LAB} hostile submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} hostile submission autograded in {seconds:.1f} s")

@@ -27,12 +27,11 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from grading_batch import check_run
 from test_labs import (
     HOSTILE_PATCH,
     assert_source_validates,
-    check_run,
     errors_of,
-    graded_notebook,
     printed_by,
     released_failing_every_test,
     stubs_and_tests,
@@ -271,9 +270,9 @@ def test_released_stubs_fail_every_test(course):
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
-def test_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB, "correct", solutions(LAB), POINTS)
-    nb = graded_notebook(course, LAB, "correct")
+@pytest.mark.submission(LAB, "correct", lambda: solutions(LAB))
+def test_correct_gets_full_marks(request, course):
+    nb, seconds = check_run(request, course, POINTS)
     for gid, name in [("test_exchange_put", "exchange_put"),
                       ("test_shared", "shared_field + exchange_shared"),
                       ("test_exchange_mailbox", "exchange_mailbox")]:
@@ -282,34 +281,34 @@ def test_correct_gets_full_marks(course):
     shown = printed_by(nb, "test_exchange_mailbox")
     assert "The given exchange, with slow ranks" in shown, shown
     assert "holds 0.0s (nothing arrived?)" in shown and "before the closing Fence" in shown
-    print(f"[wall] {LAB} correct submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} correct submission autograded in {seconds:.1f} s")
 
 
-def test_other_correct_styles_get_full_marks(course):
-    _, wall = check_run(course, LAB, "alternative", {**solutions(LAB), **ALTERNATIVES}, POINTS)
-    print(f"[wall] {LAB} correct submission in other styles autograded in {wall:.1f} s")
+@pytest.mark.submission(LAB, "alternative", lambda: {**solutions(LAB), **ALTERNATIVES})
+def test_other_correct_styles_get_full_marks(request, course):
+    _, seconds = check_run(request, course, POINTS)
+    print(f"[wall] {LAB} correct submission in other styles autograded in {seconds:.1f} s")
 
-def test_wrong_edge_and_unfixed_epoch_lose_their_parts(course):
-    answers = {**solutions(LAB), "exchange_put": solution_with("exchange_put",
-                                                               *PUT_EAST_WEST_SWAPPED),
-               "exchange_mailbox": given_mailbox()}
+@pytest.mark.submission(LAB, "wrong1", lambda: {
+    **solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_EAST_WEST_SWAPPED),
+    "exchange_mailbox": given_mailbox()})
+def test_wrong_edge_and_unfixed_epoch_lose_their_parts(request, course):
     want = {**POINTS, "test_exchange_put": 0.0, "test_exchange_mailbox": 0.0}
-    _, wall = check_run(course, LAB, "wrong1", answers, want)
-    nb = graded_notebook(course, LAB, "wrong1")
+    nb, seconds = check_run(request, course, want)
     err = errors_of(nb, "test_exchange_put")
     assert "rank 0: the east ghost column holds 0.0s" in err, err
     assert "expected rank 1's west edge (its east neighbour)" in err, err
     err = errors_of(nb, "test_exchange_mailbox")
     assert "holds 0.0s (nothing arrived?)" in err and "fast rank" in err, err
-    print(f"[wall] {LAB} wrong submission 1 autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} wrong submission 1 autograded in {seconds:.1f} s")
 
 
-def test_leak_and_wrong_neighbour_lose_their_parts(course):
-    answers = {**solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_NO_FREE),
-               "shared": solution_with("shared", *SHARED_WRONG_NEIGHBOUR)}
+@pytest.mark.submission(LAB, "wrong2", lambda: {
+    **solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_NO_FREE),
+    "shared": solution_with("shared", *SHARED_WRONG_NEIGHBOUR)})
+def test_leak_and_wrong_neighbour_lose_their_parts(request, course):
     want = {**POINTS, "test_exchange_put": 0.0, "test_shared": 0.0}
-    check_run(course, LAB, "wrong2", answers, want)
-    nb = graded_notebook(course, LAB, "wrong2")
+    nb, _ = check_run(request, course, want)
     err = errors_of(nb, "test_exchange_put")
     assert "left 1 window unfreed (made by MPI.Win.Create)" in err, err
     err = errors_of(nb, "test_shared")
@@ -319,31 +318,32 @@ def test_leak_and_wrong_neighbour_lose_their_parts(course):
     assert "expected rank 2's north edge (its south neighbour)" in err, err
 
 
-def test_missing_synchronisation_loses_the_shared_part(course):
-    answers = {**solutions(LAB), "shared": solution_with("shared", *SHARED_NO_OPENING_FENCE)}
-    check_run(course, LAB, "stale", answers, {**POINTS, "test_shared": 0.0})
-    err = errors_of(graded_notebook(course, LAB, "stale"), "test_shared")
+@pytest.mark.submission(LAB, "stale", lambda: {
+    **solutions(LAB), "shared": solution_with("shared", *SHARED_NO_OPENING_FENCE)})
+def test_missing_synchronisation_loses_the_shared_part(request, course):
+    nb, _ = check_run(request, course, {**POINTS, "test_shared": 0.0})
+    err = errors_of(nb, "test_shared")
     # a fast rank read a slow neighbour's block before the neighbour had written it
     assert "holds 0.0s (nothing arrived?)" in err and "no opening synchronisation" in err, err
 
 
-def test_missing_closing_synchronisation_loses_the_shared_part(course):
-    answers = {**solutions(LAB), "shared": solution_with("shared", *SHARED_NO_CLOSING_FENCE)}
-    check_run(course, LAB, "late", answers, {**POINTS, "test_shared": 0.0})
-    err = errors_of(graded_notebook(course, LAB, "late"), "test_shared")
+@pytest.mark.submission(LAB, "late", lambda: {
+    **solutions(LAB), "shared": solution_with("shared", *SHARED_NO_CLOSING_FENCE)})
+def test_missing_closing_synchronisation_loses_the_shared_part(request, course):
+    nb, _ = check_run(request, course, {**POINTS, "test_shared": 0.0})
+    err = errors_of(nb, "test_shared")
     # a slow rank read a fast neighbour's block after the neighbour had gone on
     assert "holds [-1, -1" in err and "no closing synchronisation" in err, err
 
-def test_hostile_is_graded_without_stalling(course):
-    answers = {"exchange_put": HOSTILE_PATCH + PUT_HANGS_IN_EPOCH,
-               "shared": SHARED_EXITS,
-               "exchange_mailbox": HOSTILE_PATCH + MAILBOX_DELETES}
-    _, wall = check_run(course, LAB, "hostile", answers, {k: 0.0 for k in POINTS})
-    nb = graded_notebook(course, LAB, "hostile")
+@pytest.mark.submission(LAB, "hostile", {"exchange_put": HOSTILE_PATCH + PUT_HANGS_IN_EPOCH,
+                                         "shared": SHARED_EXITS,
+                                         "exchange_mailbox": HOSTILE_PATCH + MAILBOX_DELETES})
+def test_hostile_is_graded_without_stalling(request, course):
+    nb, seconds = check_run(request, course, {k: 0.0 for k in POINTS})
     err = errors_of(nb, "test_exchange_put")
     assert "TimedOut" in err or "Skipped" in err, err
     shared = errors_of(nb, "test_shared")  # the grader reads the code before it runs it
     assert "SystemExit" in shared or "should split cart by node" in shared, shared
     assert "exchange_mailbox is right" not in printed_by(nb, "test_exchange_mailbox")
     assert "CheckFailed" in errors_of(nb, "test_exchange_mailbox")
-    print(f"[wall] {LAB} hostile submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB} hostile submission autograded in {seconds:.1f} s")

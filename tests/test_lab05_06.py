@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from grading_batch import check_run
 from test_labs import (
     assert_source_validates,
-    check_run,
     errors_of,
     printed_by,
     released_failing_every_test,
@@ -168,18 +168,19 @@ needs5 = pytest.mark.skipif(LAB5 not in LABS, reason="lab 05 not written yet")
 
 
 @needs5
-def test_lab05_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB5, "correct", solutions(LAB5), full(LAB5))
+@pytest.mark.submission(LAB5, "correct", lambda: solutions(LAB5))
+def test_lab05_correct_gets_full_marks(request, course):
+    _, wall = check_run(request, course, full(LAB5))
     print(f"[wall] {LAB5} correct submission autograded in {wall:.1f} s")
 
 
 @needs5
-def test_lab05_wrong_gets_partial_marks(course):
-    answers = {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
-               "allreduce_butterfly": ALLREDUCE_REBINDS}
+@pytest.mark.submission(LAB5, "wrong", lambda: {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
+                                               "allreduce_butterfly": ALLREDUCE_REBINDS})
+def test_lab05_wrong_gets_partial_marks(request, course):
     want = {"test_bcast_binomial": 3.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0}
-    nb, wall = check_run(course, LAB5, "wrong", answers, want)
+    nb, wall = check_run(request, course, want)
     err = errors_of(nb, "test_bcast_steps")
     assert "took 3 steps; a binomial tree needs only 2" in err, err
     assert "step 3: 1->3 (40 B)" in err and "Only the root sends" in err, err
@@ -189,12 +190,12 @@ def test_lab05_wrong_gets_partial_marks(course):
 
 
 @needs5
-def test_lab05_deadlock_loses_only_that_part(course):
-    answers = {**solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK,
-               "allreduce_butterfly": ALLREDUCE_VIA_ROOT}
+@pytest.mark.submission(LAB5, "deadlock", lambda: {
+    **solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK, "allreduce_butterfly": ALLREDUCE_VIA_ROOT})
+def test_lab05_deadlock_loses_only_that_part(request, course):
     want = {"test_bcast_binomial": 0.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0}
-    nb, wall = check_run(course, LAB5, "deadlock", answers, want)
+    nb, wall = check_run(request, course, want)
     # the try-it cell above the test is not run while grading: it says so ...
     tried = next(c for c in nb.cells if c.cell_type == "code"
                  and c.source.strip() == "show_trace(bcast_on, bcast_binomial, 3, 1)")
@@ -215,9 +216,10 @@ def test_lab05_deadlock_loses_only_that_part(course):
 
 
 @needs5
-def test_lab05_hostile_gets_no_marks_for_wrong_answers(course):
-    answers = {"bcast_binomial": BCAST_HOSTILE, "allreduce_butterfly": ALLREDUCE_HOSTILE}
-    nb, wall = check_run(course, LAB5, "hostile", answers, {k: 0.0 for k in full(LAB5)})
+@pytest.mark.submission(LAB5, "hostile", {"bcast_binomial": BCAST_HOSTILE,
+                                          "allreduce_butterfly": ALLREDUCE_HOSTILE})
+def test_lab05_hostile_gets_no_marks_for_wrong_answers(request, course):
+    nb, wall = check_run(request, course, {k: 0.0 for k in full(LAB5)})
     # the patches stay in the student's kernel; the checks run in the grader's
     assert "bcast_binomial is right" not in printed_by(nb, "test_bcast_binomial")
     assert "allreduce_butterfly is right" not in printed_by(nb, "test_allreduce_butterfly")
@@ -316,18 +318,19 @@ needs6 = pytest.mark.skipif(LAB6 not in LABS, reason="lab 06 not written yet")
 
 
 @needs6
-def test_lab06_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB6, "correct", solutions(LAB6), full(LAB6))
+@pytest.mark.submission(LAB6, "correct", lambda: solutions(LAB6))
+def test_lab06_correct_gets_full_marks(request, course):
+    _, wall = check_run(request, course, full(LAB6))
     print(f"[wall] {LAB6} correct submission autograded in {wall:.1f} s")
 
 
 @needs6
-def test_lab06_wrong_gets_partial_marks(course):
-    answers = {**solutions(LAB6), "allgather_ring": RING_OFF_BY_ONE,
-               "allgather_recursive_doubling": RD_ANY_P}
+@pytest.mark.submission(LAB6, "wrong", lambda: {**solutions(LAB6), "allgather_ring": RING_OFF_BY_ONE,
+                                               "allgather_recursive_doubling": RD_ANY_P})
+def test_lab06_wrong_gets_partial_marks(request, course):
     want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
             "test_rd_not_power_of_two": 0.0}
-    nb, wall = check_run(course, LAB6, "wrong", answers, want)
+    nb, wall = check_run(request, course, want)
     err = errors_of(nb, "test_allgather_ring")
     assert "block 1 was never written, expected rank 1's" in err, err
     assert "step 2: 0->1" in err, err
@@ -337,13 +340,13 @@ def test_lab06_wrong_gets_partial_marks(course):
 
 
 @needs6
-def test_lab06_deadlocks_lose_only_their_parts(course):
-    # a Python ring and a compiled one that send first: both hang past the eager limit
-    answers = {**solutions(LAB6), "allgather_ring": RING_SEND_FIRST,
-               "allgather_pyx": PYX_SEND_FIRST}
+# a Python ring and a compiled one that send first: both hang past the eager limit
+@pytest.mark.submission(LAB6, "deadlock", lambda: {
+    **solutions(LAB6), "allgather_ring": RING_SEND_FIRST, "allgather_pyx": PYX_SEND_FIRST})
+def test_lab06_deadlocks_lose_only_their_parts(request, course):
     want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
             "test_allgather_cython": 0.0}
-    nb, wall = check_run(course, LAB6, "deadlock", answers, want)
+    nb, wall = check_run(request, course, want)
     for gid in ("test_allgather_ring", "test_allgather_cython"):
         err = errors_of(nb, gid)
         assert "did not finish within 10 s" in err, (gid, err)
@@ -354,16 +357,16 @@ def test_lab06_deadlocks_lose_only_their_parts(course):
 
 
 @needs6
-def test_lab06_hostile_gets_no_marks_for_wrong_answers(course):
-    answers = {
-        "allgather_ring": LIAR_RING,
-        "allgather_bruck": LIAR_RING.replace("def allgather_ring", "def allgather_bruck"),
-        "allgather_recursive_doubling": LIAR_RING.replace(
-            "def allgather_ring", "def allgather_recursive_doubling"),
-        "allgather_pyx": HOSTILE_PATCH + PYX_NOTHING,
-        "choose_allgather": CHOOSE_HOSTILE,
-    }
-    nb, wall = check_run(course, LAB6, "hostile", answers, {k: 0.0 for k in full(LAB6)})
+@pytest.mark.submission(LAB6, "hostile", lambda: {
+    "allgather_ring": LIAR_RING,
+    "allgather_bruck": LIAR_RING.replace("def allgather_ring", "def allgather_bruck"),
+    "allgather_recursive_doubling": LIAR_RING.replace(
+        "def allgather_ring", "def allgather_recursive_doubling"),
+    "allgather_pyx": HOSTILE_PATCH + PYX_NOTHING,
+    "choose_allgather": CHOOSE_HOSTILE,
+})
+def test_lab06_hostile_gets_no_marks_for_wrong_answers(request, course):
+    nb, wall = check_run(request, course, {k: 0.0 for k in full(LAB6)})
     for gid, name in [("test_allgather_ring", "allgather_ring"),
                       ("test_allgather_bruck", "allgather_bruck"),
                       ("test_allgather_rd", "allgather_recursive_doubling"),

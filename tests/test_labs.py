@@ -20,8 +20,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_batch import check_run, graded_notebook  # noqa: F401 - other modules import it here
 
-from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions, submit
+from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -127,27 +128,6 @@ def test_released_stubs_fail_every_test(course, lab):
 # submissions
 
 
-def autograde(course: Path, lab: str, student: str) -> tuple[dict[str, float], float, str]:
-    """Autograde one submission; (score by test cell, wall seconds, nbgrader's output)."""
-    from nbgrader.api import Gradebook
-
-    t0 = time.perf_counter()
-    res = nbgrader(course, "autograde", lab, "--student", student, "--force")
-    wall = time.perf_counter() - t0
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, log
-    assert "Removing failed assignment" not in log, log
-    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
-        sub = gb.find_submission_notebook(lab, lab, student)
-        scores = {g.name: g.score for g in sub.grades if g.max_score}
-    print(f"\n[autograde] {lab} / {student}: {wall:.1f} s, scores {scores}")
-    return scores, wall, log
-
-
-def graded_notebook(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
-    return nbformat.read(course / "autograder" / "autograded" / student / lab / f"{lab}.ipynb", 4)
-
-
 def errors_of(nb, grade_id: str) -> str:
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
@@ -206,53 +186,42 @@ def ring_exchange(comm, data):
 '''
 
 
-def check_run(course, lab, student, answers, expected):
-    """Submit `answers` as `student`, autograde, check the scores are `expected` and that
-    nothing outlived the autograde; (the graded notebook, wall seconds)."""
-    submit(course, lab, student, answers)
-    scores, wall, log = autograde(course, lab, student)
-    assert scores == expected, (scores, log[-3000:])
-    assert not leftover_processes(course), "an MPI cluster outlived the autograde"
-    return graded_notebook(course, lab, student), wall
-
-
 # -- lab 00 ------------------------------------------------------------------------------
 
 LAB0 = "lab00-mpi-basics"
 
 
-def test_lab00_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB0, "correct", solutions(LAB0), full(LAB0))
-    print(f"[wall] {LAB0} correct submission autograded in {wall:.1f} s (bar: 20 s)")
+@pytest.mark.submission(LAB0, "correct", lambda: solutions(LAB0))
+def test_lab00_correct_gets_full_marks(request, course):
+    _, seconds = check_run(request, course, full(LAB0))
+    print(f"[wall] {LAB0} correct submission autograded in {seconds:.1f} s (bar: 20 s)")
 
 
-def test_lab00_wrong_gets_partial_marks(course):
-    answers = {**solutions(LAB0), "ring_pass": RING_OFF_BY_ONE}
-    check_run(course, LAB0, "wrong", answers, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
-    err = errors_of(graded_notebook(course, LAB0, "wrong"), "test_ring_pass")
+@pytest.mark.submission(LAB0, "wrong", lambda: {**solutions(LAB0), "ring_pass": RING_OFF_BY_ONE})
+def test_lab00_wrong_gets_partial_marks(request, course):
+    nb, _ = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    err = errors_of(nb, "test_ring_pass")
     assert "rank 2 saw 12, expected 11" in err, err
 
 
-def test_lab00_deadlock_loses_only_that_part(course):
-    answers = {**solutions(LAB0), "ring_pass": RING_DEADLOCK}
-    _, wall = check_run(course, LAB0, "deadlock", answers,
-                        {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
-    err = errors_of(graded_notebook(course, LAB0, "deadlock"), "test_ring_pass")
+@pytest.mark.submission(LAB0, "deadlock", lambda: {**solutions(LAB0), "ring_pass": RING_DEADLOCK})
+def test_lab00_deadlock_loses_only_that_part(request, course):
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    err = errors_of(nb, "test_ring_pass")
     assert "TimedOut" in err or "Skipped" in err, err
-    print(f"[wall] {LAB0} deadlocking submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB0} deadlocking submission autograded in {seconds:.1f} s")
 
 
-def test_lab00_endless_loops_lose_only_their_part(course):
-    # an endless loop inside the function (on the engines), and one in a plain cell
-    answers = {**solutions(LAB0), "ring_pass": RING_LOOP,
-               "ring_exchange": solutions(LAB0)["ring_exchange"] + "\n\nwhile True:\n    pass\n"}
-    _, wall = check_run(course, LAB0, "loop", answers,
-                        {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
-    nb = graded_notebook(course, LAB0, "loop")
+# an endless loop inside the function (on the engines), and one in a plain cell
+@pytest.mark.submission(LAB0, "loop", lambda: {
+    **solutions(LAB0), "ring_pass": RING_LOOP,
+    "ring_exchange": solutions(LAB0)["ring_exchange"] + "\n\nwhile True:\n    pass\n"})
+def test_lab00_endless_loops_lose_only_their_part(request, course):
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
     assert "endless loop" in errors_of(nb, "test_ring_pass") or "Skipped" in errors_of(
         nb, "test_ring_pass")
     assert "CellTimeoutError" in errors_of(nb, "ring_exchange")
-    print(f"[wall] {LAB0} endless-loop submission autograded in {wall:.1f} s")
+    print(f"[wall] {LAB0} endless-loop submission autograded in {seconds:.1f} s")
 
 
 def printed_by(nb, grade_id: str) -> str:
@@ -262,15 +231,14 @@ def printed_by(nb, grade_id: str) -> str:
     raise KeyError(grade_id)
 
 
-def test_lab00_hostile_gets_no_marks_for_wrong_answers(course):
-    answers = {"ring_pass": HOSTILE_PATCH + RING_OFF_BY_ONE, "ring_exchange": EXCHANGE_NAIVE}
-    _, wall = check_run(course, LAB0, "hostile", answers,
-                        {"test_ring_pass": 0.0, "test_ring_exchange": 0.0})
-    nb = graded_notebook(course, LAB0, "hostile")
+@pytest.mark.submission(LAB0, "hostile", {"ring_pass": HOSTILE_PATCH + RING_OFF_BY_ONE,
+                                          "ring_exchange": EXCHANGE_NAIVE})
+def test_lab00_hostile_gets_no_marks_for_wrong_answers(request, course):
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 0.0})
     # the tests run in the grader's kernel: the patch in the student's kernel fools nothing
     assert "ring_pass is right" not in printed_by(nb, "test_ring_pass")
     assert "rank 2 saw 12, expected 11" in errors_of(nb, "test_ring_pass")
-    print(f"[wall] {LAB0} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
+    print(f"[wall] {LAB0} hostile submission autograded in {seconds:.1f} s (bar: 60 s)")
 
 
 # -- lab 01 ------------------------------------------------------------------------------
@@ -312,37 +280,36 @@ def half_bandwidth_bytes(alpha_us, beta_MBps):
 '''
 
 
-def test_lab01_correct_gets_full_marks(course):
-    _, wall = check_run(course, LAB1, "correct", solutions(LAB1), full(LAB1))
-    print(f"[wall] {LAB1} correct submission autograded in {wall:.1f} s (bar: 20 s)")
+@pytest.mark.submission(LAB1, "correct", lambda: solutions(LAB1))
+def test_lab01_correct_gets_full_marks(request, course):
+    _, seconds = check_run(request, course, full(LAB1))
+    print(f"[wall] {LAB1} correct submission autograded in {seconds:.1f} s (bar: 20 s)")
 
 
-def test_lab01_wrong_gets_partial_marks(course):
-    answers = {**solutions(LAB1), "pingpong": PINGPONG_TOTAL_SECONDS,
-               "fit_alpha_beta": FIT_UNWEIGHTED, "predict": PREDICT_NO_ALPHA}
+@pytest.mark.submission(LAB1, "wrong", lambda: {
+    **solutions(LAB1), "pingpong": PINGPONG_TOTAL_SECONDS, "fit_alpha_beta": FIT_UNWEIGHTED,
+    "predict": PREDICT_NO_ALPHA})
+def test_lab01_wrong_gets_partial_marks(request, course):
     want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0}
-    check_run(course, LAB1, "wrong", answers, want)
-    nb = graded_notebook(course, LAB1, "wrong")
+    nb, _ = check_run(request, course, want)
     assert "latency α is missing" in errors_of(nb, "test_predict")
     assert "whole loop's time in seconds" in errors_of(nb, "test_pingpong")
     assert "weight each point by 1/t" in errors_of(nb, "test_fit").replace("W", "w")
 
 
-def test_lab01_hostile_gets_no_marks_for_wrong_answers(course):
-    answers = {
-        "pingpong": HOSTILE_PATCH + PINGPONG_TOTAL_SECONDS,
-        "fit_alpha_beta": HOSTILE_PATCH + "def fit_alpha_beta(n, t):\n    return 1.0, 1.0\n",
-        "predict": HOSTILE_PATCH + "def predict_us(n, a, b):\n    return 0.0\n\n\n"
-                   "def half_bandwidth_bytes(a, b):\n    return 0.0\n",
-    }
-    want = {k: 0.0 for k in full(LAB1)}
-    _, wall = check_run(course, LAB1, "hostile", answers, want)
-    nb = graded_notebook(course, LAB1, "hostile")
+@pytest.mark.submission(LAB1, "hostile", {
+    "pingpong": HOSTILE_PATCH + PINGPONG_TOTAL_SECONDS,
+    "fit_alpha_beta": HOSTILE_PATCH + "def fit_alpha_beta(n, t):\n    return 1.0, 1.0\n",
+    "predict": HOSTILE_PATCH + "def predict_us(n, a, b):\n    return 0.0\n\n\n"
+               "def half_bandwidth_bytes(a, b):\n    return 0.0\n",
+})
+def test_lab01_hostile_gets_no_marks_for_wrong_answers(request, course):
+    nb, seconds = check_run(request, course, {k: 0.0 for k in full(LAB1)})
     for gid, name in [("test_pingpong", "pingpong"), ("test_fit", "fit_alpha_beta"),
                       ("test_predict", "predict_us")]:
         assert f"{name} is right" not in printed_by(nb, gid)  # the patch fools no check
         assert "CheckFailed" in errors_of(nb, gid)
-    print(f"[wall] {LAB1} hostile submission autograded in {wall:.1f} s (bar: 60 s)")
+    print(f"[wall] {LAB1} hostile submission autograded in {seconds:.1f} s (bar: 60 s)")
 
 
 def test_feedback_is_generated(course):

@@ -1,0 +1,105 @@
+"""A lab's submissions autograded together, as an instructor grades a class.
+
+``nbgrader autograde LAB`` grades every submitted notebook of a lab one after another in
+one process: the grader's workers, sandboxes and clusters serve student after student, so
+one student's deadlock, endless loop or hostile code must cost nobody else a mark. The
+lab tests grade that way. A test declares its submission with a marker::
+
+    @pytest.mark.submission(LAB, "wrong", lambda: {**solutions(LAB), "ring_pass": BAD})
+    def test_wrong_gets_partial_marks(request, course):
+        nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, ...})
+
+The first test of a module that asks for its grade submits the submissions of every test
+of that module and lab that this session runs (deselected tests' submissions are not
+graded), autogrades them in one nbgrader run and checks that nothing of their clusters or
+sandboxes is left; each test then checks its own student's scores and messages. One run
+per lab instead of one per submission also saves nbgrader's start-up for every test.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from mpilab.grading.course import nbgrader, submit
+
+HANG_CEILING = 240  # s per submission: beyond it the run hangs (the bench has the bars)
+
+
+@dataclass
+class Run:
+    """One autograde of a lab's submissions."""
+    scores: dict[str, dict[str, float]]
+    seconds: dict[str, float]  # student -> the notebook's grading time
+    wall: float
+    log: str
+    left: list = field(default_factory=list)  # what outlived the run
+
+
+_RUNS: dict[tuple[str, str], Run] = {}
+
+
+def declared(item) -> tuple[str, str, object] | None:
+    marker = item.get_closest_marker("submission")
+    return tuple(marker.args) if marker else None
+
+
+def check_run(request, course: Path, expected: dict[str, float]):
+    """This test's submission, graded with the others of its lab and module: checks that
+    it scored `expected` and that the run left nothing; (graded notebook, seconds the
+    autograder spent on it)."""
+    mine = declared(request.node)
+    assert mine, "check_run needs @pytest.mark.submission(lab, student, answers)"
+    lab, student, _ = mine
+    key = (str(course), lab)
+    if key not in _RUNS:
+        _RUNS[key] = _grade(request, course, lab)
+    run = _RUNS[key]
+    assert student in run.scores, (f"{student}'s {lab} was not graded", run.log[-5000:])
+    assert run.scores[student] == expected, (run.scores[student], run.log[-3000:])
+    assert not run.left, f"an MPI cluster or sandbox outlived the autograde: {run.left}"
+    return graded_notebook(course, lab, student), run.seconds.get(student, float("nan"))
+
+
+def _grade(request, course: Path, lab: str) -> Run:
+    from nbgrader.api import Gradebook
+    from test_labs import leftover_processes
+
+    cases = {}
+    for item in request.session.items:
+        got = declared(item)
+        if got and got[0] == lab and getattr(item, "module", None) is request.module:
+            _, student, answers = got
+            assert student not in cases, f"two tests submit {lab} as {student}"
+            cases[student] = answers() if callable(answers) else answers
+    for student, answers in cases.items():
+        submit(course, lab, student, answers)
+    t0 = time.perf_counter()
+    res = nbgrader(course, "autograde", lab, "--force",
+                   timeout=60 + HANG_CEILING * len(cases))
+    wall = time.perf_counter() - t0
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-5000:]
+    assert "Removing failed assignment" not in log, log[-5000:]
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
+        for student in cases:
+            sub = gb.find_submission_notebook(lab, lab, student)
+            scores[student] = {g.name: g.score for g in sub.grades if g.max_score}
+    # "Autograding .../submitted/<student>/<lab>" comes before each "Graded <nb> in N s"
+    order = re.findall(r"submitted/([^/\s]+)/" + re.escape(lab), log)
+    times = [float(t) for t in re.findall(r"Graded \S+ in ([0-9.]+) s", log)]
+    seen = list(dict.fromkeys(order))
+    seconds = dict(zip(seen, times, strict=True)) if len(seen) == len(times) else {}
+    print(f"\n[autograde] {lab}: {len(cases)} submissions in {wall:.0f} s; "
+          + ", ".join(f"{s} {t:.0f} s" for s, t in seconds.items()))
+    return Run(scores, seconds, wall, log, leftover_processes(course))
+
+
+def graded_notebook(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
+    return nbformat.read(course / "autograder" / "autograded" / student / lab / f"{lab}.ipynb", 4)
+
