@@ -41,9 +41,14 @@ PIN=(-c "$PWD/constraints.txt")
 say "installing the $MPI wheel, mpi4py and the course (non-editable)"
 $PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
 $PY -m pip install -q "${PIN[@]}" "$MPI" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
-# --no-build-isolation: setup.py builds the kernels with this venv's mpicc (the wheel's)
-(cd "$tree" && MPILAB_MPI=$MPI $PY -m pip install -q "${PIN[@]}" --no-build-isolation \
-   --force-reinstall --no-deps . && $PY -m pip install -q "${PIN[@]}" --no-build-isolation ".[test]")
+# One wheel, built once (--no-build-isolation: setup.py builds the kernels with this venv's
+# mpicc, the wheel's), installed over any earlier one, then its test extras beside it.
+rm -rf "$base/dist"
+(cd "$tree" && MPILAB_MPI=$MPI $PY -m pip wheel -q --no-deps --no-build-isolation \
+   -w "$PWD/../dist" .)
+whl=$(ls "$base"/dist/mpilab-*.whl)
+$PY -m pip install -q "${PIN[@]}" --force-reinstall --no-deps "$whl"
+$PY -m pip install -q "${PIN[@]}" "$whl[test]"
 install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
 rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
 
