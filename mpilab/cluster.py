@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import jobs, netlab, runtime, validate
+from . import jobs, netlab, runtime, sources, validate
 
 DEFAULT_TIMEOUT = 30.0
 # How the controller and the engines start: "local" (processes of this host) or "slurm"
@@ -53,17 +53,26 @@ _current: MPICluster | None = None
 class ClusterError(RuntimeError):
     """The cluster could not do what was asked; the message says what to do next."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What the notebook shows (IPython's protocol): the message alone, which names
+        the ranks, their lines and what to do; mpilab's and ipyparallel's frames would
+        only bury it under twenty lines the student did not write."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 class MPITimeout(ClusterError, TimeoutError):
     """Ranks did not finish in time (a deadlock, an endless loop, or too slow).
 
-    ``pending`` lists the ranks that were still busy; ``finished`` those that returned.
+    ``pending`` lists the ranks that were still busy; ``finished`` those that returned;
+    ``stacks`` where the busy ranks were, as frames, when their stacks could be read.
     """
 
-    def __init__(self, message: str, pending: Sequence[int] = (), finished: Sequence[int] = ()):
+    def __init__(self, message: str, pending: Sequence[int] = (), finished: Sequence[int] = (),
+                 stacks: dict[int, list] | None = None):
         super().__init__(message)
         self.pending = list(pending)
         self.finished = list(finished)
+        self.stacks = stacks or {}  # busy rank -> its frames (file, line, function), outermost first
 
 
 class ClusterDied(ClusterError):
@@ -149,6 +158,33 @@ def kill_cluster_processes(cluster_id: str | None = None, grace: float = 2.0) ->
 
 # ---------------------------------------------------------------------------------------
 # the cluster
+
+
+_STACK_FILE = None  # (on an engine) where SIGUSR1 makes faulthandler write the stack
+
+
+def _engine_stack_file(folder: str) -> bool:
+    """On an engine: on SIGUSR1, write this rank's Python stack to folder/stack.<rank>.
+
+    Opened for appending, so a dump goes to the start of a file the client emptied. One
+    registration per engine: the grader's checks use it too (a second ``register`` and
+    its ``unregister`` would leave SIGUSR1's default action, which ends the engine).
+    """
+    global _STACK_FILE
+    import faulthandler
+    import signal
+
+    from mpi4py import MPI
+
+    if _STACK_FILE is not None:
+        return True
+    try:
+        f = open(os.path.join(folder, f"stack.{MPI.COMM_WORLD.Get_rank()}"), "a")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=False, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        return False  # another host's engine, or no signals: no stacks, everything else works
+    _STACK_FILE = f
+    return True
 
 
 def _rank_and_host():
@@ -428,6 +464,12 @@ class MPICluster:
         # in the notebook's kernel.
         self.library = rc[by_rank[0][1]].apply_async(runtime.library_info).get(timeout=timeout)
         self.view.execute(_PRELUDE, block=True, silent=True)
+        folder = self.stack_folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.view.apply_async(_engine_stack_file, str(folder)).get(timeout=timeout)
+        except Exception:  # noqa: BLE001 - stacks are an aid to the timeout message only
+            pass
         self.broken = None
         try:
             from IPython import get_ipython
@@ -489,7 +531,50 @@ class MPICluster:
             f.unlink(missing_ok=True)
         for f in (self._profile_dir() / "security").glob(f"ipcontroller-{self.cluster_id}-*.json"):
             f.unlink(missing_ok=True)
+        shutil.rmtree(self.stack_folder(), ignore_errors=True)
         return n
+
+    def stack_folder(self) -> Path:
+        """Where each engine writes its Python stack when asked (:meth:`stacks`)."""
+        return self._profile_dir() / "security" / f"mpilab-{self.cluster_id}-stacks"
+
+    def stacks(self, ranks: Sequence[int], wait: float = 1.0) -> dict[int, str]:
+        """The Python stack of each of `ranks` (faulthandler's text, most recent call
+        first), asked with SIGUSR1: where a busy rank is, without stopping it. Ranks on
+        another host, or that do not answer within `wait` seconds, are left out."""
+        import signal
+
+        folder = self.stack_folder()
+        asked = []
+        for r in ranks:
+            pid = self.pids[r] if 0 <= r < len(self.pids) else 0
+            path = folder / f"stack.{r}"
+            if not pid or not path.exists():
+                continue
+            try:
+                os.truncate(path, 0)
+                os.kill(pid, signal.SIGUSR1)
+                asked.append(r)
+            except OSError:
+                pass
+        got: dict[int, str] = {}
+        last: dict[int, str] = {}
+        deadline = time.monotonic() + wait
+        while asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for r in list(asked):
+                try:
+                    text = (folder / f"stack.{r}").read_text(errors="replace")
+                except OSError:
+                    continue
+                if "File" in text and text == last.get(r):  # written, and no longer growing
+                    got[r] = text
+                    asked.remove(r)
+                last[r] = text
+        for r in asked:  # still writing at the deadline: what is there
+            if "File" in last.get(r, ""):
+                got[r] = last[r]
+        return got
 
     def _remove_saved_fabric(self) -> None:
         """The emulated nodes a run of this cluster in another process left up."""
@@ -650,19 +735,32 @@ class MPICluster:
         """
         self._check_usable()
         ar = self.view.apply_async(func, *args, **kwargs)
-        return self._wait(ar, timeout, restart_on_timeout, what=getattr(func, "__name__", "code"))
+        return self._wait(ar, timeout, restart_on_timeout, what=getattr(func, "__name__", "code"),
+                          where=lambda frames: _where_in_function(frames, func, args, kwargs))
 
     def execute(self, code: str, *, timeout: float = DEFAULT_TIMEOUT,
-                restart_on_timeout: bool = False, display: bool = True):
-        """Run code text on every rank (what ``%%mpi`` does); show its output by rank."""
+                restart_on_timeout: bool = False, display: bool = True, line_offset: int = 0):
+        """Run code text on every rank (what ``%%mpi`` does); show its output by rank.
+
+        On a timeout the busy ranks' lines are named as the notebook numbers them:
+        `line_offset` lines stand above the code in its cell (1 for ``%%mpi``'s line).
+        """
         self._check_usable()
         ar = self.view.execute(code, block=False, silent=False)
         try:
-            self._wait(ar, timeout, restart_on_timeout, what="the cell", partial=ar)
+            self._wait(ar, timeout, restart_on_timeout, what="the cell", partial=ar,
+                       where=lambda frames: _where_in_cell(frames, code, line_offset))
         finally:
             if display and ar.ready():
                 ar.display_outputs()
         return ar
+
+    def _stuck_frames(self, ranks: Sequence[int]) -> dict[int, list]:
+        """rank -> its frames, outermost first, from its stack dump (:meth:`stacks`)."""
+        try:
+            return {r: sources.parse_stack(t) for r, t in self.stacks(ranks).items()}
+        except Exception:  # noqa: BLE001 - an aid to the message only
+            return {}
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose engine process is gone (checked on this host, without messages)."""
@@ -679,7 +777,7 @@ class MPICluster:
                 dead.append(rank)
         return dead
 
-    def _wait(self, ar, timeout, restart_on_timeout, what, partial=None):
+    def _wait(self, ar, timeout, restart_on_timeout, what, partial=None, where=None):
         import ipyparallel as ipp
 
         deadline = time.monotonic() + timeout
@@ -705,11 +803,22 @@ class MPICluster:
             finished = [r for r in self.ranks if r not in pending]
             if partial is not None:
                 _show_partial(partial)
-            msg = (f"{what} did not finish in {timeout:g} s: rank{'s' * (len(pending) != 1)} "
-                   f"{_join(pending)} still busy"
-                   + (f", rank{'s' * (len(finished) != 1)} {_join(finished)} finished" if finished
-                      else "")
-                   + ". Ranks waiting on each other (a deadlock) or an endless loop? ")
+            lines = [f"{what} did not finish in {timeout:g} s: rank{'s' * (len(pending) != 1)} "
+                     f"{_join(pending)} still busy"
+                     + (f", rank{'s' * (len(finished) != 1)} {_join(finished)} finished"
+                        if finished else "") + "."]
+            frames = self._stuck_frames(pending) if where is not None else {}
+            stuck = {}
+            for r, f in frames.items():
+                try:
+                    stuck[r] = where(f)
+                except Exception:  # noqa: BLE001 - an aid to the message only
+                    stuck[r] = ""
+            lines += [f"  rank {r} was at {w}" for r, w in stuck.items() if w]
+            lines.append(sources.stuck_hint(
+                {r: w.split(": ", 1)[1] if ": " in w else "" for r, w in stuck.items()},
+                finished))
+            msg = "\n".join(lines) + "\n"
             self.broken = f"{what} timed out"
             if restart_on_timeout:
                 self.restart()
@@ -717,7 +826,7 @@ class MPICluster:
             else:
                 msg += ("An MPI job cannot be interrupted rank by rank: call lab.restart() "
                         "to start the engines afresh.")
-            raise MPITimeout(msg, pending, finished) from None
+            raise MPITimeout(msg, pending, finished, frames) from None
         except ipp.error.CompositeError as exc:
             died = [e for e in exc.elist if e[0] in ("EngineError", "UnmetDependency")]
             if died:
@@ -762,6 +871,35 @@ def _partition_cpus(partition: str | None) -> int | None:
         if partition or name.endswith("*"):  # sinfo marks the default partition with *
             return int(cpus.rsplit("/", 1)[-1])  # allocated/idle/other/total
     return None
+
+
+def _where_in_function(frames, func, args, kwargs) -> str:
+    """Where a rank running ``lab.run(func, ...)`` was: the innermost frame of the
+    notebook's code, with its cell line (:func:`mpilab.sources.describe_frame`)."""
+    if not frames:
+        return ""
+    smap = sources.SourceMap.of(func, *args, *kwargs.values())
+    return sources.describe_frame(frames, smap)
+
+
+def _where_in_cell(frames, code: str, line_offset: int) -> str:
+    """Where a rank running a cell's `code` (``%%mpi``) was, as 'line 3 of this cell:
+    comm.Recv(buf, source=0)'. The engine compiled the code without its leading blank
+    lines; a frame in a function an earlier cell defined is named by its function."""
+    user = [f for f in frames if not sources.is_library(f[0])]
+    if not user:
+        return ""
+    cell_file = user[0][0]  # the outermost frame of the engine's own code: this cell
+    filename, lineno, func = user[-1]
+    if filename != cell_file:
+        return f"line {lineno} of {func} (defined in an earlier cell)"
+    body = code.splitlines()
+    blank = next((i for i, t in enumerate(body) if t and not t.isspace()), 0)
+    i = blank + lineno - 1
+    text = body[i].strip() if 0 <= i < len(body) else ""
+    where = f"line {i + 1 + line_offset} of this cell" + (
+        f" (in {func})" if func != "<module>" else "")
+    return f"{where}: {text}" if text else where
 
 
 def _show_partial(ar) -> None:

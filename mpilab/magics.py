@@ -47,7 +47,7 @@ def mpi(line: str, cell: str):
     if c is None:
         raise cluster.ClusterError("no cluster: run `lab = mpilab.cluster.start(n)` first")
     timeout, restart = _parse(line)
-    c.execute(cell, timeout=timeout, restart_on_timeout=restart)
+    c.execute(cell, timeout=timeout, restart_on_timeout=restart, line_offset=1)
 
 
 def register(c) -> None:

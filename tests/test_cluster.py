@@ -82,6 +82,16 @@ def test_deadlock_times_out_and_one_call_restarts(lab):
     with pytest.raises(cluster.MPITimeout, match="ranks 0 and 1 still busy") as info:
         lab.run(_deadlock, timeout=3)
     assert info.value.pending == [0, 1] and info.value.finished == [2, 3]
+    # where each busy rank was (its stack, dumped without stopping it), and why
+    send = _deadlock.__code__.co_firstlineno + 8
+    for r in (0, 1):
+        assert (f"rank {r} was at line {send} of test_cluster.py (in _deadlock): "
+                "comm.Send(buf, dest=1 - comm.rank)") in str(info.value), str(info.value)
+        assert info.value.stacks[r][-1][1:] == (send, "_deadlock")
+    assert "Every stuck rank is in a send" in str(info.value)
+    # the notebook shows the message alone: no frames of mpilab or ipyparallel
+    assert info.value._render_traceback_() == [
+        f"\x1b[0;31mMPITimeout\x1b[0m: {info.value}"]
     assert not lab.healthy(timeout=1)
     with pytest.raises(cluster.ClusterError, match="restart"):
         lab.run(_rank)
@@ -110,9 +120,14 @@ def test_killed_engine_is_detected_then_restarted(lab):
 def test_execute_shows_output_and_times_out(lab, capsys):
     lab.execute("print('hello from', comm.rank)", timeout=10)
     assert "hello from 3" in capsys.readouterr().out
-    with pytest.raises(cluster.MPITimeout):
-        lab.execute("import time\nif comm.rank == 0:\n    time.sleep(60)", timeout=2,
-                    restart_on_timeout=True)
+    # a %%mpi cell (one line above the code): the line is the cell's, blank lines counted
+    with pytest.raises(cluster.MPITimeout) as info:
+        lab.execute("\nimport time\nif comm.rank == 0:\n    time.sleep(60)", timeout=2,
+                    restart_on_timeout=True, line_offset=1)
+    said = str(info.value)
+    assert "rank 0 still busy, ranks 1, 2 and 3 finished" in said, said
+    assert "rank 0 was at line 5 of this cell: time.sleep(60)" in said, said
+    assert "not in an MPI call made from Python: either an endless loop" in said, said
     assert lab.healthy()
 
 

@@ -333,6 +333,10 @@ class Liar:
 '''
 
 
+def cell_of(nb, grade_id: str):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
 def all_output(nb) -> str:
     """Everything the cells printed or raised, in order."""
     out = []
@@ -423,7 +427,9 @@ def test_deadlock_loses_only_that_part(request, course):
     assert ("TimedOut" in err or "Skipped" in err) and "exchange_fixed" in err, err
     shown = all_output(nb)
     assert "TimedOut: halo_harness with exchange_fixed" in shown, shown
-    assert "was at line 8 of exchange_fixed: cart.Recv(" in shown, shown  # where it was stuck
+    # where it was stuck: the line as the editor numbers it in the cell with that prompt
+    count = cell_of(nb, "exchange_fixed").execution_count
+    assert f"was at line 9 of cell In [{count}] (in exchange_fixed): cart.Recv(" in shown, shown
     print(f"[wall] {LAB} deadlocking submission autograded in {seconds:.1f} s")
 
 

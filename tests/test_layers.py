@@ -21,7 +21,7 @@ PKG = Path(__file__).resolve().parent.parent / "mpilab"
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.netlab",
                      "mpilab.papers", "mpilab.paths",
-                     "mpilab.validate",
+                     "mpilab.validate", "mpilab.sources",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks"]),

@@ -108,6 +108,14 @@ def test_lecture_00_deadlock_is_caught_and_recovered():
     deadlock = cell_with(nb, "%%mpi --timeout 5")
     assert tagged(deadlock)
     assert "MPITimeout" in text_of(deadlock) and "still busy" in text_of(deadlock)
+    # each busy rank's line, as the cell numbers it, and the guess the lines support
+    for r in range(4):
+        assert f"rank {r} was at line 6 of this cell: comm.Send(out, dest=partner)" in text_of(
+            deadlock), text_of(deadlock)
+    assert "Every stuck rank is in a send" in text_of(deadlock)
+    # the message alone, not twenty lines of mpilab's and ipyparallel's frames
+    error = next(o for o in deadlock.outputs if o.output_type == "error")
+    assert len(error.traceback) == 1 and "MPITimeout" in error.traceback[0], error.traceback
     assert text_of(cell_with(nb, "lab.healthy(timeout=2)")).strip() == "False"
     assert "healthy: True" in text_of(cell_with(nb, "lab.restart()"))
     for fix in ("comm.Sendrecv", "rank % 2 == 0"):

@@ -1,4 +1,4 @@
-"""Source lines of code run elsewhere, mapped back where the functions are (mpilab.grading.sources).
+"""Source lines of code run elsewhere, mapped back where the functions are (mpilab.sources).
 
 The frames come from real runs: functions pickled with cloudpickle, run in another
 Python process, their traceback and faulthandler frames mapped back through a
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from mpilab.grading import _describe_frame, _parse_stack
-from mpilab.grading.sources import SourceMap, is_library
+from mpilab.sources import SourceMap, is_library
+from mpilab.sources import describe_frame as _describe_frame
+from mpilab.sources import parse_stack as _parse_stack
 
 REPO = Path(__file__).resolve().parent.parent
 ALT = sorted((REPO / ".venv" / "alt").glob("cloudpickle-*"))
@@ -101,6 +102,30 @@ def test_a_notebook_cell_is_mapped_from_the_kernels_linecache():
         "line 6 of exchange: comm.Send(data, dest=1)")
 
 
+def test_a_frame_in_an_ipython_cell_is_named_by_its_cell_and_cell_line():
+    """IPython numbers a cell's lines after dropping its leading blank lines; the map
+    records the cell's execution count and adds the blank lines back, so the line named
+    is the one the notebook's editor shows, and the cell is the one with that prompt."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("x = 1", store_history=True)  # an earlier cell: In [1]
+        res = shell.run_cell("\n\n" + CELL, store_history=True)  # In [2], two blank lines
+        assert res.success
+        func = shell.user_ns["exchange"]
+        ipython_line = func.__code__.co_firstlineno + 2  # comm.Send, IPython's number
+        smap = SourceMap.of(func)
+        back = SourceMap.from_plain(json.loads(json.dumps(smap.to_plain())))  # to a grader
+        for m in (smap, SourceMap(back.entries, files=False)):
+            assert _describe_frame([("<dynamic-code>", ipython_line, "exchange")], m) == (
+                f"line {ipython_line + 2} of cell In [2] (in exchange): comm.Send(data, dest=1)")
+        cell_lines = ("\n\n" + CELL).splitlines()
+        assert cell_lines[ipython_line + 2 - 1].strip() == "comm.Send(data, dest=1)"
+    finally:
+        InteractiveShell.clear_instance()
+
+
 def test_junk_in_a_plain_map_is_dropped_not_trusted():
     smap = SourceMap.from_plain([["f", 1, 3, "x", {"2": "ok"}], "junk", [1, 2, 3],
                                  ["g", "1", 2, "y", {}], ["h", 1, 2, "z", {"x": "bad key"}]])
@@ -115,8 +140,9 @@ ROUND_TRIP = r'''
 import json, linecache, subprocess, sys, textwrap
 import cloudpickle
 sys.path.insert(0, sys.argv[1])
-from mpilab.grading import _describe_frame, _parse_stack
-from mpilab.grading.sources import SourceMap
+from mpilab.sources import SourceMap
+from mpilab.sources import describe_frame as _describe_frame
+from mpilab.sources import parse_stack as _parse_stack
 
 cell = textwrap.dedent("""\
     def helper(v):

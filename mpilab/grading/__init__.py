@@ -61,19 +61,20 @@ from __future__ import annotations
 import marshal
 import math
 import os
-import re
 import shutil
 import signal
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
-from .sources import SourceMap
+from ..sources import SourceMap
+from ..sources import describe_frame as _describe_frame
+from ..sources import parse_stack as _parse_stack
+from ..sources import stuck_hint as _stuck_hint
 
 __all__ = [
     "CheckFailed",
@@ -128,6 +129,12 @@ def _keep(cls: type) -> type:
 @_keep
 class CheckFailed(AssertionError):
     """A graded check failed; the message says why, in the student's terms."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What the notebook shows (IPython's protocol): the message alone. The message
+        names the student's own lines; the frames of the check's machinery would only
+        bury them."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
 
 
 @_keep
@@ -306,64 +313,6 @@ def _verify_plain(x: Any, depth: int = 0) -> bool:
 # where code was: frames and source lines
 
 
-def _describe_frame(frames: Sequence[tuple[str, int, str]], smap: SourceMap | None = None) -> str:
-    """'line 6 of ring_exchange: comm.Send(data, dest=right)' for the innermost user frame.
-
-    `smap` maps frames of code that ran elsewhere (an engine) back to its source: it is
-    built where the function objects are (:class:`mpilab.grading.sources.SourceMap`).
-    """
-    if not frames:
-        return ""
-    smap = smap if smap is not None else SourceMap()
-    pick = next((f for f in reversed(frames) if smap.is_user(f[0], f[2], f[1])), frames[-1])
-    filename, lineno, func = pick
-    text = smap.text(filename, lineno, func)
-    s = f"line {lineno} of {func}"
-    return f"{s}: {text}" if text else s
-
-
-_STACK_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>\S+)')
-
-
-def _parse_stack(text: str) -> list[tuple[str, int, str]]:
-    """faulthandler's dump (most recent call first) as frames, outermost first."""
-    frames = []
-    for line in text.splitlines():
-        m = _STACK_LINE.match(line)
-        if m:
-            frames.append((m["file"], int(m["line"]), m["func"]))
-    return frames[::-1]
-
-
-_MPI_CALL = re.compile(r"\b(I?[sS]end|Ssend|Rsend|Bsend|I?[rR]ecv|[sS]endrecv\w*|Waitall|Wait"
-                       r"|wait|Barrier|barrier|[bB]cast|[rR]educe|[aA]llreduce|[gG]ather"  # codespell:ignore ather
-                       r"|[aA]llgather|[sS]catter|[aA]lltoall|[pP]robe|Fence|MPI_\w+)\s*\(")
-_SEND_FIRST = re.compile(r"\b(Send|send|Ssend|MPI_Send|MPI_Ssend)\s*\(")
-_RECV = re.compile(r"\b(Recv|recv|MPI_Recv)\s*\(")
-
-
-def _stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
-    texts = [t for t in lines.values() if t]
-    if not texts:
-        return ("Ranks waiting on each other (a deadlock: e.g. every rank sending first?) "
-                "or an endless loop?")
-    if all(_SEND_FIRST.search(t) for t in texts):
-        return ("Every stuck rank is in a send: each waits for a receive its partner never "
-                "posts, because the partner is sending too (a deadlock). A large message "
-                "is not buffered, so Send waits for the matching Recv. Pair them: "
-                "comm.Sendrecv, or even ranks send first while odd ranks receive first.")
-    if all(_RECV.search(t) for t in texts):
-        return ("Every stuck rank is waiting to receive a message nobody sends (check "
-                "source, tag and that every rank sends what its partner expects)"
-                + (" — or the ranks that finished returned without sending" if finished
-                   else "") + ".")
-    if any(not _MPI_CALL.search(t) for t in texts):
-        return ("A rank was not in an MPI call made from Python: either an endless loop, or "
-                "it is waiting inside compiled code it called (a Cython or C function that "
-                "sends and receives: check its sends and receives pair up, as for a deadlock).")
-    return "The ranks are waiting on each other in MPI calls: a deadlock?"
-
-
 # ---------------------------------------------------------------------------------------
 # engine side
 
@@ -375,8 +324,6 @@ def _engine_call(func, args, nranks, workdir):
     ("bad", description). Exceptions of `func` come back as values, so the client tells
     the student's errors from the machinery's.
     """
-    import faulthandler
-    import signal as _signal
     import traceback
 
     from mpi4py import MPI
@@ -387,12 +334,7 @@ def _engine_call(func, args, nranks, workdir):
     comm = world.Split(0 if inside else MPI.UNDEFINED, rank)
     if not inside:
         return ("out",)
-    stack = None
-    try:
-        stack = open(os.path.join(workdir, f"stack.{rank}"), "w")  # noqa: SIM115
-        faulthandler.register(_signal.SIGUSR1, file=stack, all_threads=False, chain=False)
-    except (OSError, ValueError, RuntimeError):
-        stack = None  # another host, or no signals: no stack dumps, checks still run
+    # (where a stuck rank is: the cluster's own SIGUSR1 stack dump, MPICluster.stacks)
     try:
         try:
             value = func(comm, *args)
@@ -411,9 +353,6 @@ def _engine_call(func, args, nranks, workdir):
         except TypeError as exc:
             return ("bad", str(exc))
     finally:
-        if stack is not None:
-            faulthandler.unregister(_signal.SIGUSR1)
-            stack.close()
         try:
             comm.Free()
         except Exception:  # noqa: BLE001
@@ -456,33 +395,6 @@ def _restart(c) -> None:
         c.restart()
     except cl.ClusterError as exc:
         _fail(CheckFailed(f"the MPI engines could not be restarted: {exc}"))
-
-
-def _dump_stacks(c, ranks: Sequence[int], workdir: Path, wait: float = 1.0) -> dict[int, list]:
-    """Ask stuck ranks where they are (SIGUSR1 -> faulthandler); rank -> frames."""
-    sent = []
-    for r in ranks:
-        pid = c.pids[r] if r < len(c.pids) else 0
-        if not pid:
-            continue
-        try:
-            os.kill(pid, signal.SIGUSR1)
-            sent.append(r)
-        except OSError:
-            pass
-    where: dict[int, list] = {}
-    deadline = time.monotonic() + wait
-    while sent and time.monotonic() < deadline:
-        for r in list(sent):
-            try:
-                text = (workdir / f"stack.{r}").read_text()
-            except OSError:
-                continue
-            if "File" in text:
-                where[r] = _parse_stack(text)
-                sent.remove(r)
-        time.sleep(0.02)
-    return where
 
 
 def _read_errors(workdir: Path) -> dict[int, tuple]:
@@ -600,7 +512,7 @@ def _run_on_cluster(func, args, ranks, timeout, name) -> _Ran:
         except cl.MPITimeout as exc:
             ran.stuck = [r for r in exc.pending if r < n]
             ran.finished = [r for r in exc.finished if r < n]
-            ran.frames = _dump_stacks(c, ran.stuck, workdir)
+            ran.frames = {r: f for r, f in exc.stacks.items() if r < n}
             ran.errors = _read_errors(workdir)
             _restart(c)
             ran.restarted = _RESTART_NOTE

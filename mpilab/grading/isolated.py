@@ -32,10 +32,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..sources import SourceMap
 from . import wire
 from .pool import Outcome, Pool
 from .sandbox import Sandbox, read_untrusted
-from .sources import SourceMap
 from .worker import student_object
 
 __all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",

@@ -9,7 +9,7 @@ kernel, in the sandbox, to :func:`export` it into a folder the grader reads:
 * a function (or anything else callable) as the bytes ``cloudpickle`` makes of it, which
   the grader never opens: it hands them to the sandboxed MPI ranks, the only place they
   are loaded. Beside them: its name, a fingerprint, its source text and parameters (for
-  the checks that read code), and a :class:`~mpilab.grading.sources.SourceMap` (for the
+  the checks that read code), and a :class:`~mpilab.sources.SourceMap` (for the
   lines of its frames);
 * for anything else, only what it is.
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import cloudpickle
 
+from ..sources import SourceMap
 from . import _fingerprint, _plain, wire
-from .sources import SourceMap
 
 __all__ = ["export"]
 
