@@ -134,10 +134,14 @@ start_munge() {
 }
 
 wait_idle() {
-    local deadline=$((SECONDS + TIMEOUT)) state=""
+    local deadline=$((SECONDS + TIMEOUT)) grace=$((SECONDS + 15)) state="" name
     while ((SECONDS < deadline)); do
-        alive slurmctld || fail "slurmctld is not running"
-        alive slurmd || fail "slurmd is not running"
+        for name in slurmctld slurmd; do
+            # a daemon writes its pid file after it forks: a missing one, just after the
+            # start, is a daemon still starting, not a dead one
+            alive "$name" || { [[ ! -s $DIR/run/$name.pid ]] && ((SECONDS < grace)); } ||
+                fail "$name is not running"
+        done
         state=$(node_state)
         case $state in
         idle | mix | alloc) echo "slurm-local: node $HOST is $state (partition $PARTITION)"; return 0 ;;
