@@ -620,7 +620,8 @@ def release_singleton_segments() -> int:
 
 
 def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
-           crash_ends_job: bool = True, thread_level: str = "single") -> Launch:
+           crash_ends_job: bool = True, thread_level: str = "single",
+           single_copy: bool = True) -> Launch:
     """Launcher command and environment for `ranks` processes over `transport`.
 
     ``shm`` is the library's default on one host (shared memory between ranks);
@@ -638,6 +639,13 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
     the launcher kill the others at once, so the cluster can say which rank died. MPICH's
     hydra kills every rank within milliseconds otherwise; Open MPI's launcher is slow
     enough for that already. The cluster restarts the whole job after a crash anyway.
+
+    ``single_copy=False`` turns off the shared-memory transport's single-copy path for
+    large messages (the receiver reading the sender's buffer with ``process_vm_readv``,
+    CMA; or XPMEM/KNEM where built), so every message goes copy-in/copy-out through the
+    shared segment: Open MPI 4 ``btl_vader_single_copy_mechanism none``, Open MPI 5 no
+    ``smsc`` component, MPICH ``MPIR_CVAR_CH4_CMA_ENABLE=0`` and ``..._XPMEM_ENABLE=0``.
+    With the default the path is used where this machine allows it (:func:`cma_works`).
     """
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
@@ -670,11 +678,11 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
         if transport == "tcp":
             args += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
                      "--mca", "btl_tcp_if_include", "lo"]
-        elif not cma_works():
+        elif not single_copy or not cma_works():
             if major < 5:
                 args += ["--mca", "btl_vader_single_copy_mechanism", "none"]
             else:
-                args += ["--mca", "smsc", "^cma"]
+                args += ["--mca", "smsc", "^cma" if single_copy else "^cma,xpmem,knem"]
         # No "did you mean to run on more cores" chatter in notebooks.
         env["OMPI_MCA_rmaps_base_inherit"] = "0"
     else:
@@ -682,6 +690,9 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
             remove_stale_hydra_files()
             if not crash_ends_job:
                 args += ["-disable-auto-cleanup"]
+        if not single_copy:
+            env["MPIR_CVAR_CH4_CMA_ENABLE"] = "0"
+            env["MPIR_CVAR_CH4_XPMEM_ENABLE"] = "0"
         if transport == "tcp":
             # MPICH ch4: route even local messages through the network module.
             env["MPIR_CVAR_NOLOCAL"] = "1"

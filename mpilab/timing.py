@@ -72,26 +72,106 @@ def message_buffer(nbytes: int) -> np.ndarray:
     n = max(int(nbytes), 1)
     if n < HUGE_FROM:
         return np.zeros(n, dtype=np.uint8)
+    return _huge_aligned(n, n)
+
+
+def _huge_aligned(n: int, advised: int) -> np.ndarray:
+    """`n` zeroed bytes from a 2 MiB boundary, the first `advised` of them (from the
+    boundary) advised ``MADV_HUGEPAGE``."""
     import mmap
 
     # private: a shared anonymous mapping is shmem, which takes no transparent huge pages
-    region = mmap.mmap(-1, n + _HUGEPAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region = mmap.mmap(-1, max(n, advised) + _HUGEPAGE,
+                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(region, dtype=np.uint8)  # keeps the mapping alive
     start = -whole.ctypes.data % _HUGEPAGE
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
-            region.madvise(mmap.MADV_HUGEPAGE, start, n)
+            region.madvise(mmap.MADV_HUGEPAGE, start, advised)
         except OSError:  # no transparent huge pages here: ordinary pages
             pass
     return whole[start:start + n]
 
 
-def _buffers(nbytes: int, rank: int):
+#: The buffers :func:`buffer` makes: the course's own (2 MiB aligned, huge pages asked
+#: for), what a user's NumPy array gets, and ordinary 4 KiB pages only.
+BUFFER_KINDS = ("huge-pages", "numpy", "4k-pages")
+
+
+def buffer(kind: str, nbytes: int) -> np.ndarray:
+    """A ``uint8`` buffer of `nbytes` of one of :data:`BUFFER_KINDS`, every page touched.
+
+    ``huge-pages`` starts on a 2 MiB boundary and asks for transparent huge pages over
+    whole 2 MiB extents (``MADV_HUGEPAGE``), so even a 1 MiB message sits inside one;
+    ``numpy`` is ``np.ones`` as any user writes it (NumPy asks for huge pages only from
+    4 MiB up, from its first 4 KiB boundary: numpy/_core/src/multiarray/alloc.c, so the
+    kernel backs the whole 2 MiB extents inside it and not its edges); ``4k-pages`` is an
+    anonymous mapping advised ``MADV_NOHUGEPAGE``. What the kernel really did:
+    :func:`huge_page_share`.
+    """
+    import mmap
+
+    n = max(int(nbytes), 1)
+    if kind == "huge-pages":
+        out = _huge_aligned(n, -(-n // _HUGEPAGE) * _HUGEPAGE)  # whole 2 MiB extents
+    elif kind == "numpy":
+        return np.ones(n, dtype=np.uint8)
+    elif kind == "4k-pages":
+        region = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            try:
+                region.madvise(mmap.MADV_NOHUGEPAGE)
+            except OSError:
+                pass
+        out = np.frombuffer(region, dtype=np.uint8)
+    else:
+        raise ValueError(f"buffer kind must be one of {BUFFER_KINDS}, got {kind!r}")
+    out[:] = 1
+    return out
+
+
+def huge_page_share(a: np.ndarray) -> float | None:
+    """Share of the memory mappings that hold `a` which the kernel backs with transparent
+    huge pages (their ``AnonHugePages / Rss`` in /proc/self/smaps; a buffer advised in
+    part is split into several mappings); None where the file cannot be read."""
+    lo_a = a.ctypes.data
+    hi_a = lo_a + max(a.nbytes, 1)
+    rss = huge = 0
+    inside = False
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split()
+                if not head:
+                    continue
+                if "-" in head[0] and not head[0].endswith(":"):
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    inside = lo < hi_a and lo_a < hi
+                elif inside and head[0] == "Rss:":
+                    rss += int(head[1])
+                elif inside and head[0] == "AnonHugePages:":
+                    huge += int(head[1])
+    except (OSError, ValueError):
+        return None
+    return min(1.0, huge / rss) if rss else None
+
+
+def transparent_hugepages() -> str | None:
+    """This kernel's transparent huge page mode: "always", "madvise" or "never"."""
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
+
+
+def _buffers(nbytes: int, rank: int, kind: str = "huge-pages"):
     # Separate send and receive buffers (receiving into the buffer one sends from costs
     # 1.5-2.5x at 8 KiB-1 MiB), at least one byte so an empty message has an address.
-    s = message_buffer(nbytes)
+    make = message_buffer if kind == "huge-pages" else (lambda n: buffer(kind, n))
+    s = make(nbytes)
     s[:] = (rank + 1) & 0xFF
-    r = message_buffer(nbytes)
+    r = make(nbytes)
     return s, r
 
 
@@ -171,14 +251,19 @@ def calibrate_iters(comm, nbytes: int, *, min_time: float = 0.01, mode: str = "r
 def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("kernel",),
                      mode: str = "roundtrip", reps: int = 7, warmup: int | None = None,
                      iters: dict | int | None = None, min_time: float = 0.01,
-                     rank_a: int = 0, rank_b: int = 1, rounds: int = 1) -> list[dict]:
+                     rank_a: int = 0, rank_b: int = 1, rounds: int = 1,
+                     buffers: str = "huge-pages") -> list[dict]:
     """Ping-pong records for each size and implementation (collective over `comm`).
 
     Implementations are measured side by side: for each size, `rounds` rounds each run
     every implementation for `reps` repetitions, and their timings are pooled.
     `iters` fixes the timed iterations (per size with a dict); by default they are
-    calibrated so one repetition lasts about `min_time` seconds.
+    calibrated so one repetition lasts about `min_time` seconds. `buffers` is the kind
+    of memory the messages live in (:data:`BUFFER_KINDS`); records say it, and from
+    64 KiB up how much of the sender's buffer sits on huge pages (:func:`huge_page_share`).
     """
+    if buffers not in BUFFER_KINDS:
+        raise ValueError(f"buffers must be one of {BUFFER_KINDS}, got {buffers!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     for impl in impls:
@@ -189,7 +274,8 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
         n = int(n)
         if n < 0:
             raise ValueError(f"message sizes must be >= 0, got {n}")
-        s, r = _buffers(n, comm.Get_rank())
+        s, r = _buffers(n, comm.Get_rank(), buffers)
+        share = huge_page_share(s) if n >= (1 << 16) else None
         it = (iters.get(n) if isinstance(iters, dict) else iters) or calibrate_iters(
             comm, n, min_time=min_time, mode=mode, rank_a=rank_a, rank_b=rank_b)
         wu = warmup if warmup is not None else max(1, min(it, 100))
@@ -200,7 +286,7 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
                                                   wu, it, reps))
         for impl in impls:
             out.append(record(pooled[impl], size_bytes=n, impl=impl, mode=mode, iters=it,
-                              warmup=wu))
+                              warmup=wu, buffer=buffers, huge_page_share=share))
     return out
 
 

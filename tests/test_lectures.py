@@ -159,6 +159,20 @@ def test_lecture_01_measures_both_transports_and_fits():
     assert check.startswith("prediction: ") and "measured:" in check
 
 
+def test_lecture_01_measures_what_buffer_memory_does():
+    """Three kinds of memory under both large-message paths, side by side; the share of
+    huge pages each buffer really got; verdicts computed from the measurement."""
+    nb = executed("01-pingpong")
+    table = text_of(cell_with(nb, "buffers.run("))
+    for word in ("huge-pages", "numpy", "4k-pages", "copy-in-out", "transparent huge pages"):
+        assert word in table, (word, table)
+    verdict = text_of(cell_with(nb, "def buf_t("))
+    assert "copied in and out: 4 KiB pages" in verdict, verdict
+    if runtime.launcher_family() == "openmpi" and runtime.cma_works():
+        assert "by single copy: 4 KiB pages take" in verdict, verdict
+        assert "single-copy" in table
+
+
 def test_lecture_01_ratio_table_has_paper_and_machine_columns():
     """The transfer/copy table puts the paper's figures beside this machine's shm and tcp."""
     nb = executed("01-pingpong")

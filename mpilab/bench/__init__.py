@@ -20,6 +20,7 @@ from .. import runtime
 
 BENCHMARKS = {
     "pingpong": "mpilab.bench.pingpong",
+    "buffers": "mpilab.bench.buffers",
     "halo": "mpilab.bench.halo",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
