@@ -280,7 +280,12 @@ def describe_frame(frames: Sequence[tuple[str, int, str]], smap: SourceMap | Non
 
 _MPI_CALL = re.compile(r"\b(I?[sS]end|Ssend|Rsend|Bsend|I?[rR]ecv|[sS]endrecv\w*|Waitall|Wait"
                        r"|wait|Barrier|barrier|[bB]cast|[rR]educe|[aA]llreduce|[gG]ather"  # codespell:ignore ather
-                       r"|[aA]llgather|[sS]catter|[aA]lltoall|[pP]robe|Fence|MPI_\w+)\s*\(")
+                       r"|[aA]llgather|[sS]catter|[aA]lltoall|[pP]robe|Fence|sync_all|sync_images"
+                       r"|MPI_\w+)\s*\(")
+_COLLECTIVE = re.compile(r"\b(sync_all|sync_images|Fence|Barrier|barrier|CoArray|free|Free"
+                         r"|[aA]llreduce|[bB]cast|[rR]educe|[aA]llgather|[gG]ather"  # codespell:ignore ather
+                         r"|[sS]catter|[aA]lltoall\w*|Allocate\w*|Create\w*|Split\w*|Dup"
+                         r"|Neighbor_\w+)\s*\(")
 _SEND_FIRST = re.compile(r"\b(Send|send|Ssend|MPI_Send|MPI_Ssend)\s*\(")
 _RECV = re.compile(r"\b(Recv|recv|MPI_Recv)\s*\(")
 
@@ -291,6 +296,18 @@ def stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
     texts = [t for t in lines.values() if t]
     if not texts:
         return "Ranks waiting on each other (a deadlock) or an endless loop?"
+    if all(_COLLECTIVE.search(t) for t in texts):
+        same = ("every rank (image) must make the same collective calls, the same number "
+                "of times, in the same order (a collective call inside an `if` that not "
+                "every rank takes?).")
+        if len(set(texts)) > 1:
+            return ("The stuck ranks wait in different collective calls (sync_all, Fence, "
+                    "Barrier, a reduction, making or freeing a window): they disagree on "
+                    "the sequence of collective calls, so none can complete: " + same)
+        return ("Every stuck rank waits in the same collective call, which "
+                + ("the ranks that returned never made" if finished else
+                   "some rank never made, or made as another call")
+                + ": " + same)
     if all(_SEND_FIRST.search(t) for t in texts):
         return ("Every stuck rank is in a send: each waits for a receive its partner never "
                 "posts, because the partner is sending too (a deadlock). A large message "

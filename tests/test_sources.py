@@ -102,28 +102,39 @@ def test_a_notebook_cell_is_mapped_from_the_kernels_linecache():
         "line 6 of exchange: comm.Send(data, dest=1)")
 
 
+IPYTHON_CELL = r'''
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from mpilab.sources import SourceMap, describe_frame
+
+shell = InteractiveShell.instance()
+shell.run_cell("x = 1", store_history=True)  # an earlier cell: In [1]
+cell = "\n\n" + sys.argv[1]  # In [2], with two leading blank lines
+assert shell.run_cell(cell, store_history=True).success
+func = shell.user_ns["exchange"]
+line = func.__code__.co_firstlineno + 2  # comm.Send, as IPython numbers it
+smap = SourceMap.of(func)
+back = SourceMap(SourceMap.from_plain(json.loads(json.dumps(smap.to_plain()))).entries,
+                 files=False)  # as a grader gets it: plain data, no files read
+print(json.dumps({"cell": cell, "line": line,
+                  "here": describe_frame([("<dynamic-code>", line, "exchange")], smap),
+                  "grader": describe_frame([("<dynamic-code>", line, "exchange")], back)}))
+'''
+
+
 def test_a_frame_in_an_ipython_cell_is_named_by_its_cell_and_cell_line():
     """IPython numbers a cell's lines after dropping its leading blank lines; the map
     records the cell's execution count and adds the blank lines back, so the line named
-    is the one the notebook's editor shows, and the cell is the one with that prompt."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    try:
-        shell.run_cell("x = 1", store_history=True)  # an earlier cell: In [1]
-        res = shell.run_cell("\n\n" + CELL, store_history=True)  # In [2], two blank lines
-        assert res.success
-        func = shell.user_ns["exchange"]
-        ipython_line = func.__code__.co_firstlineno + 2  # comm.Send, IPython's number
-        smap = SourceMap.of(func)
-        back = SourceMap.from_plain(json.loads(json.dumps(smap.to_plain())))  # to a grader
-        for m in (smap, SourceMap(back.entries, files=False)):
-            assert _describe_frame([("<dynamic-code>", ipython_line, "exchange")], m) == (
-                f"line {ipython_line + 2} of cell In [2] (in exchange): comm.Send(data, dest=1)")
-        cell_lines = ("\n\n" + CELL).splitlines()
-        assert cell_lines[ipython_line + 2 - 1].strip() == "comm.Send(data, dest=1)"
-    finally:
-        InteractiveShell.clear_instance()
+    is the one the notebook's editor shows, in the cell with that prompt. (In a separate
+    process: an IPython shell leaves its names in builtins.)"""
+    res = subprocess.run([sys.executable, "-c", IPYTHON_CELL, CELL], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    shown = got["line"] + 2
+    want = f"line {shown} of cell In [2] (in exchange): comm.Send(data, dest=1)"
+    assert got["here"] == want and got["grader"] == want, got
+    assert got["cell"].splitlines()[shown - 1].strip() == "comm.Send(data, dest=1)"
 
 
 def test_junk_in_a_plain_map_is_dropped_not_trusted():

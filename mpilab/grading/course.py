@@ -33,7 +33,7 @@ try:  # the course's folders: the checkout, or MPILAB_COURSE for an installed pa
 except paths.CourseNotFound:
     REPO = Path(__file__).resolve().parents[2]  # a clear FileNotFoundError when used
 LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
-        "lab05-collectives", "lab06-allgather", "lab07-across-the-link"]
+        "lab04-coarrays", "lab05-collectives", "lab06-allgather", "lab07-across-the-link"]
 
 
 def _read(lab: str, repo: Path = REPO):
