@@ -133,6 +133,15 @@ start_munge() {
         --seed-file="$DIR/munge/munged.seed" || fail "munged did not start"
 }
 
+start_daemon() {  # start_daemon NAME: in the foreground (-D) of its own session, in the
+    # background here, so the pid is known at once ($!) and no daemonizing fork can fail
+    # or race with the pid file; what it prints goes to log/NAME.stderr.log
+    setsid "$1" -D -f "$CONF" </dev/null >>"$DIR/log/$1.stderr.log" 2>&1 &
+    echo $! >"$DIR/run/$1.pid"
+    sleep 0.2
+    alive "$1" || fail "$1 did not start"
+}
+
 wait_idle() {
     local deadline=$((SECONDS + TIMEOUT)) grace=$((SECONDS + 15)) state="" name
     while ((SECONDS < deadline)); do
@@ -166,8 +175,8 @@ do_start() {
     mkdir -p /etc/slurm
     ln -sfn "$CONF" "$ETC_CONF"
     start_munge
-    slurmctld -f "$CONF" || fail "slurmctld did not start"
-    slurmd -f "$CONF" || fail "slurmd did not start"
+    start_daemon slurmctld
+    start_daemon slurmd
     wait_idle
 }
 
