@@ -17,19 +17,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 from grading_batch import check_run
 from test_labs import (
     HOSTILE_PATCH,
     assert_source_validates,
     errors_of,
+    given_code,
     printed_by,
     released_failing_every_test,
     stubs_and_tests,
 )
 
-from mpilab.grading.course import REPO, full, make_course, solutions
+from mpilab.grading.course import full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -280,11 +280,7 @@ def exchange_fixed(cart, u):
 
 def given_naive() -> str:
     """The notebook's exchange_naive, renamed: an unchanged copy handed in as the fix."""
-    nb = nbformat.read(REPO / "labs" / LAB / f"{LAB}.ipynb", 4)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "exchange_given":
-            return cell.source.replace("def exchange_naive(", "def exchange_fixed(")
-    raise KeyError("exchange_given")
+    return given_code(LAB, "exchange_given", "exchange_naive", "exchange_fixed")
 
 
 # the old test cells' helpers redefined in an answer cell: the test cells call the module

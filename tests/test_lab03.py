@@ -22,9 +22,9 @@ autograding are printed (``pytest -s``), not asserted.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 from grading_batch import check_run
@@ -32,12 +32,14 @@ from test_labs import (
     HOSTILE_PATCH,
     assert_source_validates,
     errors_of,
+    given_code,
     printed_by,
     released_failing_every_test,
+    solution_with,
     stubs_and_tests,
 )
 
-from mpilab.grading.course import REPO, full, make_course, solutions
+from mpilab.grading.course import full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -53,18 +55,10 @@ def course(tmp_path_factory) -> Path:
 
 def given_mailbox() -> str:
     """The notebook's exchange_mailbox_given, renamed: the bug handed in unfixed."""
-    nb = nbformat.read(REPO / "labs" / LAB / f"{LAB}.ipynb", 4)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "mailbox_given":
-            return cell.source.replace("def exchange_mailbox_given(", "def exchange_mailbox(")
-    raise KeyError("mailbox_given")
+    return given_code(LAB, "mailbox_given", "exchange_mailbox_given", "exchange_mailbox")
 
 
-def solution_with(grade_id: str, old: str, new: str) -> str:
-    """The solution of `grade_id` with one piece of code replaced (which must be there)."""
-    src = solutions(LAB)[grade_id]
-    assert old in src, old
-    return src.replace(old, new)
+solution_with = functools.partial(solution_with, LAB)
 
 
 # east and west swapped: each column goes to the wrong side (into the wrong ghost column)

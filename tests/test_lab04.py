@@ -21,22 +21,24 @@ No process of the notebook's MPI cluster outlives the autograde.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 from grading_batch import check_run
 from test_labs import (
     HOSTILE_PATCH,
     assert_source_validates,
     errors_of,
+    given_code,
     printed_by,
     released_failing_every_test,
+    solution_with,
     stubs_and_tests,
 )
 
-from mpilab.grading.course import REPO, full, make_course, solutions
+from mpilab.grading.course import full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -52,18 +54,10 @@ def course(tmp_path_factory) -> Path:
 
 def given() -> str:
     """The notebook's exchange_given, renamed: the deadlock handed in unfixed."""
-    nb = nbformat.read(REPO / "labs" / LAB / f"{LAB}.ipynb", 4)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "given":
-            return cell.source.replace("def exchange_given(", "def exchange_fixed(")
-    raise KeyError("given")
+    return given_code(LAB, "given", "exchange_given", "exchange_fixed")
 
 
-def solution_with(grade_id: str, old: str, new: str) -> str:
-    """The solution of `grade_id` with one piece of code replaced (which must be there)."""
-    src = solutions(LAB)[grade_id]
-    assert old in src, old
-    return src.replace(old, new)
+solution_with = functools.partial(solution_with, LAB)
 
 
 # the east and west slots swapped: each column lands in the wrong ghost column

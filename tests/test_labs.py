@@ -105,6 +105,23 @@ def released_failing_every_test(course: Path, lab: str) -> nbformat.NotebookNode
     return release
 
 
+def given_code(lab: str, grade_id: str, name: str, as_name: str) -> str:
+    """The source of the lab's read-only cell `grade_id` with its function `name` renamed
+    `as_name`: given code handed in unchanged as the student's answer."""
+    nb = nbformat.read(REPO / "labs" / lab / f"{lab}.ipynb", 4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell.source.replace(f"def {name}(", f"def {as_name}(")
+    raise KeyError(grade_id)
+
+
+def solution_with(lab: str, grade_id: str, old: str, new: str) -> str:
+    """The lab's solution of `grade_id` with one piece of code replaced (which must be there)."""
+    src = solutions(lab)[grade_id]
+    assert old in src, old
+    return src.replace(old, new)
+
+
 def stubs_and_tests(release: nbformat.NotebookNode) -> tuple[list[str], list[str]]:
     """The released notebook's code cells that raise NotImplementedError, and its graded
     test cells."""
