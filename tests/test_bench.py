@@ -134,6 +134,11 @@ def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
     if timing.transparent_hugepages() in ("madvise", "always"):
         assert got[("copy-in-out", "huge-pages")]["huge_page_share"] > 0.9
     assert got[("copy-in-out", "4k-pages")]["huge_page_share"] == 0
-    # sane, not timed: the same bytes move in every case, within a factor of 10
+    # sane, not timed: 4 MiB really moved in every case (faster than memory could copy it
+    # means it did not), and no case is stalled (the slow copy-in/out mode measured here is
+    # about 2 GB/s, 14x the fastest single copy; see lecture 01)
+    for key, r in got.items():
+        gb_per_s = r["size_bytes"] / r["t_us_median"] / 1e3
+        assert 0.1 < gb_per_s < 200, (key, r["t_us_median"])
     times = [r["t_us_median"] for r in got.values()]
-    assert max(times) / min(times) < 10, times
+    assert max(times) / min(times) < 100, times
