@@ -24,7 +24,7 @@ in a notebook, on an engine and in the grader alike. The *collective* functions
 :func:`timeline`) take an mpi4py communicator and must be called by every rank of it: on
 the engines through ``cluster.run`` (or ``%%px``), or in a script under ``mpiexec``. They
 call the compiled kernels ``mpilab.kernels.stencil`` and ``mpilab.kernels.wave``, which
-exchange the ghost cells in one of four two-sided :data:`MODES`, sending column ghosts
+exchange the ghost cells in one of the two-sided :data:`MODES`, sending column ghosts
 either as an MPI vector datatype or packed by hand (:data:`PACKS`). The heat problem also
 runs with a one-sided exchange (:data:`ONESIDED_MODES`, kernel
 ``mpilab.kernels.onesided``): ``MPI_Put`` into the neighbours' ghosts synchronised by
@@ -57,12 +57,17 @@ import numpy as np
 from . import validate
 
 __all__ = ["split", "process_grid", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
-           "MODES", "ONESIDED_MODES", "HYBRID_MODES", "SHARED_WINDOW_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
+           "MODES", "CLASSIC_MODES", "PROGRESS_MODES", "ONESIDED_MODES", "HYBRID_MODES", "SHARED_WINDOW_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
            "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "timeline",
            "timeline_frame"]
 
-#: Halo-exchange modes of the kernels (see kernels/common/mpilab_halo.h).
-MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+#: Halo-exchange modes of the kernels (see kernels/common/mpilab_halo.h): the four of the
+#: coarray paper, then overlap with ``MPI_Testall`` calls between parts of the interior
+#: (the library's chance to progress), overlap with persistent requests, and one
+#: ``MPI_Neighbor_alltoallw`` on the Cartesian communicator.
+CLASSIC_MODES = ("blocking", "sendrecv", "nonblocking", "overlap")
+PROGRESS_MODES = ("overlap-test", "persistent")
+MODES = CLASSIC_MODES + PROGRESS_MODES + ("neighbor",)
 #: The modes whose ranks share one window (MPI_Win_allocate_shared): one node only.
 SHARED_WINDOW_MODES = ("shm", "shm-nc")
 #: One-sided exchanges of the heat problem (kernels/onesided/c_onesided.c): MPI_Put with
@@ -77,14 +82,15 @@ ONESIDED_MODES = ("put-fence", "put-pscw", "put-lock", *SHARED_WINDOW_MODES)
 HYBRID_MODES = ("hybrid",)
 #: Every mode of the heat problem.
 ALL_MODES = MODES + ONESIDED_MODES + HYBRID_MODES
-#: Names that stand for several modes: "all" for the two-sided ones, "onesided".
-MODE_GROUPS = {"all": MODES, "onesided": ONESIDED_MODES}
+#: Names that stand for several modes: "all" for the two-sided ones, "classic" for the
+#: coarray paper's four, "onesided".
+MODE_GROUPS = {"all": MODES, "classic": CLASSIC_MODES, "onesided": ONESIDED_MODES}
 #: How column ghosts travel: an MPI vector datatype, or packed by hand.
 PACKS = ("datatype", "manual")
 #: The two problems.
 APPS = ("heat", "wave")
 #: Phases of a :func:`timeline`, in the order of its third axis.
-PHASES = ("exchange", "interior", "wait", "boundary")
+PHASES = ("exchange", "interior", "wait", "boundary", "progress")
 
 
 def process_grid(ranks: int) -> tuple[int, int]:
@@ -359,8 +365,11 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
     mode : str
         One of :data:`ALL_MODES`. Two-sided (:data:`MODES`): ``"blocking"`` (Send/Recv
         ordered by coordinate parity), ``"sendrecv"``, ``"nonblocking"`` (Isend/Irecv,
-        Waitall, compute) or ``"overlap"`` (Isend/Irecv, interior, Waitall, boundary
-        ring). One-sided (:data:`ONESIDED_MODES`): ``"put-fence"`` (MPI_Put, one
+        Waitall, compute), ``"overlap"`` (Isend/Irecv, interior, Waitall, boundary
+        ring), ``"overlap-test"`` (overlap with MPI_Testall after each of 16 parts of the
+        interior), ``"persistent"`` (overlap with MPI_Send_init/MPI_Recv_init once and
+        MPI_Startall every step) or ``"neighbor"`` (one MPI_Neighbor_alltoallw on the
+        Cartesian communicator, then compute). One-sided (:data:`ONESIDED_MODES`): ``"put-fence"`` (MPI_Put, one
         MPI_Win_fence per step), ``"put-pscw"`` (MPI_Put in a post/start/complete/wait
         epoch of the neighbours), ``"put-lock"`` (MPI_Win_lock_all once; MPI_Put,
         MPI_Win_flush_all, an empty message to each neighbour), ``"shm"`` and ``"shm-nc"``
@@ -621,7 +630,13 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
       (overlap), or the whole block after the exchange (other modes);
     * ``wait`` - ``MPI_Waitall`` (nonblocking, overlap), unpacking included; empty for
       blocking and sendrecv;
-    * ``boundary`` - the ring that needed the ghosts (overlap only; else empty).
+    * ``boundary`` - the ring that needed the ghosts (the overlap modes; else empty);
+    * ``progress`` - the total time of the ``MPI_Testall`` calls of ``overlap-test``,
+      which are spread through its interior: not an interval of its own but the total,
+      stamped from the interior's start (empty in the other modes).
+
+    The exchange is the posting calls (``MPI_Startall`` for ``persistent``) or the whole
+    exchange (blocking, sendrecv, and ``MPI_Neighbor_alltoallw`` for ``neighbor``).
 
     Parameters
     ----------
@@ -640,10 +655,10 @@ def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",
     Returns
     -------
     numpy.ndarray or None
-        On `root`: shape ``(ranks, rounds, 4, 2)`` (``rounds = last`` for the heat,
+        On `root`: shape ``(ranks, rounds, 5, 2)`` (``rounds = last`` for the heat,
         ``2 * last`` for the wave: pressure exchange then velocity exchange), the last
         axis ``(start, end)``, the third :data:`PHASES`. None on other ranks. With
-        ``root=None``: ``(rounds, 4, 2)`` of this rank on every rank.
+        ``root=None``: ``(rounds, 5, 2)`` of this rank on every rank.
 
     Examples
     --------
@@ -689,7 +704,7 @@ def timeline_frame(tl, app: str = "heat"):
     app = _check_app(app)
     tl = np.asarray(tl, dtype=float)
     if tl.ndim != 4 or tl.shape[2:] != (len(PHASES), 2):
-        raise ValueError(f"expected a gathered timeline (ranks, rounds, 4, 2), got {tl.shape}")
+        raise ValueError(f"expected a gathered timeline (ranks, rounds, 5, 2), got {tl.shape}")
     names = ("heat",) if app == "heat" else ("pressure", "velocity")
     rows = []
     for r in range(tl.shape[0]):

@@ -492,6 +492,19 @@ def allgather_summary(recs: list[dict], forced: dict | None = None,
     return out
 
 
+#: The halo modes :func:`halo` simulates, and why the other two-sided ones are not.
+SIMULATED_HALO_MODES = ("blocking", "sendrecv", "nonblocking", "overlap", "persistent")
+NOT_SIMULATED_HALO_MODES = {
+    "neighbor": "SimGrid's SMPI does not implement MPI_Neighbor_alltoallw (an "
+                "'unimplemented' stub in smpi_mpi.cpp)",
+    "overlap-test": "SMPI moves every message in simulated time whatever the ranks do (it "
+                    "has no progress rule for MPI_Testall to help), and charges each "
+                    "unsuccessful MPI_Test a sleep that grows with every call (smpi/test, "
+                    "0.1 ms at first: smpi_request.cpp), so the mode would measure SMPI's "
+                    "sleeps",
+}
+
+
 def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform,
          sub: int | None = None, nx: int | None = None, ny: int | None = None,
          map_by: str = "slot", per_node: int | None = None, compute: bool = True,
@@ -517,7 +530,9 @@ def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform
         raise ValueError("give sub (points per rank and axis) or nx and ny")
     out = []
     for mode in modes:
-        validate.names(mode, ("blocking", "sendrecv", "nonblocking", "overlap"), "mode")
+        if mode in NOT_SIMULATED_HALO_MODES:
+            raise ValueError(f"mode {mode!r} is not simulated: {NOT_SIMULATED_HALO_MODES[mode]}")
+        validate.names(mode, SIMULATED_HALO_MODES, "mode")
         _progress(progress, f"{label(globals()['platform'](platform).name)}: {app} {mode} "
                             f"on {ranks} ranks ({py}x{px}), {nx}x{ny}")
         objs, meta = run("mpilab-halo", [app, mode, pack, nx, ny, py, px, steps, warmup,

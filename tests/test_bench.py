@@ -142,3 +142,37 @@ def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
         assert 0.1 < gb_per_s < 200, (key, r["t_us_median"])
     times = [r["t_us_median"] for r in got.values()]
     assert max(times) / min(times) < 100, times
+
+
+def test_progress_compares_overlap_with_and_without_testall(tmp_path):
+    """python -m mpilab.bench progress on this host: the three modes side by side, each
+    step's MPI time and computing, the shares hidden, the result checked."""
+    from mpilab.bench import progress
+
+    path = tmp_path / "progress.json"
+    res = bench("progress", "--nx", "8192", "--ny", "64", "--steps", "6", "--last", "4",
+                "--rounds", "2", "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(path.read_text())
+    recs = {r["mode"]: r for r in doc["records"]}
+    assert list(recs) == ["nonblocking", "overlap", "overlap-test"]
+    for r in recs.values():
+        assert r["valid"] is True and r["emulated"] is False and r["ranks"] == 2
+        assert len(r["times_us"]) == 2 * 4 * 2  # ranks x recorded steps x rounds
+        assert 0 < r["mpi_us_median"] < r["t_us_median"]
+        assert 0 < r["compute_us_median"] < r["t_us_median"]
+        assert 0 <= r["hidden"] <= 1 and 0 <= r["overlap_osu"] <= 1
+    assert recs["nonblocking"]["hidden"] == 0  # the exchange alone, against itself
+    settings = doc["meta"]["settings"]
+    assert settings["exchange_alone_us"] == recs["nonblocking"]["mpi_us_median"]
+    assert "overlap-test" in res.stdout and "hidden" in res.stdout
+    # the measures themselves
+    assert progress.hidden_share(10.0, 100.0) == 0.9
+    assert progress.hidden_share(150.0, 100.0) == 0.0
+    assert progress.osu_overlap(1000.0, 1000.0, 100.0) == 1.0   # the step is the computing
+    assert progress.osu_overlap(1100.0, 1000.0, 100.0) == 0.0   # computing + exchange
+    assert progress.osu_overlap(1050.0, 1000.0, 100.0) == 0.5
+    with pytest.raises(ValueError, match="must include 'nonblocking'"):
+        progress.run(modes="overlap,overlap-test")
+    bad = bench("progress", "--modes", "overlap,telepathy")
+    assert bad.returncode == 2 and "telepathy" in bad.stderr

@@ -40,7 +40,8 @@ def test_halo_json_shape(halo_json):
         assert doc["meta"]["ranks"] == ranks
         assert doc["meta"]["oversubscribed"] == (ranks > doc["meta"]["cores"])
         keys = {(r["mode"], r["pack"], r["sub"]) for r in doc["records"]}
-        assert keys == {(m, p, s) for m in ("blocking", "sendrecv", "nonblocking", "overlap")
+        assert keys == {(m, p, s) for m in ("blocking", "sendrecv", "nonblocking", "overlap",
+                                            "overlap-test", "persistent", "neighbor")
                         for p in ("datatype", "manual") for s in (8, 24)}
         for r in doc["records"]:
             assert r["app"] == app and r["ranks"] == ranks

@@ -137,3 +137,33 @@ def test_lecture_02_stops_its_cluster():
     last = code_cells(nb)[-1]
     assert "lab.stop()" in last.source
     assert "processes left: 0" in text_of(last)
+
+
+def test_lecture_02_persistent_and_neighbourhood_exchanges_are_measured_beside_hand_written():
+    """The exchange said four ways was timed side by side (each mode checked in section 3)."""
+    nb = executed(STEM)
+    said = text_of(cell_with(nb, "time_said, sub"))
+    assert "heat, 1 × 2 grid, µs per step" in said
+    for mode in ("sendrecv", "nonblocking", "persistent", "neighbor"):
+        assert mode in said, f"{mode!r} missing from the table"
+    checks = text_of(cell_with(nb, "check_modes, CHECK_NX"))
+    assert f"{2 * len(halo.MODES) * len(halo.PACKS)} of" in checks
+    assert "neighbor" in checks and "overlap-test" in checks
+
+
+def test_lecture_02_progress_cases_say_who_moved_the_message():
+    """6b: one host measured here; the emulated link measured here as root (CI), or its
+    reference rows labelled; each case's verdict printed from its own figures."""
+    nb = executed(STEM)
+    table = text_of(cell_with(nb, "progress_table.round(1)"))
+    assert "one host, shared memory, 1 MiB rows" in table and "measured here" in table
+    from mpilab import netlab
+    if netlab.available() is None:
+        assert "REFERENCE DATA" not in table and "emulated node" in table
+    else:
+        assert "REFERENCE DATA" in table and "cannot be made here" in table
+    verdicts = text_of(cell_with(nb, "def hidden(case, mode)"))
+    assert verdicts.count(" -> ") == 3, verdicts
+    # across the link, a rendezvous row needs progress: the reference run and CI agree
+    rendezvous = next(line for line in verdicts.splitlines() if "128 KiB rows" in line)
+    assert "needed progress" in rendezvous, rendezvous

@@ -50,21 +50,28 @@ def test_decomposition_outlines_every_block_and_names_the_ghost_sources():
 
 
 def test_timeline_draws_one_bar_per_phase_and_reports_waiting():
-    tl = np.zeros((2, 2, 4, 2))  # ranks, steps, phases, (start, end)
+    tl = np.zeros((2, 2, 5, 2))  # ranks, steps, phases, (start, end)
     for r in range(2):
         for k in range(2):
             t = k * 1e-3
             tl[r, k] = [[t, t + 1e-5], [t + 1e-5, t + 6e-4], [t + 6e-4, t + 6e-4 + r * 2e-4],
-                        [t + 8e-4, t + 9e-4]]
+                        [t + 8e-4, t + 9e-4], [t + 1e-5, t + 1e-5]]
     df = halo.timeline_frame(tl)
     fig = plots_halo.timeline({"overlap": df})
     ax = fig.axes[0]
     # rank 0 never waits (empty phases are not drawn): 3 phases for rank 0, 4 for rank 1
     assert len(ax.collections) == 3 + 4
     # span 1.9 ms x 2 ranks = 3.8 ms; rank 1 waits 2 x 0.2 ms = 0.4 ms, about 11 %
-    assert "overlap: 1.9 ms; share of the ranks' time:" in ax.get_title(loc="left")
-    assert "wait 11%" in ax.get_title(loc="left")
+    title = ax.get_title(loc="left")
+    assert "overlap: 1.9 ms; share of the ranks' time:" in title
+    assert "wait 11%" in title and "progress" not in title  # no MPI_Testall calls
     assert "wait" in texts(fig) and "interior" in texts(fig)
+    # overlap-test: the Testall calls' total (0.19 ms in each step of each rank: 4 x 0.19
+    # ms of the 3.8 ms, 20 %) is named in the title, not drawn
+    tl[..., 4, 1] = tl[..., 4, 0] + 1.9e-4
+    fig = plots_halo.timeline({"overlap-test": halo.timeline_frame(tl)})
+    assert len(fig.axes[0].collections) == 3 + 4
+    assert "progress 20%" in fig.axes[0].get_title(loc="left")
     with pytest.raises(ValueError):
         plots_halo.timeline({})
 

@@ -70,6 +70,11 @@ def test_bad_names_are_clear_errors():
         sim.run("mpilab-coll", [], ranks=0, platform="deck-paper")
     with pytest.raises(ValueError, match="one node"):
         sim.pingpong([8], platform=_one_node_platform(), across=True)
+    # SMPI has no neighbourhood collectives: said, not a crash inside the simulation
+    with pytest.raises(ValueError, match="does not implement MPI_Neighbor_alltoallw"):
+        sim.halo("heat", ["neighbor"], ranks=4, platform="deck-paper", sub=8)
+    with pytest.raises(ValueError, match="no progress rule"):
+        sim.halo("heat", ["overlap-test"], ranks=4, platform="deck-paper", sub=8)
 
 
 def _one_node_platform():

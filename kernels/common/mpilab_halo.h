@@ -12,6 +12,16 @@
  *   NONBLOCKING - MPI_Irecv + MPI_Isend for every transfer, MPI_Waitall, then compute;
  *   OVERLAP     - the same posts, compute the points that need no ghost, MPI_Waitall,
  *                 compute the boundary ring.
+ *   OVERLAP_TEST - OVERLAP with MPI_Testall between HALO_TEST_PARTS equal parts of the
+ *                 points that need no ghost: the library gets a chance to progress (match
+ *                 a rendezvous offer, copy, push the next fragment) while the rank computes;
+ *   PERSISTENT  - OVERLAP with persistent requests (MPI_Recv_init / MPI_Send_init once per
+ *                 set of fields, MPI_Startall every step): the arguments are checked and
+ *                 the requests built once, not every step;
+ *   NEIGHBOR    - one MPI_Neighbor_alltoallw on the Cartesian communicator: each of the
+ *                 four neighbours (N, S, W, E: the standard's order, dimension by
+ *                 dimension, -1 then +1) gets one message, several fields' lines combined
+ *                 in one struct datatype of absolute addresses (MPI_BOTTOM); then compute.
  * Column ghosts travel either as an MPI vector datatype (rows doubles, stride ld) straight
  * from and into the field (PACK_DATATYPE), or packed by hand into contiguous buffers
  * (PACK_MANUAL). Row ghosts are contiguous and always sent in place.
@@ -35,15 +45,22 @@
 #include <mpi.h>
 
 enum { MPILAB_HALO_BLOCKING = 0, MPILAB_HALO_SENDRECV = 1, MPILAB_HALO_NONBLOCKING = 2,
-       MPILAB_HALO_OVERLAP = 3 };
+       MPILAB_HALO_OVERLAP = 3, MPILAB_HALO_OVERLAP_TEST = 4, MPILAB_HALO_PERSISTENT = 5,
+       MPILAB_HALO_NEIGHBOR = 6 };
 enum { MPILAB_PACK_DATATYPE = 0, MPILAB_PACK_MANUAL = 1 };
 /* sides: W = x - 1, E = x + 1, N = y - 1, S = y + 1 */
 enum { HALO_W = 0, HALO_E = 1, HALO_N = 2, HALO_S = 3 };
-/* phases of the timeline, in this order, each as (start, end) */
+/* phases of the timeline, in this order, each as (start, end); PROGRESS is the total
+ * time of OVERLAP_TEST's MPI_Testall calls, which are spread through the interior: it is
+ * stamped as (interior start, interior start + total), inside the interior's span */
 enum { MPILAB_PHASE_EXCHANGE = 0, MPILAB_PHASE_INTERIOR = 1, MPILAB_PHASE_WAIT = 2,
-       MPILAB_PHASE_BOUNDARY = 3, MPILAB_NPHASES = 4 };
+       MPILAB_PHASE_BOUNDARY = 3, MPILAB_PHASE_PROGRESS = 4, MPILAB_NPHASES = 5 };
 
 #define HALO_MAXX 8
+/* OVERLAP_TEST: the interior is computed in this many parts, MPI_Testall after each */
+#define HALO_TEST_PARTS 16
+/* PERSISTENT and NEIGHBOR: requests or datatypes for this many sets of fields */
+#define HALO_MAXPLANS 4
 
 /* Compute loops are compiled twice, for AVX2 and for the baseline, and the loader picks
  * the one the CPU runs (GNU ifunc): the same simple loop then moves 4 doubles per
@@ -79,6 +96,19 @@ typedef struct {
     int side;
 } halo_xfer;
 
+/* What a set of transfers needs, built once (PERSISTENT: its requests; NEIGHBOR: the
+ * arguments of MPI_Neighbor_alltoallw, slot j = the standard's j-th neighbour). */
+typedef struct {
+    int n, nreq;
+    double *fields[HALO_MAXX];
+    int sides[HALO_MAXX];
+    MPI_Request req[2 * HALO_MAXX];
+    int scount[4], rcount[4];
+    MPI_Aint sdispl[4], rdispl[4];
+    MPI_Datatype stype[4], rtype[4];
+    int sowned[4], rowned[4];      /* struct types made here, freed with the plan */
+} halo_plan;
+
 typedef struct {
     MPI_Comm cart;
     int dims[2], coords[2], nbr[4];
@@ -88,6 +118,9 @@ typedef struct {
     double *sbuf, *rbuf;         /* manual packing: HALO_MAXX columns of rows doubles */
     MPI_Request req[2 * HALO_MAXX];
     int nreq;
+    halo_plan plans[HALO_MAXPLANS];
+    int nplans;
+    MPI_Request *active;         /* the requests halo_finish waits for */
 } mpilab_halo;
 
 /* start and count of part `c` of n points split over `parts` (as mpilab.halo.split) */
@@ -133,6 +166,17 @@ static inline int halo_all_ok(MPI_Comm comm, int ok, int *all)
 
 static inline void halo_free(mpilab_halo *h)
 {
+    int p, j;
+    for (p = 0; p < h->nplans; p++) {
+        halo_plan *pl = &h->plans[p];
+        for (j = 0; j < pl->nreq; j++)
+            if (pl->req[j] != MPI_REQUEST_NULL) MPI_Request_free(&pl->req[j]);
+        for (j = 0; j < 4; j++) {
+            if (pl->sowned[j]) MPI_Type_free(&pl->stype[j]);
+            if (pl->rowned[j]) MPI_Type_free(&pl->rtype[j]);
+        }
+    }
+    h->nplans = 0;
     if (h->col != MPI_DATATYPE_NULL) MPI_Type_free(&h->col);
     if (h->cart != MPI_COMM_NULL) MPI_Comm_free(&h->cart);
     free(h->sbuf);
@@ -275,6 +319,7 @@ static inline int halo_start(mpilab_halo *h, const halo_xfer *x, int n)
 {
     int k, err;
     halo_pack_all(h, x, n);
+    h->active = h->req;
     h->nreq = 0;
     for (k = 0; k < n; k++) {
         halo_msg m = halo_message(h, &x[k], k);
@@ -289,9 +334,152 @@ static inline int halo_start(mpilab_halo *h, const halo_xfer *x, int n)
     return MPI_SUCCESS;
 }
 
+/* The neighbour slot (N, S, W, E: MPI's order for a 2D Cartesian topology) of a side. */
+static inline int halo_slot(int side)
+{
+    switch (side) {
+    case HALO_N: return 0;
+    case HALO_S: return 1;
+    case HALO_W: return 2;
+    default:     return 3;
+    }
+}
+
+/* One slot's message of a NEIGHBOR plan: nothing, one line (count, type at an absolute
+ * address), or several lines combined in a struct datatype made here (owned). */
+static inline int halo_slot_type(int nb, const int *counts, const MPI_Aint *addrs,
+                                 const MPI_Datatype *types, int *count, MPI_Aint *displ,
+                                 MPI_Datatype *type, int *owned)
+{
+    int err;
+    *owned = 0;
+    if (nb == 0) {
+        *count = 0;
+        *displ = 0;
+        *type = MPI_DOUBLE;
+        return MPI_SUCCESS;
+    }
+    if (nb == 1) {
+        *count = counts[0];
+        *displ = addrs[0];
+        *type = types[0];
+        return MPI_SUCCESS;
+    }
+    if ((err = MPI_Type_create_struct(nb, counts, addrs, types, type)) != MPI_SUCCESS)
+        return err;
+    if ((err = MPI_Type_commit(type)) != MPI_SUCCESS) {
+        MPI_Type_free(type);
+        return err;
+    }
+    *owned = 1;
+    *count = 1;
+    *displ = 0;
+    return MPI_SUCCESS;
+}
+
+/* The plan of this set of transfers (same fields, same sides), built the first time. */
+static inline int halo_plan_for(mpilab_halo *h, const halo_xfer *x, int n, halo_plan **out)
+{
+    halo_plan *pl;
+    int p, k, j, err;
+    for (p = 0; p < h->nplans; p++) {
+        pl = &h->plans[p];
+        if (pl->n != n) continue;
+        for (k = 0; k < n; k++)
+            if (pl->fields[k] != x[k].field || pl->sides[k] != x[k].side) break;
+        if (k == n) {
+            *out = pl;
+            return MPI_SUCCESS;
+        }
+    }
+    if (h->nplans == HALO_MAXPLANS || n > HALO_MAXX) return MPI_ERR_OTHER;
+    pl = &h->plans[h->nplans];
+    memset(pl, 0, sizeof(*pl));
+    pl->n = n;
+    for (k = 0; k < n; k++) {
+        pl->fields[k] = x[k].field;
+        pl->sides[k] = x[k].side;
+    }
+    for (j = 0; j < 2 * HALO_MAXX; j++) pl->req[j] = MPI_REQUEST_NULL;
+    for (j = 0; j < 4; j++) pl->stype[j] = pl->rtype[j] = MPI_DOUBLE;
+    h->nplans++; /* from here on halo_free releases what the plan holds */
+    if (h->mode == MPILAB_HALO_PERSISTENT) {
+        for (k = 0; k < n; k++) {
+            halo_msg m = halo_message(h, &x[k], k);
+            err = MPI_Recv_init(m.rptr, m.count, m.type, m.src, k, h->cart,
+                                &pl->req[pl->nreq++]);
+            if (err != MPI_SUCCESS) return err;
+        }
+        for (k = 0; k < n; k++) {
+            halo_msg m = halo_message(h, &x[k], k);
+            err = MPI_Send_init(m.sptr, m.count, m.type, m.dest, k, h->cart,
+                                &pl->req[pl->nreq++]);
+            if (err != MPI_SUCCESS) return err;
+        }
+    } else {
+        for (j = 0; j < 4; j++) {
+            int sc[HALO_MAXX], rc[HALO_MAXX], ns = 0, nr = 0;
+            MPI_Aint sa[HALO_MAXX], ra[HALO_MAXX];
+            MPI_Datatype st[HALO_MAXX], rt[HALO_MAXX];
+            for (k = 0; k < n; k++) {
+                halo_msg m = halo_message(h, &x[k], k);
+                if (halo_slot(x[k].side) == j) { /* the ghost on side s comes from slot s */
+                    if ((err = MPI_Get_address(m.rptr, &ra[nr])) != MPI_SUCCESS) return err;
+                    rc[nr] = m.count;
+                    rt[nr++] = m.type;
+                }
+                if (halo_slot(halo_opp(x[k].side)) == j) { /* our edge goes the other way */
+                    if ((err = MPI_Get_address(m.sptr, &sa[ns])) != MPI_SUCCESS) return err;
+                    sc[ns] = m.count;
+                    st[ns++] = m.type;
+                }
+            }
+            err = halo_slot_type(ns, sc, sa, st, &pl->scount[j], &pl->sdispl[j],
+                                 &pl->stype[j], &pl->sowned[j]);
+            if (err != MPI_SUCCESS) return err;
+            err = halo_slot_type(nr, rc, ra, rt, &pl->rcount[j], &pl->rdispl[j],
+                                 &pl->rtype[j], &pl->rowned[j]);
+            if (err != MPI_SUCCESS) return err;
+        }
+    }
+    *out = pl;
+    return MPI_SUCCESS;
+}
+
+/* PERSISTENT: start this set's requests (packing columns first). */
+static inline int halo_start_persistent(mpilab_halo *h, const halo_xfer *x, int n)
+{
+    halo_plan *pl;
+    int err = halo_plan_for(h, x, n, &pl);
+    if (err != MPI_SUCCESS) return err;
+    halo_pack_all(h, x, n);
+    h->active = pl->req;
+    h->nreq = pl->nreq;
+    return MPI_Startall(pl->nreq, pl->req);
+}
+
+/* NEIGHBOR: the whole exchange in one neighbourhood collective. */
+static inline int halo_neighbor(mpilab_halo *h, const halo_xfer *x, int n)
+{
+    halo_plan *pl;
+    int err = halo_plan_for(h, x, n, &pl);
+    if (err != MPI_SUCCESS) return err;
+    halo_pack_all(h, x, n);
+    err = MPI_Neighbor_alltoallw(MPI_BOTTOM, pl->scount, pl->sdispl, pl->stype, MPI_BOTTOM,
+                                 pl->rcount, pl->rdispl, pl->rtype, h->cart);
+    if (err == MPI_SUCCESS) halo_unpack_all(h, x, n);
+    return err;
+}
+
+/* Let the library progress the posted requests; *done once they have all completed. */
+static inline int halo_test(mpilab_halo *h, int *done)
+{
+    return MPI_Testall(h->nreq, h->active, done, MPI_STATUSES_IGNORE);
+}
+
 static inline int halo_finish(mpilab_halo *h, const halo_xfer *x, int n)
 {
-    int err = MPI_Waitall(h->nreq, h->req, MPI_STATUSES_IGNORE);
+    int err = MPI_Waitall(h->nreq, h->active, MPI_STATUSES_IGNORE);
     h->nreq = 0;
     if (err == MPI_SUCCESS) halo_unpack_all(h, x, n);
     return err;
@@ -327,6 +515,22 @@ static inline int halo_sync(mpilab_halo *h, const halo_xfer *x, int n)
 }
 
 typedef void (*halo_compute_fn)(void *ctx);
+/* part `k` of `parts` of the points that need no ghost (parts == 1: all of them) */
+typedef void (*halo_part_fn)(void *ctx, int k, int parts);
+
+/* Part k of parts of the lines lo..hi (inclusive): *a..*b, empty (a > b) if too few. */
+static inline void halo_part(int lo, int hi, int k, int parts, int *a, int *b)
+{
+    int start, count;
+    if (hi < lo) {
+        *a = lo;
+        *b = lo - 1;
+        return;
+    }
+    halo_split(hi - lo + 1, parts, k, &start, &count);
+    *a = lo + start;
+    *b = lo + start + count - 1;
+}
 
 static inline void halo_stamp(double *tl, int phase, double a, double b)
 {
@@ -338,22 +542,26 @@ static inline void halo_stamp(double *tl, int phase, double a, double b)
 
 /*
  * One exchange followed by the update that needs it, in the halo's mode:
- * `whole` updates every point; in OVERLAP mode `interior` updates the points that need
- * no ghost while messages fly and `ring` the rest after MPI_Waitall. If tl is not NULL
+ * `whole` updates every point; in the OVERLAP modes `interior` updates the points that
+ * need no ghost while messages fly (in OVERLAP_TEST part by part, MPI_Testall after each
+ * part: the interior's span includes those calls, PROGRESS gives their total) and `ring`
+ * the rest after
+ * MPI_Waitall. If tl is not NULL
  * it receives the (start, end) of each phase, MPI_Wtime() - t0, in the order of the
  * MPILAB_PHASE_* enum; a phase a mode does not have is empty (start == end).
  */
 static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_compute_fn whole,
-                             halo_compute_fn interior, halo_compute_fn ring, void *ctx,
+                             halo_part_fn interior, halo_compute_fn ring, void *ctx,
                              double *tl, double t0)
 {
-    int err;
-    double a = 0, b = 0, c = 0, d = 0, e = 0;
+    int err, k, done = 0;
+    double a = 0, b = 0, c = 0, d = 0, e = 0, t = 0, tests = 0;
     if (tl) a = MPI_Wtime() - t0;
     switch (h->mode) {
     case MPILAB_HALO_BLOCKING:
     case MPILAB_HALO_SENDRECV:
-        err = halo_sync(h, x, n);
+    case MPILAB_HALO_NEIGHBOR:
+        err = h->mode == MPILAB_HALO_NEIGHBOR ? halo_neighbor(h, x, n) : halo_sync(h, x, n);
         if (tl) b = MPI_Wtime() - t0;
         whole(ctx);
         if (tl) {
@@ -362,6 +570,7 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
             halo_stamp(tl, MPILAB_PHASE_WAIT, b, b);
             halo_stamp(tl, MPILAB_PHASE_INTERIOR, b, c);
             halo_stamp(tl, MPILAB_PHASE_BOUNDARY, c, c);
+            halo_stamp(tl, MPILAB_PHASE_PROGRESS, c, c);
         }
         return err;
     case MPILAB_HALO_NONBLOCKING:
@@ -376,12 +585,25 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
             halo_stamp(tl, MPILAB_PHASE_WAIT, b, c);
             halo_stamp(tl, MPILAB_PHASE_INTERIOR, c, d);
             halo_stamp(tl, MPILAB_PHASE_BOUNDARY, d, d);
+            halo_stamp(tl, MPILAB_PHASE_PROGRESS, d, d);
         }
         return MPI_SUCCESS;
     default:
-        if ((err = halo_start(h, x, n)) != MPI_SUCCESS) return err;
+        err = h->mode == MPILAB_HALO_PERSISTENT ? halo_start_persistent(h, x, n)
+                                                : halo_start(h, x, n);
+        if (err != MPI_SUCCESS) return err;
         if (tl) b = MPI_Wtime() - t0;
-        interior(ctx);
+        if (h->mode != MPILAB_HALO_OVERLAP_TEST) {
+            interior(ctx, 0, 1);
+        } else {
+            for (k = 0; k < HALO_TEST_PARTS; k++) {
+                interior(ctx, k, HALO_TEST_PARTS);
+                if (done) continue;
+                if (tl) t = MPI_Wtime();
+                if ((err = halo_test(h, &done)) != MPI_SUCCESS) return err;
+                if (tl) tests += MPI_Wtime() - t;
+            }
+        }
         if (tl) c = MPI_Wtime() - t0;
         if ((err = halo_finish(h, x, n)) != MPI_SUCCESS) return err;
         if (tl) d = MPI_Wtime() - t0;
@@ -392,6 +614,7 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
             halo_stamp(tl, MPILAB_PHASE_INTERIOR, b, c);
             halo_stamp(tl, MPILAB_PHASE_WAIT, c, d);
             halo_stamp(tl, MPILAB_PHASE_BOUNDARY, d, e);
+            halo_stamp(tl, MPILAB_PHASE_PROGRESS, b, b + tests);
         }
         return MPI_SUCCESS;
     }

@@ -6,9 +6,11 @@ cimport mpilab_halo as _halo
 from mpi4py import MPI as _MPI
 
 MODES = {"blocking": _halo.MPILAB_HALO_BLOCKING, "sendrecv": _halo.MPILAB_HALO_SENDRECV,
-         "nonblocking": _halo.MPILAB_HALO_NONBLOCKING, "overlap": _halo.MPILAB_HALO_OVERLAP}
+         "nonblocking": _halo.MPILAB_HALO_NONBLOCKING, "overlap": _halo.MPILAB_HALO_OVERLAP,
+         "overlap-test": _halo.MPILAB_HALO_OVERLAP_TEST,
+         "persistent": _halo.MPILAB_HALO_PERSISTENT, "neighbor": _halo.MPILAB_HALO_NEIGHBOR}
 PACKS = {"datatype": _halo.MPILAB_PACK_DATATYPE, "manual": _halo.MPILAB_PACK_MANUAL}
-PHASES = ("exchange", "interior", "wait", "boundary")
+PHASES = ("exchange", "interior", "wait", "boundary", "progress")
 
 
 def layout(MPI.Comm comm not None, nx, ny, dims=None, mode="nonblocking", pack="datatype"):

@@ -3,7 +3,7 @@
  *
  * Purpose: the S/R heat code of the SHM-windows paper (Balaji et al.'s tutorial problem),
  * exactly as mpilab/halo.py defines it, so the parallel result equals serial_heat.
- * Algorithm: each step exchanges the one-cell ghost frame (mpilab_halo.h, four modes,
+ * Algorithm: each step exchanges the one-cell ghost frame (mpilab_halo.h, seven modes,
  * datatype or manual packing), sets new = old/2 + (N + S + E + W)/8 on the block
  * (the update of mpilab_heat.h, shared with the onesided kernel), adds
  * `energy` at the heat sources this rank owns, and swaps old and new.
@@ -11,7 +11,8 @@
  *   comm      - communicator; size must equal py * px
  *   nx, ny    - global grid (columns, rows); each rank needs >= 1 point per axis
  *   py, px    - process grid (rows of ranks, columns of ranks)
- *   mode      - MPILAB_HALO_BLOCKING / SENDRECV / NONBLOCKING / OVERLAP
+ *   mode      - MPILAB_HALO_BLOCKING / SENDRECV / NONBLOCKING / OVERLAP / OVERLAP_TEST /
+ *               PERSISTENT / NEIGHBOR
  *   pack      - MPILAB_PACK_DATATYPE or MPILAB_PACK_MANUAL (column ghosts)
  *   energy    - heat added at each source after every step
  *   steps     - steps run from the zero field before `block` is copied out (>= 0)
@@ -49,11 +50,13 @@ static void heat_whole(void *p)
     heat_rows(c->nw, c->old, c->h.ld, 1, c->h.rows, 1, c->h.cols, c->stream);
 }
 
-static void heat_interior(void *p)
+static void heat_interior(void *p, int k, int parts)
 {
     heat_ctx *c = (heat_ctx *)p;
-    if (c->h.rows > 2 && c->h.cols > 2)
-        heat_rows(c->nw, c->old, c->h.ld, 2, c->h.rows - 1, 2, c->h.cols - 1, c->stream);
+    int r0, r1;
+    halo_part(2, c->h.rows - 1, k, parts, &r0, &r1);
+    if (r0 <= r1 && c->h.cols > 2)
+        heat_rows(c->nw, c->old, c->h.ld, r0, r1, 2, c->h.cols - 1, c->stream);
 }
 
 static void heat_ring(void *p)

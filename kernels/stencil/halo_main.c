@@ -7,7 +7,8 @@
  * Usage: mpilab-halo APP MODE PACK NX NY PY PX STEPS WARMUP ITERS REPS
  *   APP    - heat | wave (the wave with f0 = 0.05, Courant 0.5, source at the centre:
  *            mpilab.halo.serial_wave's defaults)
- *   MODE   - blocking | sendrecv | nonblocking | overlap (mpilab_halo.h)
+ *   MODE   - blocking | sendrecv | nonblocking | overlap | overlap-test | persistent |
+ *            neighbor (mpilab_halo.h)
  *   PACK   - datatype | manual
  *   NX, NY - global grid; PY x PX - process grid (PY * PX ranks)
  *   STEPS  - steps run from rest before the field is summed (the check)
@@ -23,7 +24,8 @@
 #include "c_stencil.h"
 #include "c_wave.h"
 
-static const char *MODES[] = {"blocking", "sendrecv", "nonblocking", "overlap"};
+static const char *MODES[] = {"blocking", "sendrecv", "nonblocking", "overlap",
+                              "overlap-test", "persistent", "neighbor"};
 static const char *PACKS[] = {"datatype", "manual"};
 
 static int lookup(const char *name, const char **names, int n)
@@ -48,7 +50,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     app = strcmp(argv[1], "heat") == 0 ? 0 : strcmp(argv[1], "wave") == 0 ? 1 : -1;
-    mode = lookup(argv[2], MODES, 4);
+    mode = lookup(argv[2], MODES, 7);
     pack = lookup(argv[3], PACKS, 2);
     nx = atoi(argv[4]);
     ny = atoi(argv[5]);

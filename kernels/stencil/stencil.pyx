@@ -66,16 +66,16 @@ def timeline_heat(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="ove
                   pack="datatype", energy=1.0, dims=None):
     """Phase timestamps of this rank for the last `last` of `steps` steps (collective).
 
-    Returns a float64 array ``(last, 4, 2)``: for each step, the (start, end) in seconds
+    Returns a float64 array ``(last, 5, 2)``: for each step, the (start, end) in seconds
     after a common barrier of each phase in :data:`PHASES` order. A phase the mode does
     not have is empty (start == end).
     """
     lay = _layout(comm, nx, ny, dims, mode, pack)
     last = _check_last(steps, last)
     e = _energy(energy)
-    tl = np.zeros(last * 8, dtype=np.float64)
+    tl = np.zeros(last * 2 * len(PHASES), dtype=np.float64)
     _run(comm, lay, mode, pack, e, steps, last, tl, None, 0, 1, 0, None)
-    return tl.reshape(last, 4, 2)
+    return tl.reshape(last, len(PHASES), 2)
 
 
 def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):

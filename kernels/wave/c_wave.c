@@ -11,7 +11,7 @@
  *   vx -= dt * d(px + py)/dx,  vy -= dt * d(px + py)/dy;
  * exchange the W ghost of vx and the N ghost of vy, then
  *   px -= dt * dvx/dx,  py -= dt * dvy/dy,  and add dt * f(t_{n+1/2}) / 2 to px and py
- * at the source. Each exchange runs in the halo mode (mpilab_halo.h); in OVERLAP mode the
+ * at the source. Each exchange runs in the halo mode (mpilab_halo.h); in the OVERLAP modes the
  * points that need no ghost are updated while messages fly.
  *
  *   comm, nx, ny, py, px, mode, pack - as in c_stencil.c
@@ -105,11 +105,14 @@ static void v_whole(void *p)
     vy_update(c, 1, c->vyr);
 }
 
-static void v_interior(void *p)
+static void v_interior(void *p, int k, int parts)
 {
     wave_ctx *c = (wave_ctx *)p;
-    vx_update(c, 1, c->vxc < c->h.cols - 1 ? c->vxc : c->h.cols - 1);
-    vy_update(c, 1, c->vyr < c->h.rows - 1 ? c->vyr : c->h.rows - 1);
+    int a, b;
+    halo_part(1, c->vxc < c->h.cols - 1 ? c->vxc : c->h.cols - 1, k, parts, &a, &b);
+    if (a <= b) vx_update(c, a, b);
+    halo_part(1, c->vyr < c->h.rows - 1 ? c->vyr : c->h.rows - 1, k, parts, &a, &b);
+    if (a <= b) vy_update(c, a, b);
 }
 
 static void v_ring(void *p)
@@ -126,11 +129,14 @@ static void p_whole(void *p)
     py_update(c, 1, c->h.rows);
 }
 
-static void p_interior(void *p)
+static void p_interior(void *p, int k, int parts)
 {
     wave_ctx *c = (wave_ctx *)p;
-    px_update(c, 2, c->h.cols);
-    py_update(c, 2, c->h.rows);
+    int a, b;
+    halo_part(2, c->h.cols, k, parts, &a, &b);
+    if (a <= b) px_update(c, a, b);
+    halo_part(2, c->h.rows, k, parts, &a, &b);
+    if (a <= b) py_update(c, a, b);
 }
 
 static void p_ring(void *p)

@@ -64,13 +64,13 @@ def timeline_wave(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="ove
                   pack="datatype", f0=0.05, courant=0.5, source=None, dims=None):
     """Phase timestamps of this rank for the last `last` of `steps` steps (collective).
 
-    Returns a float64 array ``(2 * last, 4, 2)``: two exchange rounds per step
+    Returns a float64 array ``(2 * last, 5, 2)``: two exchange rounds per step
     (:data:`ROUNDS`), each with the (start, end) in seconds after a common barrier of
     every phase in :data:`PHASES` order; a phase the mode lacks is empty.
     """
     lay = _layout(comm, nx, ny, dims, mode, pack)
     last = _check_last(steps, last)
     phys = wave_params(nx, ny, f0, courant, source)
-    tl = np.zeros(last * 16, dtype=np.float64)
+    tl = np.zeros(last * 4 * len(PHASES), dtype=np.float64)
     _run(comm, lay, mode, pack, phys, steps, last, tl, None, 0, 1, 0, None)
-    return tl.reshape(2 * last, 4, 2)
+    return tl.reshape(2 * last, len(PHASES), 2)

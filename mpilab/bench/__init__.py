@@ -22,6 +22,7 @@ BENCHMARKS = {
     "pingpong": "mpilab.bench.pingpong",
     "buffers": "mpilab.bench.buffers",
     "halo": "mpilab.bench.halo",
+    "progress": "mpilab.bench.progress",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",

@@ -17,7 +17,8 @@ says which machine, MPI, launcher and whether the run was oversubscribed. The ta
 the coarray paper's Table 1: T per step by subdomain, K1 = T_blocking / T_nonblocking and
 T_blocking / T_overlap.
 
-``--mode`` takes modes of ``mpilab.halo.ALL_MODES``, ``all`` (the four two-sided ones) and
+``--mode`` takes modes of ``mpilab.halo.ALL_MODES``, ``all`` (the two-sided ones),
+``classic`` (the coarray paper's four) and
 ``onesided`` (the heat's one-sided exchanges: Put + fence / PSCW / lock, shared-memory
 windows contiguous or not; ``--pack datatype`` only) and ``hybrid`` (the SHM-windows
 paper's S/R + SHM-NC: a shared window per node, messages between nodes). When
@@ -30,7 +31,8 @@ S/R with RMA, SHM and the hybrid. Across emulated nodes (``--nodes``) every mode
         --mode blocking,nonblocking --sub 16,256 --json OUT
 
 ``--simulate PLATFORM`` runs the same C kernels on a simulated platform (SimGrid SMPI,
-:mod:`mpilab.sim`; two-sided modes only, ranks placed by ``--map-by``, default slot:
+:mod:`mpilab.sim`; the two-sided modes but ``neighbor`` and ``overlap-test``, see
+``mpilab.sim.NOT_SIMULATED_HALO_MODES``; ranks placed by ``--map-by``, default slot:
 node after node). The ranks' computing is measured on this machine and charged to the
 simulated clock; each result is checked against the serial reference (the field's sum
 after a few steps) where the grid is small enough. Records carry ``simulated: true``,
@@ -45,6 +47,7 @@ import sys
 from .. import runtime, validate
 from ..halo import (
     ALL_MODES,
+    CLASSIC_MODES,
     HYBRID_MODES,
     MODE_GROUPS,
     MODES,
@@ -229,7 +232,8 @@ def simulate(subs, platform: str, *, app: str = "heat", modes="all", ranks: int 
     from .. import halo, sim
 
     t0 = time.perf_counter()
-    modes = list(MODES) if modes == "all" else validate.names(modes, MODES, "mode")
+    modes = (list(sim.SIMULATED_HALO_MODES) if modes == "all"
+             else validate.names(modes, MODES, "mode", {"classic": CLASSIC_MODES}))
     recs = []
     for sub in subs:
         for r in sim.halo(app, modes, ranks=ranks, platform=platform, sub=sub, map_by=map_by,
@@ -253,7 +257,8 @@ def main(argv=None) -> int:
                simulate=True)
     p.add_argument("--app", choices=("heat", "wave"), default="heat")
     p.add_argument("--mode", default="all",
-                   help="comma-separated modes; all = the four two-sided ones, onesided = "
+                   help="comma-separated modes; all = the two-sided ones (simulated: all "
+                        "but neighbor and overlap-test), classic = blocking,sendrecv,nonblocking,overlap, onesided = "
                         "put-fence,put-pscw,put-lock,shm,shm-nc (heat only); hybrid (heat "
                         "only): a shared window per node, messages between nodes")
     p.add_argument("--pack", default="datatype", help="datatype, manual, or all")

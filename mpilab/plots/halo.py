@@ -22,7 +22,10 @@ __all__ = ["decomposition", "timeline", "wavefield", "k1", "speedup", "PHASE_COL
 
 #: One colour per phase of :func:`mpilab.halo.timeline` (computing is green, waiting red).
 PHASE_COLORS = {"exchange": "#4c72b0", "interior": "#55a868", "wait": "#c44e52",
-                "boundary": "#8172b2"}
+                "boundary": "#8172b2", "progress": "#dd8452"}
+#: The phases drawn as bars: ``progress`` (overlap-test's MPI_Testall calls) is a total
+#: inside the interior's span, not an interval, so the panel's title gives its share.
+_BARS = ("exchange", "interior", "wait", "boundary")
 _SIDE_COLORS = {"west": "#dd8452", "east": "#4c72b0", "north": "#55a868", "south": "#c44e52"}
 
 
@@ -166,7 +169,7 @@ def timeline(frames: Mapping[str, pd.DataFrame], *, title: str | None = None,
     axes = fig.subplots(n, 1, squeeze=False)[:, 0]
     for ax, (name, df) in zip(axes, frames.items(), strict=True):
         t0 = df["start"].min()
-        for phase in PHASES:
+        for phase in _BARS:
             part = df[(df["phase"] == phase) & (df["end"] > df["start"])]
             for r, grp in part.groupby("rank"):
                 ax.broken_barh([((a - t0) * scale, (b - a) * scale)
@@ -178,7 +181,8 @@ def timeline(frames: Mapping[str, pd.DataFrame], *, title: str | None = None,
             ax.axvline((s - t0) * scale, color="0.6", lw=0.6, ls=":")
         span = df["end"].max() - t0
         share = df.groupby("phase")["duration"].sum() / (ranks * span) if span > 0 else {}
-        parts = ", ".join(f"{p} {share.get(p, 0.0):.0%}" for p in PHASES)
+        parts = ", ".join(f"{p} {share.get(p, 0.0):.0%}" for p in PHASES
+                          if p in _BARS or share.get(p, 0.0) > 0)
         ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
         ax.set_ylim(ranks - 0.5, -0.5)
         ax.set_title(f"{name}: {span * scale:.3g} {label}; share of the ranks' time: {parts}",

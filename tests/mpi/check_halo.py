@@ -130,24 +130,35 @@ def timeline_has_the_promised_phases():
             tl = halo.timeline(comm, app, 120, 90, mode=mode, steps=6, last=3)
             own = halo.timeline(comm, app, 120, 90, mode=mode, steps=6, last=3, root=None)
             if rank == 0:
-                expect(tl.shape == (size, rounds, 4, 2), f"gathered timeline {tl.shape}")
+                expect(tl.shape == (size, rounds, 5, 2), f"gathered timeline {tl.shape}")
                 df = halo.timeline_frame(tl, app)
-                expect(set(df["phase"]) == set(halo.PHASES) and len(df) == size * rounds * 4,
+                expect(set(df["phase"]) == set(halo.PHASES) and len(df) == size * rounds * 5,
                        "timeline_frame rows")
             else:
                 expect(tl is None, "timeline returned a gathered array off the root")
-            expect(own.shape == (rounds, 4, 2), f"timeline shape {own.shape}")
+            expect(own.shape == (rounds, 5, 2), f"timeline shape {own.shape}")
             expect(np.all(own[..., 1] >= own[..., 0]) and np.all(own >= 0), "negative phase")
-            flat = own.reshape(rounds, 8)
-            if mode == "overlap":  # exchange, interior, wait, boundary, one after the other
+            flat = own[:, :4].reshape(rounds, 8)  # the four phases that are intervals
+            overlapping = mode in ("overlap", "overlap-test", "persistent")
+            if overlapping:        # exchange, interior, wait, boundary, one after the other
                 order = flat[:, [0, 1, 2, 3, 4, 5, 6, 7]]
             else:                  # exchange, wait, interior (whole block), boundary
                 order = flat[:, [0, 1, 4, 5, 2, 3, 6, 7]]
             expect(np.all(np.diff(order.ravel()) >= 0), f"{app}/{mode}: phases out of order")
-            if mode in ("blocking", "sendrecv"):
+            if mode in ("blocking", "sendrecv", "neighbor"):
                 expect(np.all(own[:, 2, 0] == own[:, 2, 1]), "no wait phase in sync modes")
-            if mode != "overlap":
+            if not overlapping:
                 expect(np.all(own[:, 3, 0] == own[:, 3, 1]), "boundary only in overlap")
+            # progress: the Testall calls' total, from the interior's start, inside it
+            progress = own[:, 4, 1] - own[:, 4, 0]
+            if mode == "overlap-test":
+                expect(np.all(own[:, 4, 0] == own[:, 1, 0]), "progress not at the interior")
+                expect(np.all(progress <= own[:, 1, 1] - own[:, 1, 0]),
+                       "progress longer than the interior it sits in")
+                if size > 1:
+                    expect(np.any(progress > 0), "overlap-test made no MPI_Testall call")
+            else:
+                expect(np.all(progress == 0), f"{mode}: progress without MPI_Testall")
             expect(np.all(own[:, 1, 1] > own[:, 1, 0]), "the compute phase took no time")
 
 
