@@ -176,3 +176,22 @@ def test_progress_compares_overlap_with_and_without_testall(tmp_path):
         progress.run(modes="overlap,overlap-test")
     bad = bench("progress", "--modes", "overlap,telepathy")
     assert bad.returncode == 2 and "telepathy" in bad.stderr
+
+
+def test_progress_iallreduce_case_is_checked_and_calibrated(tmp_path):
+    """--case iallreduce: OSU's three ways, every sum checked exact, the computation's
+    sweeps chosen from the allreduce alone (at least one per MPI_Test)."""
+    path = tmp_path / "iar.json"
+    res = bench("progress", "--case", "iallreduce", "--n", "4096", "--last", "3",
+                "--rounds", "2", "--ranks", "3", "--json", str(path))   # 3 ranks: oversubscribed
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(path.read_text())
+    recs = {r["mode"]: r for r in doc["records"]}
+    assert list(recs) == ["allreduce", "iallreduce", "iallreduce-test"]
+    for r in recs.values():
+        assert r["valid"] is True and r["size_bytes"] == 8 * 4096 and r["ranks"] == 3
+        assert len(r["times_us"]) == 3 * 3 * 2  # ranks x calls x rounds
+        assert r["passes"] >= 16 and r["oversubscribed"] == (doc["meta"]["cores"] < 3)
+    assert "allreduce of 4096 doubles" in res.stdout
+    bad = bench("progress", "--case", "iallreduce", "--modes", "iallreduce")
+    assert bad.returncode == 2 and "must include 'allreduce'" in bad.stderr

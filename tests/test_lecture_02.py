@@ -167,3 +167,12 @@ def test_lecture_02_progress_cases_say_who_moved_the_message():
     # across the link, a rendezvous row needs progress: the reference run and CI agree
     rendezvous = next(line for line in verdicts.splitlines() if "128 KiB rows" in line)
     assert "needed progress" in rendezvous, rendezvous
+
+
+def test_lecture_02_nonblocking_allreduce_is_measured_as_osu_does():
+    nb = executed(STEM)
+    out = text_of(cell_with(nb, 'case="iallreduce"'))
+    for mode in ("allreduce", "iallreduce", "iallreduce-test"):
+        assert mode in out
+    assert "allreduce of 16384 doubles, computing" in out
+    assert re.search(r"without progress the nonblocking allreduce spent \d+\.\d times", out)

@@ -745,6 +745,86 @@ int mpilab_coll_time_separated(MPI_Comm comm, int op, int alg, const void *sbuf,
                      iters, reps, times, 1);
 }
 
+/* ------------------------------------------------------------------ overlap */
+
+/* The computation a nonblocking allreduce may hide behind: `passes` sweeps of
+ * a[i] = 0.5 a[i] + b[i] over m doubles, from pass `from` to pass `to` (exclusive). */
+static void overlap_compute(double *restrict a, const double *restrict b, size_t m, int from,
+                            int to)
+{
+    size_t i;
+    int k;
+    for (k = from; k < to; k++) {
+        for (i = 0; i < m; i++)
+            a[i] = 0.5 * a[i] + b[i];
+        __asm__ __volatile__("" ::: "memory");
+    }
+}
+
+/*
+ * OSU's overlap test for MPI_Iallreduce (MPI_SUM of n doubles), iteration by iteration:
+ *   mode 0 - MPI_Allreduce, then the computation (the two alone, one after the other);
+ *   mode 1 - MPI_Iallreduce, the computation, MPI_Wait;
+ *   mode 2 - the same with MPI_Test after each of `parts` equal parts of the passes
+ *            (until the allreduce is complete): the library's chance to progress.
+ * Every iteration follows an untimed MPI_Barrier; out gets, per iteration of this rank,
+ * (total, time inside MPI calls, computing) in seconds, after `warmup` untimed ones.
+ * *wrong counts the iterations whose result is not the sum expected: every rank sends
+ * sbuf, so rbuf[i] must equal p * sbuf[i] (sbuf holds small integers: exact).
+ */
+int mpilab_iallreduce_overlap(MPI_Comm comm, int mode, const double *sbuf, double *rbuf,
+                              int n, double *a, const double *b, int m, int passes,
+                              int parts, int warmup, int iters, double *out, int *wrong)
+{
+    int err, it, k, p, done, i;
+    MPI_Request req;
+    if ((err = MPI_Comm_size(comm, &p)) != MPI_SUCCESS) return err;
+    if (parts < 1) parts = 1;
+    *wrong = 0;
+    for (it = -warmup; it < iters; it++) {
+        double t0, t, mpi = 0.0, work = 0.0, total;
+        if ((err = MPI_Barrier(comm)) != MPI_SUCCESS) return err;
+        t0 = MPI_Wtime();
+        if (mode == 0) {
+            TRY(MPI_Allreduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, comm));
+            t = MPI_Wtime();
+            mpi = t - t0;
+            overlap_compute(a, b, (size_t)m, 0, passes);
+            work = MPI_Wtime() - t;
+        } else {
+            TRY(MPI_Iallreduce(sbuf, rbuf, n, MPI_DOUBLE, MPI_SUM, comm, &req));
+            mpi = MPI_Wtime() - t0;
+            done = 0;
+            for (k = 0; k < parts; k++) {
+                t = MPI_Wtime();
+                overlap_compute(a, b, (size_t)m, (int)((long long)passes * k / parts),
+                                (int)((long long)passes * (k + 1) / parts));
+                work += MPI_Wtime() - t;
+                if (mode == 2 && !done) {
+                    t = MPI_Wtime();
+                    TRY(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+                    mpi += MPI_Wtime() - t;
+                }
+            }
+            t = MPI_Wtime();
+            TRY(MPI_Wait(&req, MPI_STATUS_IGNORE));
+            mpi += MPI_Wtime() - t;
+        }
+        total = MPI_Wtime() - t0;
+        for (i = 0; i < n; i++)
+            if (rbuf[i] != (double)p * sbuf[i]) {
+                (*wrong)++;
+                break;
+            }
+        if (it >= 0) {
+            out[3 * it] = total;
+            out[3 * it + 1] = mpi;
+            out[3 * it + 2] = work;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ MPI_T control */
 
 /* Write an integer control variable by name through the MPI tool interface (Open MPI

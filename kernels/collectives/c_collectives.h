@@ -54,4 +54,10 @@ int mpilab_coll_time_separated(MPI_Comm comm, int op, int alg, const void *sbuf,
 
 int mpilab_coll_set_cvar_int(const char *name, int value);
 
+/* OSU-style overlap of MPI_Iallreduce with computing (c_collectives.c) */
+enum { MPILAB_OVERLAP_BLOCKING = 0, MPILAB_OVERLAP_NONBLOCKING = 1, MPILAB_OVERLAP_TEST = 2 };
+int mpilab_iallreduce_overlap(MPI_Comm comm, int mode, const double *sbuf, double *rbuf,
+                              int n, double *a, const double *b, int m, int passes,
+                              int parts, int warmup, int iters, double *out, int *wrong);
+
 #endif

@@ -24,3 +24,7 @@ cdef extern from "c_collectives.h" nogil:
                                    double *times)
 
     int mpilab_coll_set_cvar_int(const char *name, int value)
+
+    int mpilab_iallreduce_overlap(MPI_Comm comm, int mode, const double *sbuf, double *rbuf,
+                                  int n, double *a, const double *b, int m, int passes,
+                                  int parts, int warmup, int iters, double *out, int *wrong)

@@ -300,3 +300,45 @@ def set_cvar(str name, value):
     if err != 0:
         raise ValueError(f"cannot set the MPI_T control variable {name!r} to {value} "
                          f"(MPI_T error {err})")
+
+
+OVERLAP_MODES = ("allreduce", "iallreduce", "iallreduce-test")
+
+
+def iallreduce_overlap(MPI.Comm comm not None, str mode, n, passes, *, parts=16,
+                       m=1 << 18, warmup=2, iters=10):
+    """OSU's overlap test for ``MPI_Iallreduce`` (collective): this rank's times.
+
+    Each iteration, after an untimed barrier: ``"allreduce"`` runs ``MPI_Allreduce`` of
+    `n` float64 (``MPI_SUM``) and then the computation; ``"iallreduce"`` starts
+    ``MPI_Iallreduce``, computes, ``MPI_Wait``; ``"iallreduce-test"`` computes in `parts`
+    parts with ``MPI_Test`` after each. The computation is `passes` sweeps of
+    ``a = 0.5 a + b`` over `m` doubles (private to the rank).
+
+    Returns ``(times, wrong)``: float64 ``(iters, 3)`` of (total, inside MPI calls,
+    computing) seconds of this rank, and how many iterations (warm-up included) gave a
+    result other than the exact sum.
+    """
+    if mode not in OVERLAP_MODES:
+        raise ValueError(f"mode must be one of {OVERLAP_MODES}, got {mode!r}")
+    _check_count(n, "n", 1)
+    _check_count(passes, "passes", 0)
+    _check_count(parts, "parts", 1)
+    _check_count(m, "m", 1)
+    _check_count(warmup, "warmup", 0)
+    _check_count(iters, "iters", 1)
+    sb = np.arange(1, n + 1, dtype=np.float64) % 1024  # small integers: exact sums
+    rb = np.empty(n, dtype=np.float64)
+    a = np.ones(m, dtype=np.float64)
+    b = np.full(m, 0.25, dtype=np.float64)
+    out = np.zeros((iters, 3), dtype=np.float64)
+    cdef double[::1] vs = sb, vr = rb, va = a, vb = b
+    cdef double[:, ::1] vo = out
+    cdef MPI_Comm cc = comm.ob_mpi
+    cdef int md = OVERLAP_MODES.index(mode), n_ = n, m_ = m, ps = passes, pt = parts
+    cdef int w = warmup, it = iters, wrong = 0, err
+    with nogil:
+        err = c.mpilab_iallreduce_overlap(cc, md, &vs[0], &vr[0], n_, &va[0], &vb[0], m_, ps,
+                                          pt, w, it, &vo[0, 0], &wrong)
+    _check_mpi(err)
+    return out, int(wrong)

@@ -1,7 +1,8 @@
-"""Does a nonblocking halo exchange overlap the computation? Only if something progresses it.
+"""Does a nonblocking exchange overlap the computation? Only if something progresses it.
 
     python -m mpilab.bench progress --nx 131072 --ny 16 --json OUT
-    python -m mpilab.bench progress --nodes 2 --link gige --nx 131072 --ny 64 --json OUT
+    python -m mpilab.bench progress --nodes 2 --link fast-ethernet --nx 16384 --ny 1280
+    python -m mpilab.bench progress --case iallreduce --n 16384 --nodes 2 --link fast-ethernet
 
 Two ranks (``--ranks``) run the heat stencil's halo exchange in three modes, side by side
 in one job, alternated over ``--rounds``:
@@ -30,6 +31,13 @@ exchange's MPI calls (posting, ``MPI_Waitall`` and, in ``overlap-test``, the
 eager limit, so it needs the receiver's match; ``--nx 2048`` (16 KiB rows) sits under
 TCP's 64 KiB eager limit and travels without it.
 
+``--case iallreduce`` asks the same of a nonblocking collective, as OSU's
+``osu_iallreduce`` does: ``allreduce`` (``MPI_Allreduce`` of ``--n`` doubles, then the
+computation), ``iallreduce`` (start, compute, ``MPI_Wait``) and ``iallreduce-test``
+(``MPI_Test`` after each of 16 parts of the computation), the computation being sweeps
+over a private array, as many as make it last about as long as the allreduce alone
+(measured first). ``allreduce`` plays ``nonblocking``'s part in both measures.
+
 With ``--nodes`` the ranks run on emulated nodes (:mod:`mpilab.netlab`: namespaces and
 a shaped veth), one per node, so the row crosses TCP: the kernel moves what the library
 handed it while the ranks compute. Records say ``emulated`` and what the shaping left
@@ -48,8 +56,13 @@ from ..jobs import python_worker
 from ..timing import record, run_meta
 from . import finish, parser, placed, where_line
 
-MODES = ("nonblocking", "overlap", "overlap-test")
+#: Per case, its modes; the first does the exchange and the computation one after the
+#: other, and is what the others are measured against.
+CASES = {"halo": ("nonblocking", "overlap", "overlap-test"),
+         "iallreduce": ("allreduce", "iallreduce", "iallreduce-test")}
+MODES = CASES["halo"]
 MODULE = "mpilab.bench.progress"
+PARTS = 16  # MPI_Test calls per computation, as the halo kernel's HALO_TEST_PARTS
 
 
 def step_phases(tl) -> dict[str, np.ndarray]:
@@ -64,6 +77,36 @@ def step_phases(tl) -> dict[str, np.ndarray]:
             "compute": d["interior"] - d["progress"] + d["boundary"]}
 
 
+def _iallreduce(comm, a: dict) -> tuple[dict, bool, dict]:
+    """The iallreduce case on every rank: (pooled times on rank 0, valid, settings)."""
+    from ..kernels import collectives as k
+
+    n = a["n"]
+    # the allreduce alone, and one sweep of the computation alone: as many sweeps as
+    # make the computation last about as long as the allreduce (at least one per part)
+    t, _ = k.iallreduce_overlap(comm, "allreduce", n, 0, warmup=3, iters=10)
+    alone = float(np.median(t[:, 1]))
+    passes = PARTS
+    for _ in range(2):  # the second estimate corrects a first one made with cold caches
+        t, _ = k.iallreduce_overlap(comm, "allreduce", n, passes, warmup=1, iters=5)
+        sweep = float(np.median(t[:, 2])) / passes
+        passes = comm.bcast(max(PARTS, int(round(alone / max(sweep, 1e-9)))), root=0)
+    pooled: dict[str, dict[str, list[float]]] = {m: {} for m in a["modes"]}
+    wrong = 0
+    for _ in range(a["rounds"]):
+        for mode in a["modes"]:
+            t, bad = k.iallreduce_overlap(comm, mode, n, passes, parts=PARTS, warmup=1,
+                                          iters=a["last"])
+            wrong += bad
+            every = comm.gather(t, root=0)
+            if comm.rank == 0:
+                for i, key in enumerate(("step", "mpi", "compute")):
+                    pooled[mode].setdefault(key, []).extend(
+                        float(x) for tr in every for x in tr[:, i])
+    wrong = comm.allreduce(wrong)
+    return pooled, wrong == 0, {"passes": passes, "sweep_us": sweep * 1e6}
+
+
 def _worker(args_path: str, out_path: str) -> int:
     from mpi4py import MPI
 
@@ -71,6 +114,13 @@ def _worker(args_path: str, out_path: str) -> int:
 
     a = json.loads(open(args_path).read())
     comm = MPI.COMM_WORLD
+    if a["case"] == "iallreduce":
+        pooled, ok, extra = _iallreduce(comm, a)
+        if comm.rank == 0:
+            with open(out_path, "w") as f:
+                json.dump({"pooled": pooled, "valid": ok, "extra": extra,
+                           "library": runtime.library_info()}, f)
+        return 0
     pooled: dict[str, dict[str, list[float]]] = {m: {} for m in a["modes"]}
     for _ in range(a["rounds"]):
         for mode in a["modes"]:
@@ -88,7 +138,8 @@ def _worker(args_path: str, out_path: str) -> int:
                                          atol=1e-12))
     if comm.rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"pooled": pooled, "valid": ok, "library": runtime.library_info()}, f)
+            json.dump({"pooled": pooled, "valid": ok, "extra": {},
+                       "library": runtime.library_info()}, f)
     return 0
 
 
@@ -111,37 +162,47 @@ def osu_overlap(step_s: float, compute_alone_s: float, exchange_alone_s: float) 
     return _clip(1.0 - (step_s - compute_alone_s) / exchange_alone_s)
 
 
-def run(*, nx: int = 131072, ny: int = 16, ranks: int = 2, modes=MODES, steps: int = 30,
-        last: int = 20, rounds: int = 3, nodes: int | None = None, link: str = "gige",
+def run(*, case: str = "halo", nx: int = 131072, ny: int = 16, n: int = 16384,
+        ranks: int = 2, modes=None, steps: int = 30, last: int = 20, rounds: int = 3,
+        nodes: int | None = None, link: str = "gige",
         timeout: float = 600.0) -> tuple[dict, list[dict]]:
-    """Measure; (meta, records), one record per mode (times per step, per rank)."""
-    modes = validate.names(modes, MODES, "mode")
-    if "nonblocking" not in modes:
-        raise ValueError("the modes must include 'nonblocking': its exchange and its "
+    """Measure; (meta, records), one record per mode (times per step or call, per rank).
+
+    `case` ``"halo"`` (the heat's exchange, `nx` x `ny`, `steps` of which the `last` are
+    recorded) or ``"iallreduce"`` (`n` doubles, `last` calls recorded per round).
+    """
+    (case,) = validate.names([case], tuple(CASES), "case")
+    modes = validate.names(CASES[case] if modes is None else modes, CASES[case], "mode")
+    base = CASES[case][0]
+    if base not in modes:
+        raise ValueError(f"the modes must include {base!r}: its exchange and its "
                          "computing, each alone, are what overlap is measured against")
-    for name, v in (("nx", nx), ("ny", ny), ("ranks", ranks), ("steps", steps),
+    for name, v in (("nx", nx), ("ny", ny), ("n", n), ("ranks", ranks), ("steps", steps),
                     ("last", last), ("rounds", rounds)):
         validate.count(v, name)
     if last > steps:
         raise ValueError(f"last={last} is more than steps={steps}")
-    args = {"nx": nx, "ny": ny, "modes": list(modes), "steps": steps, "last": last,
-            "rounds": rounds}
+    args = {"case": case, "nx": nx, "ny": ny, "n": n, "modes": list(modes), "steps": steps,
+            "last": last, "rounds": rounds}
     with placed(ranks, "shm", nodes=nodes, link=link, map_by="node") as (launch, where):
         doc = python_worker(launch, MODULE, args, timeout)
     pooled = doc["pooled"]
     med = {m: {k: float(np.median(v)) for k, v in pooled[m].items()} for m in modes}
-    alone_mpi, alone_compute = med["nonblocking"]["mpi"], med["nonblocking"]["compute"]
-    py, px = (ranks, 1)
+    alone_mpi, alone_compute = med[base]["mpi"], med[base]["compute"]
+    if case == "halo":
+        size, what = 8 * nx, {"app": "heat", "nx": nx, "ny": ny, "dims": [ranks, 1]}
+    else:
+        size, what = 8 * n, {"op": "allreduce", "n": n, **doc["extra"]}
     records = []
     for m in modes:
         records.append(record(
-            pooled[m]["step"], size_bytes=8 * (nx // px), impl=m, mode=m, app="heat",
-            nx=nx, ny=ny, ranks=ranks, dims=[py, px], mpi_us_median=med[m]["mpi"] * 1e6,
+            pooled[m]["step"], size_bytes=size, impl=m, mode=m, case=case, **what,
+            ranks=ranks, mpi_us_median=med[m]["mpi"] * 1e6,
             compute_us_median=med[m]["compute"] * 1e6,
             hidden=hidden_share(med[m]["mpi"], alone_mpi),
             overlap_osu=osu_overlap(med[m]["step"], alone_compute, alone_mpi),
             valid=doc["valid"], oversubscribed=launch.oversubscribed, **where))
-    settings = {**args, "ranks": ranks, "exchange_alone_us": alone_mpi * 1e6,
+    settings = {**args, **doc["extra"], "ranks": ranks, "exchange_alone_us": alone_mpi * 1e6,
                 "compute_alone_us": alone_compute * 1e6, **where}
     return run_meta(launch, settings, doc["library"]), records
 
@@ -149,10 +210,10 @@ def run(*, nx: int = 131072, ny: int = 16, ranks: int = 2, modes=MODES, steps: i
 def table(records: list[dict]) -> str:
     """Per mode: step, MPI and computing time (median µs per step and rank), the share of
     the exchange hidden, OSU's overlap."""
-    lines = [f"{'mode':>14} {'step (us)':>11} {'in MPI (us)':>12} {'computing (us)':>15} "
+    lines = [f"{'mode':>15} {'step (us)':>11} {'in MPI (us)':>12} {'computing (us)':>15} "
              f"{'hidden':>7} {'OSU':>5}"]
     for r in records:
-        lines.append(f"{r['mode']:>14} {r['t_us_median']:>11.1f} {r['mpi_us_median']:>12.1f} "
+        lines.append(f"{r['mode']:>15} {r['t_us_median']:>11.1f} {r['mpi_us_median']:>12.1f} "
                      f"{r['compute_us_median']:>15.1f} {r['hidden']:>7.0%} "
                      f"{r['overlap_osu']:>5.0%}")
     return "\n".join(lines)
@@ -161,27 +222,33 @@ def table(records: list[dict]) -> str:
 def main(argv=None) -> int:
     p = parser("progress", __doc__, worker=True, transport=False, reps=None, rounds=3,
                min_time=None, nodes=True)
+    p.add_argument("--case", choices=tuple(CASES), default="halo")
     p.add_argument("--nx", type=int, default=131072, help="columns (a row is 8 nx bytes)")
     p.add_argument("--ny", type=int, default=16, help="rows, split over the ranks")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--last", type=int, default=20, help="steps recorded (the last ones)")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--n", type=int, default=16384, help="doubles per allreduce (iallreduce)")
+    p.add_argument("--modes", default=None, help="comma-separated, among the case's: "
+                   + "; ".join(f"{c}: {', '.join(m)}" for c, m in CASES.items()))
     a = p.parse_args(argv)
     if a.worker:
         return _worker(*a.worker)
 
     def measure():
-        return run(nx=a.nx, ny=a.ny, ranks=a.ranks, modes=a.modes, steps=a.steps,
+        return run(case=a.case, nx=a.nx, ny=a.ny, n=a.n, ranks=a.ranks, modes=a.modes,
+                   steps=a.steps,
                    last=a.last, rounds=a.rounds, nodes=a.nodes, link=a.link,
                    timeout=a.timeout)
 
     def show(m, recs):
         s = m["settings"]
+        what = (f"heat {s['nx']} x {s['ny']}, rows of {8 * s['nx']} B" if s["case"] == "halo"
+                else f"allreduce of {s['n']} doubles ({8 * s['n']} B), computing "
+                     f"{s['passes']} sweeps")
         return (where_line(s) + f"# {m['mpi_library_version']} | {s['ranks']} ranks on "
                 f"{m['cores']} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
-                + f" | heat {s['nx']} x {s['ny']}, rows of {8 * s['nx']} B\n"
-                + table(recs))
+                + f" | {what}\n" + table(recs))
 
     return finish("progress", a.json, measure, show, ok=lambda recs: all(r["valid"]
                                                                          for r in recs))
