@@ -246,11 +246,38 @@ class Job:
         return res
 
 
+#: What a launcher prints when it failed before it started any rank: such a job is run
+#: once more (Open MPI 5's prterun, exit 213, seen about once in a hundred starts on a
+#: busy 2-core machine; the program never ran, so nothing happens twice).
+LAUNCHER_START_FAILURES = ("The PMIx server's listener thread failed to start",)
+
+
+def launcher_did_not_start(res: subprocess.CompletedProcess) -> bool:
+    """Did this job fail in its launcher before any rank started?"""
+    return res.returncode != 0 and any(s in (res.stderr or "") + (res.stdout or "")
+                                       for s in LAUNCHER_START_FAILURES)
+
+
 def run(launch: runtime.Launch, program: Sequence[str], *, timeout: float,
         check: bool = True, mpi_args: Sequence[str] = (), env: dict | None = None,
         cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-    """Run an MPI program to completion under `launch`; its output (see :meth:`Job.wait`)."""
-    return Job(launch, program, mpi_args=mpi_args, env=env, cwd=cwd).wait(timeout, check=check)
+    """Run an MPI program to completion under `launch`; its output (see :meth:`Job.wait`).
+
+    A launcher that failed before starting any rank (:data:`LAUNCHER_START_FAILURES`)
+    gets one more try.
+    """
+    for attempt in (1, 2):
+        job = Job(launch, program, mpi_args=mpi_args, env=env, cwd=cwd)
+        res = job.wait(timeout, check=False)
+        if attempt == 1 and launcher_did_not_start(res):
+            time.sleep(0.5)
+            continue
+        break
+    if check and res.returncode != 0:
+        raise JobFailed(f"{' '.join(job.argv)} failed (exit {res.returncode}):\n"
+                        f"{(res.stderr or res.stdout)[-3000:]}",
+                        job.argv, res.returncode, res.stdout, res.stderr)
+    return res
 
 
 def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: float) -> dict:

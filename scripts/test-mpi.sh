@@ -13,7 +13,9 @@
 # Without pytest arguments: lectures 00-01, lab 00's graded submissions (correct, wrong,
 # deadlocking, hostile: each runs the whole notebook on this MPI; not the endless-loop one,
 # 45 s of a cell timeout that does not depend on the MPI, nor nbgrader's validate runs,
-# which the main run makes), the grading tests and tests/test_mpi_libraries.py.
+# which the main run makes), the grading tests and tests/test_mpi_libraries.py; with
+# openmpi also tests/test_packaging.py (the installed package's data, kernels and run-time
+# builds, from a folder outside every tree: they need the non-editable install made here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MPI="${1:?usage: scripts/test-mpi.sh openmpi|mpich [pytest arguments]}"
@@ -76,6 +78,7 @@ if [[ $# -eq 0 ]]; then
     tests/test_labs.py -k "not lab01 and not endless_loops and not notebook_validates and not stubs_fail" \
     tests/test_grading.py \
     tests/test_mpi_libraries.py
+  if [[ $MPI == openmpi ]]; then set -- "$@" tests/test_packaging.py; fi
 fi
 status=0
 hydra_files() { ls /tmp | grep '^hydra_hwloc_xmlfile_' || true; }

@@ -172,3 +172,39 @@ def test_a_cluster_stopped_while_busy_leaves_no_process_and_no_segment():
         c.stop()
     assert cluster.cluster_processes(c.cluster_id) == []
     assert segments() - before == set(), "the stopped cluster left shared-memory segments"
+
+
+LAUNCHER_THAT_FAILS_ONCE = """#!/bin/sh
+# stands in for a launcher (not for MPI): fails as prterun sometimes does, before any rank
+# started, the first time; then runs the program, as "mpiexec -n 1 PROGRAM" would
+marker="$MARKER"
+if [ ! -e "$marker" ]; then
+  : > "$marker"
+  echo "The PMIx server's listener thread failed to start. We cannot" >&2
+  echo "continue." >&2
+  exit 213
+fi
+shift 2
+exec "$@"
+"""
+
+
+def test_a_launcher_that_failed_before_any_rank_started_is_tried_once_more(tmp_path):
+    """Open MPI 5's prterun exits 213 about once in a hundred starts here, before any rank
+    ran; jobs.run starts such a job once more. A failure of the program itself is not
+    retried (its ranks ran: a second run would do their work twice)."""
+    fake = tmp_path / "launcher"
+    fake.write_text(LAUNCHER_THAT_FAILS_ONCE)
+    fake.chmod(0o755)
+    marker = tmp_path / "failed-once"
+    launch = runtime.Launch(ranks=1, transport="shm", exe=str(fake), args=(),
+                            env={"MARKER": str(marker)}, oversubscribed=False,
+                            family="openmpi")
+    res = jobs.run(launch, [sys.executable, "-c", "print('ran')"], timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "ran" and marker.exists()
+    marker.unlink()  # fails once more, then the program itself fails: no third try
+    with pytest.raises(jobs.JobFailed) as err:
+        jobs.run(launch, [sys.executable, "-c", "import sys; print('ran'); sys.exit(3)"],
+                 timeout=60)
+    assert err.value.returncode == 3 and err.value.stdout.strip() == "ran"
+    assert not jobs.launcher_did_not_start(subprocess.CompletedProcess([], 3, "", "boom"))
