@@ -174,35 +174,70 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
 # --------------------------------------------------------------------------- tuning
 
 
+def beyond_noise(fast: dict, slow: dict) -> bool:
+    """Is `fast` faster than `slow` by more than their measured noise?
+
+    Both are timing records (:func:`mpilab.timing.record`): yes when `fast`'s upper
+    quartile lies below `slow`'s lower quartile, so that at least three quarters of the
+    repetitions of each agree on the order (their middle halves do not overlap).
+    """
+    return fast["t_us_q3"] < slow["t_us_q1"]
+
+
 def decision_table(records: Sequence[dict], *, op: str = "allgather",
                    prefix: str = "library:") -> dict:
     """Best algorithm per (ranks, size) from measured records; with the library's choice.
 
     Only records whose impl starts with `prefix` and names an algorithm take part
     (``library:<alg>``: what a rules file can apply); ``library:default`` is the
-    library's own choice, compared against the best.
+    library's own choice, compared against the best. Each entry's ``choice`` is what a
+    rules file applies: the best algorithm only where it beats the library's default by
+    more than the noise (:func:`beyond_noise`, ``switch`` true), else the library's own
+    (documented) choice: a tuner that switched on every difference would follow noise.
     """
-    by: dict[tuple[int, int], dict[str, float]] = {}
+    by: dict[tuple[int, int], dict[str, dict]] = {}
     for r in records:
-        by.setdefault((int(r["ranks"]), int(r["size_bytes"])), {})[r["impl"]] = r["t_us_median"]
+        by.setdefault((int(r["ranks"]), int(r["size_bytes"])), {})[r["impl"]] = r
     rules = []
     for (p, n), row in sorted(by.items()):
         cands = {k.removeprefix(prefix): v for k, v in row.items()
                  if k.startswith(prefix) and k.removeprefix(prefix) in ALGORITHMS[op]}
         if not cands:
             continue
-        best = min(cands, key=cands.get)
-        entry = {"ranks": p, "size_bytes": n, "best": best, "t_us_best": cands[best],
-                 "t_us": cands}
-        if "library:default" in row:
-            d = row["library:default"]
+        best = min(cands, key=lambda a: cands[a]["t_us_median"])
+        t_best = cands[best]["t_us_median"]
+        entry = {"ranks": p, "size_bytes": n, "best": best, "t_us_best": t_best,
+                 "t_us": {a: r["t_us_median"] for a, r in cands.items()}}
+        documented = library_default(op, p, n)["runs"] if op == "allgather" else None
+        if documented is not None:
+            entry["library_documented_choice"] = documented
+        default = row.get("library:default")
+        if default is not None:
+            d = default["t_us_median"]
             entry["t_us_library_default"] = d
-            entry["library_default_vs_best"] = d / cands[best] if cands[best] > 0 else None
-        if op == "allgather":
-            entry["library_documented_choice"] = library_default(op, p, n)["runs"]
+            entry["library_default_vs_best"] = d / t_best if t_best > 0 else None
+        if default is None or documented is None:
+            entry["switch"], entry["choice"] = True, best
+            entry["why"] = "no library default measured or documented to compare with"
+        elif best == documented:
+            entry["switch"], entry["choice"] = False, best
+            entry["why"] = "the library's own choice is the fastest"
+        elif beyond_noise(cands[best], default):
+            entry["switch"], entry["choice"] = True, best
+            entry["why"] = (f"{best} beats the library's default beyond the noise (upper "
+                            f"quartile {cands[best]['t_us_q3']:.1f} < lower quartile "
+                            f"{default['t_us_q1']:.1f} us)")
+        else:
+            entry["switch"], entry["choice"] = False, documented
+            entry["why"] = (f"{best} was faster by its median, but within the noise "
+                            f"(upper quartile {cands[best]['t_us_q3']:.1f} >= the "
+                            f"default's lower quartile {default['t_us_q1']:.1f} us): "
+                            "keep the library's choice")
         rules.append(entry)
     return {"op": op, "library": runtime.selected_library(), "rules": rules,
-            "note": "best = lowest median time among the library's forced algorithms"}
+            "note": "best = lowest median time among the library's forced algorithms; "
+                    "choice = best where it beats the library's default beyond the "
+                    "noise (quartiles apart), else the library's own choice"}
 
 
 def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
@@ -220,7 +255,7 @@ def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
     for r in table["rules"]:
         p = int(r["ranks"])
         msg = int(r["size_bytes"]) * (p if op in ("allgather", "gather", "scatter") else 1)
-        by_p.setdefault(p, []).append((msg, ALGORITHMS[op][r["best"]].ompi))
+        by_p.setdefault(p, []).append((msg, ALGORITHMS[op][r.get("choice", r["best"])].ompi))
     lines = ["1  # collectives in this file", f"{_OMPI_COLL_ID[op]}  # {op}",
              f"{len(by_p)}  # communicator sizes"]
     for p, rules in sorted(by_p.items()):

@@ -113,6 +113,8 @@ def test_decision_table_and_rules_file(two_ranks, tmp_path):
         assert r["t_us_best"] == min(r["t_us"].values())
         # measured in another job: the default may even beat the best forced one
         assert math.isfinite(r["library_default_vs_best"]) and r["library_default_vs_best"] > 0
+        # the rule applied: the best only beyond the noise, else the library's own choice
+        assert r["choice"] == (r["best"] if r["switch"] else r["library_documented_choice"])
     path = tuning.write_ompi_rules(table, tmp_path / "rules.conf")
     nums = [line.split("#")[0].split() for line in path.read_text().splitlines()]
     assert nums[:4] == [["1"], ["0"], ["1"], ["2"]]  # 1 collective, allgather, 1 size, p=2
@@ -129,3 +131,30 @@ def test_library_run_keeps_the_given_iterations_and_environment():
         assert r["impl"] == "tuned" and r["library_env"] == env and r["ranks"] == 2
         assert math.isfinite(r["t_us_median"]) and r["t_us_median"] > 0
         assert len(r["times_us"]) == 2
+
+
+def _rec(impl, q1, med, q3, p=4, n=1024):
+    return {"impl": impl, "ranks": p, "size_bytes": n, "t_us_q1": q1, "t_us_median": med,
+            "t_us_q3": q3}
+
+
+def test_the_tuner_switches_only_beyond_the_noise(tmp_path):
+    """A faster median inside the default's noise keeps the library's choice; a gap
+    larger than both middle halves switches (and is what the rules file applies)."""
+    default = _rec("library:default", 100, 105, 110)   # Open MPI 4.1 at p=4: rec. doubling
+    close = tuning.decision_table([default, _rec("library:recursive_doubling", 99, 104, 109),
+                                   _rec("library:ring", 90, 95, 104)])["rules"][0]
+    assert close["best"] == "ring" and not close["switch"]
+    assert close["choice"] == "recursive_doubling" == close["library_documented_choice"]
+    assert "within the noise" in close["why"]
+    far = tuning.decision_table([default, _rec("library:ring", 90, 95, 104),
+                                 _rec("library:bruck", 55, 60, 70)])["rules"][0]
+    assert far["best"] == far["choice"] == "bruck" and far["switch"]
+    assert "beyond the noise" in far["why"]
+    same = tuning.decision_table([default, _rec("library:recursive_doubling", 40, 50, 60)])
+    assert same["rules"][0]["choice"] == "recursive_doubling" and not same["rules"][0]["switch"]
+    rules = tuning.write_ompi_rules({"op": "allgather", "rules": [close]}, tmp_path / "r")
+    assert rules.read_text().splitlines()[5].split()[1] == "3"  # recursive doubling's id
+    assert tuning.beyond_noise(_rec("a", 1, 2, 3), _rec("b", 4, 5, 6))
+    assert not tuning.beyond_noise(_rec("a", 1, 2, 4), _rec("b", 4, 5, 6))
+

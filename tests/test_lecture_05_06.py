@@ -208,6 +208,9 @@ def test_lecture_06_tunes_and_applies_the_rules():
     progress = text_of(cell_with(nb, "tuning.tune("))
     assert "p=4: tuning 8 sizes, 5 algorithms" in progress
     assert f"oversubscribed: {4 > runtime.usable_cores()}" in progress
+    table = text_of(cell_with(nb, "decision = pd.DataFrame("))
+    assert re.search(r"it switches away from the library's rule at \d+ of 8 points", table)
+    assert "switch (beyond noise)" in table
     rules = text_of(cell_with(nb, 'read_text())'))
     assert "# allgather" in rules and "4  # communicator size" in rules
     assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in rules
