@@ -24,7 +24,9 @@ import numpy as np
 from . import runtime
 
 IMPLS = ("kernel", "mpi4py")
-MODES = ("roundtrip", "oneway")
+MODES = ("roundtrip", "oneway", "window")
+#: osu_bw's window: messages posted at once before one wait (the kernel's PP_WINDOW)
+WINDOW = 64
 
 
 def summarize(times_s: Sequence[float]) -> dict:
@@ -201,10 +203,25 @@ def _mpi4py_pingpong(comm, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, ite
                 comm.Recv(rb, rank_a, 17)
             comm.Send([sbuf, 0, MPI.BYTE], rank_a, 18)
 
-    if mode == "oneway":
+    ack = np.zeros(4, dtype=np.uint8)
+
+    def window(k):
+        done = 0
+        while done < k:
+            w = min(WINDOW, k - done)
+            if me == rank_a:
+                MPI.Request.Waitall([comm.Isend(sb, rank_b, 17) for _ in range(w)])
+                comm.Recv([ack, 4, MPI.BYTE], rank_b, 18)
+            elif me == rank_b:
+                MPI.Request.Waitall([comm.Irecv(rb, rank_a, 17) for _ in range(w)])
+                comm.Send([ack, 4, MPI.BYTE], rank_a, 18)
+            done += w
+
+    if mode in ("oneway", "window"):
+        burst = oneway if mode == "oneway" else window
         if warmup:
-            oneway(min(warmup, iters))
-        step, per, count = oneway, iters, iters
+            burst(min(warmup, iters))
+        step, per, count = burst, iters, iters
     else:
         roundtrip(warmup)
         step, per, count = roundtrip, 2 * iters, iters

@@ -195,3 +195,19 @@ def test_progress_iallreduce_case_is_checked_and_calibrated(tmp_path):
     assert "allreduce of 4096 doubles" in res.stdout
     bad = bench("progress", "--case", "iallreduce", "--modes", "iallreduce")
     assert bad.returncode == 2 and "must include 'allreduce'" in bad.stderr
+
+
+def test_pingpong_window_mode_runs_in_every_implementation(tmp_path):
+    """--mode window (osu_bw: 64 MPI_Isend at a time, one acknowledgement per window) in
+    the Cython kernel, the standalone C program and mpi4py: per-message times, sane."""
+    path = tmp_path / "window.json"
+    res = bench("pingpong", "--mode", "window", "--sizes", "8,64K", "--reps", "2",
+                "--rounds", "1", "--min-time", "0.002", "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    recs = json.loads(path.read_text())["records"]
+    assert {(r["impl"], r["size_bytes"]) for r in recs} == {
+        (i, n) for i in ("kernel", "c-standalone", "mpi4py") for n in (8, 65536)}
+    assert all(r["mode"] == "window" and 0 < r["t_us_median"] < 1e4 for r in recs)
+    # 64 KiB carry 8192 times the bytes of 8 B: it cannot take less time per message
+    t = {(r["impl"], r["size_bytes"]): r["t_us_median"] for r in recs}
+    assert all(t[(i, 65536)] > t[(i, 8)] for i in ("kernel", "c-standalone", "mpi4py"))

@@ -173,6 +173,22 @@ def test_lecture_01_measures_what_buffer_memory_does():
         assert "single-copy" in table
 
 
+def test_lecture_01_times_one_message_three_ways_and_reads_the_clock():
+    """Wtick from the engines; half a round trip, blocking sends in a row and osu_bw's
+    window at three sizes, each a real kernel measurement; the window's message rate."""
+    nb = executed("01-pingpong")
+    clock = text_of(cell_with(nb, "MPI.Wtick()"))
+    assert "Wtick (s)" in clock and "WTIME_IS_GLOBAL" in clock
+    proto = text_of(cell_with(nb, "PROTO_SIZES = "))
+    for col in ("IMB PingPong, osu_latency", "osu_bw: windows of 64 Isend",
+                "bandwidth, osu_bw's way"):
+        assert col in proto, col
+    for transport in ("shm", "tcp"):
+        rate = re.search(transport + r": 8 B, the window's message rate is (\d+\.\d) times",
+                         proto)
+        assert rate and float(rate.group(1)) > 0, proto
+
+
 def test_lecture_01_ratio_table_has_paper_and_machine_columns():
     """The transfer/copy table puts the paper's figures beside this machine's shm and tcp."""
     nb = executed("01-pingpong")

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <mpi.h>
 
-enum { MPILAB_PP_ROUNDTRIP = 0, MPILAB_PP_ONEWAY = 1 };
+enum { MPILAB_PP_ROUNDTRIP = 0, MPILAB_PP_ONEWAY = 1, MPILAB_PP_WINDOW = 2 };
 
 int mpilab_pingpong(MPI_Comm comm, int rank_a, int rank_b,
                     const void *sbuf, void *rbuf, int nbytes, int mode,

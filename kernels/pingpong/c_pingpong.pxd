@@ -6,6 +6,7 @@ cdef extern from "c_pingpong.h" nogil:
     enum:
         MPILAB_PP_ROUNDTRIP
         MPILAB_PP_ONEWAY
+        MPILAB_PP_WINDOW
 
     int mpilab_pingpong(MPI_Comm comm, int rank_a, int rank_b,
                         const void *sbuf, void *rbuf, int nbytes, int mode,

@@ -7,7 +7,8 @@ import numpy as np
 
 include "mpilab_buffers.pxi"
 
-MODES = {"roundtrip": c.MPILAB_PP_ROUNDTRIP, "oneway": c.MPILAB_PP_ONEWAY}
+MODES = {"roundtrip": c.MPILAB_PP_ROUNDTRIP, "oneway": c.MPILAB_PP_ONEWAY,
+         "window": c.MPILAB_PP_WINDOW}
 
 
 def pingpong(MPI.Comm comm not None, sbuf, rbuf, nbytes=None, *, rank_a=0, rank_b=1,

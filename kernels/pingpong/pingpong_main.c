@@ -4,7 +4,7 @@
  * Purpose: the reference the Cython kernel is compared with in `mpilab.bench pingpong`:
  * the same C loop (mpilab_pingpong), with no Python in the process.
  * Usage: mpilab-pingpong MODE WARMUP REPS SIZE:ITERS [SIZE:ITERS ...]
- *   MODE   - roundtrip | oneway
+ *   MODE   - roundtrip | oneway | window
  *   WARMUP, REPS - as in mpilab_pingpong
  *   SIZE:ITERS   - message size in bytes and timed iterations for it
  * Rank 0 prints one JSON object per size: {"size_bytes": N, "iters": I, "times": [...]}.
@@ -17,7 +17,7 @@
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpilab-pingpong roundtrip|oneway WARMUP REPS SIZE:ITERS ...\n");
+    fprintf(stderr, "usage: mpilab-pingpong roundtrip|oneway|window WARMUP REPS SIZE:ITERS ...\n");
 }
 
 int main(int argc, char **argv)
@@ -30,7 +30,9 @@ int main(int argc, char **argv)
         if (rank == 0) usage();
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    mode = strcmp(argv[1], "oneway") == 0 ? MPILAB_PP_ONEWAY : MPILAB_PP_ROUNDTRIP;
+    mode = strcmp(argv[1], "oneway") == 0   ? MPILAB_PP_ONEWAY
+           : strcmp(argv[1], "window") == 0 ? MPILAB_PP_WINDOW
+                                            : MPILAB_PP_ROUNDTRIP;
     warmup = atoi(argv[2]);
     reps = atoi(argv[3]);
     if (reps < 1 || warmup < 0) {

@@ -39,7 +39,7 @@ import sys
 
 from .. import jobs, runtime, validate
 from ..jobs import python_worker
-from ..timing import record, run_meta
+from ..timing import MODES, record, run_meta
 from . import TIMEOUT, finish, parser, placed, simulated_line, where_line
 
 IMPLS = ("kernel", "c-standalone", "mpi4py")
@@ -251,7 +251,10 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="8,1024,65536,1048576,4194304",
                    help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
     p.add_argument("--impls", default=",".join(IMPLS))
-    p.add_argument("--mode", choices=("roundtrip", "oneway"), default="roundtrip")
+    p.add_argument("--mode", choices=MODES, default="roundtrip",
+                   help="roundtrip: half a round trip (IMB PingPong, osu_latency); oneway: "
+                        "back-to-back blocking sends (the ping-pong paper); window: 64 "
+                        "MPI_Isend at a time (osu_bw)")
     p.add_argument("--copy", action="store_true",
                    help="also time rank 0's local copy of each size (transfer / copy ratio)")
     p.add_argument("--thread-levels", default="single",
