@@ -25,7 +25,7 @@ in a notebook, on an engine and in the grader alike. The *collective* functions
 the engines through ``cluster.run`` (or ``%%px``), or in a script under ``mpiexec``. They
 call the compiled kernels ``mpilab.kernels.stencil`` and ``mpilab.kernels.wave``, which
 exchange the ghost cells in one of the two-sided :data:`MODES`, sending column ghosts
-either as an MPI vector datatype or packed by hand (:data:`PACKS`). The heat problem also
+as an MPI vector datatype, packed by hand, or as subarray datatypes (:data:`PACKS`). The heat problem also
 runs with a one-sided exchange (:data:`ONESIDED_MODES`, kernel
 ``mpilab.kernels.onesided``): ``MPI_Put`` into the neighbours' ghosts synchronised by
 fence, post/start/complete/wait or a passive-target lock, or plain loads from the
@@ -85,8 +85,9 @@ ALL_MODES = MODES + ONESIDED_MODES + HYBRID_MODES
 #: Names that stand for several modes: "all" for the two-sided ones, "classic" for the
 #: coarray paper's four, "onesided".
 MODE_GROUPS = {"all": MODES, "classic": CLASSIC_MODES, "onesided": ONESIDED_MODES}
-#: How column ghosts travel: an MPI vector datatype, or packed by hand.
-PACKS = ("datatype", "manual")
+#: How column ghosts travel: an MPI vector datatype, packed by hand, or (every line, rows
+#: too) an MPI subarray datatype of the whole field.
+PACKS = ("datatype", "manual", "subarray")
 #: The two problems.
 APPS = ("heat", "wave")
 #: Phases of a :func:`timeline`, in the order of its third axis.
@@ -327,11 +328,12 @@ def check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None
     if app != "heat":
         raise ValueError(f"the one-sided and hybrid modes ({', '.join(one)}) exist for the "
                          f"heat problem only, not for {app!r}")
-    if "manual" in packs:
-        raise ValueError("pack='manual' does not apply to the one-sided and hybrid modes: "
-                         "the Put modes send columns as MPI vector datatypes on both sides, "
-                         "the shm modes copy them with plain loads and the hybrid mode does "
-                         "one or the other; use pack='datatype'")
+    other = [p for p in packs if p != "datatype"]
+    if other:
+        raise ValueError(f"pack={other[0]!r} does not apply to the one-sided and hybrid "
+                         "modes: the Put modes send columns as MPI vector datatypes on both "
+                         "sides, the shm modes copy them with plain loads and the hybrid mode "
+                         "does one or the other; use pack='datatype'")
 
 
 def _kernel(app: str, mode: str | None = None):
@@ -380,9 +382,9 @@ def run_heat(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
         MPI_Isend/MPI_Irecv with the neighbours on other nodes, posted before the node's
         barrier; any placement of the ranks on nodes.
     pack : str
-        One of :data:`PACKS`: column ghosts as an MPI vector datatype or packed by hand.
-        The one-sided and hybrid modes take ``"datatype"`` only (ValueError for
-        ``"manual"``).
+        One of :data:`PACKS`: column ghosts as an MPI vector datatype, packed by hand,
+        or every line as an MPI subarray datatype of the whole field. The one-sided and
+        hybrid modes take ``"datatype"`` only (ValueError for the others).
     energy : float
         Heat added at each of :func:`heat_sources` after every step.
     dims : (py, px), optional
@@ -532,7 +534,7 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     nx, ny : int, optional
         The global grid instead of `sub`.
     pack : str or list of str
-        :data:`PACKS` to measure (``"all"`` for both); ``"datatype"`` only when a
+        :data:`PACKS` to measure (``"all"`` for every one); ``"datatype"`` only when a
         one-sided or the hybrid mode is among `mode` (ValueError otherwise).
     iters : int, optional
         Timed steps per repetition; default: calibrated once on the first mode so that

@@ -42,7 +42,7 @@ def test_halo_json_shape(halo_json):
         keys = {(r["mode"], r["pack"], r["sub"]) for r in doc["records"]}
         assert keys == {(m, p, s) for m in ("blocking", "sendrecv", "nonblocking", "overlap",
                                             "overlap-test", "persistent", "neighbor")
-                        for p in ("datatype", "manual") for s in (8, 24)}
+                        for p in ("datatype", "manual", "subarray") for s in (8, 24)}
         for r in doc["records"]:
             assert r["app"] == app and r["ranks"] == ranks
             py, px = r["dims"]

@@ -86,6 +86,7 @@ def test_lecture_02_k1_table_has_paper_and_machine_columns():
     assert f"oversubscribed: {runtime.usable_cores() < 2}" in table
     packs = text_of(cell_with(nb, "time_packs, PACK_SUB"))
     assert "datatype" in packs and "manual" in packs and "manual / datatype =" in packs
+    assert "subarray / datatype =" in packs
 
 
 def test_lecture_02_timeline_drawn_for_blocking_and_overlap():

@@ -42,6 +42,8 @@ def test_onesided_argument_errors_without_mpi_calls():
         halo.run_wave(None, 10, 10, 5, mode="put-fence")
     with pytest.raises(ValueError, match="pack='manual' does not apply"):
         halo.run_heat(None, 10, 10, 5, mode="shm", pack="manual")
+    with pytest.raises(ValueError, match="pack='subarray' does not apply"):
+        halo.run_heat(None, 10, 10, 5, mode="put-fence", pack="subarray")
     with pytest.raises(ValueError, match="no one-sided modes"):
         halo.timeline(None, "heat", 10, 10, mode="put-lock")
     with pytest.raises(ValueError, match="heat problem only"):

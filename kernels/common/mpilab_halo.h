@@ -24,7 +24,10 @@
  *                 in one struct datatype of absolute addresses (MPI_BOTTOM); then compute.
  * Column ghosts travel either as an MPI vector datatype (rows doubles, stride ld) straight
  * from and into the field (PACK_DATATYPE), or packed by hand into contiguous buffers
- * (PACK_MANUAL). Row ghosts are contiguous and always sent in place.
+ * (PACK_MANUAL); row ghosts are contiguous and sent in place. PACK_SUBARRAY describes
+ * every line, rows and columns, as MPI_Type_create_subarray of the whole field (its
+ * sizes, the line's shape and its start: the offset is in the type, the buffer is the
+ * field itself), eight types made once: each side's edge and ghost.
  *
  * A transfer (halo_xfer) names a field and the side s whose ghost it fills: the rank
  * receives that ghost from its neighbour on side s and sends its own edge on the
@@ -47,7 +50,7 @@
 enum { MPILAB_HALO_BLOCKING = 0, MPILAB_HALO_SENDRECV = 1, MPILAB_HALO_NONBLOCKING = 2,
        MPILAB_HALO_OVERLAP = 3, MPILAB_HALO_OVERLAP_TEST = 4, MPILAB_HALO_PERSISTENT = 5,
        MPILAB_HALO_NEIGHBOR = 6 };
-enum { MPILAB_PACK_DATATYPE = 0, MPILAB_PACK_MANUAL = 1 };
+enum { MPILAB_PACK_DATATYPE = 0, MPILAB_PACK_MANUAL = 1, MPILAB_PACK_SUBARRAY = 2 };
 /* sides: W = x - 1, E = x + 1, N = y - 1, S = y + 1 */
 enum { HALO_W = 0, HALO_E = 1, HALO_N = 2, HALO_S = 3 };
 /* phases of the timeline, in this order, each as (start, end); PROGRESS is the total
@@ -115,6 +118,7 @@ typedef struct {
     int rows, cols, y0, x0, ld;
     int mode, pack;
     MPI_Datatype col;
+    MPI_Datatype sub[4][2];      /* PACK_SUBARRAY: [side][0 = edge, 1 = ghost] */
     double *sbuf, *rbuf;         /* manual packing: HALO_MAXX columns of rows doubles */
     MPI_Request req[2 * HALO_MAXX];
     int nreq;
@@ -177,12 +181,18 @@ static inline void halo_free(mpilab_halo *h)
         }
     }
     h->nplans = 0;
+    for (p = 0; p < 4; p++)
+        for (j = 0; j < 2; j++)
+            if (h->sub[p][j] != MPI_DATATYPE_NULL) MPI_Type_free(&h->sub[p][j]);
     if (h->col != MPI_DATATYPE_NULL) MPI_Type_free(&h->col);
     if (h->cart != MPI_COMM_NULL) MPI_Comm_free(&h->cart);
     free(h->sbuf);
     free(h->rbuf);
     h->sbuf = h->rbuf = NULL;
 }
+
+static inline int halo_opp(int side) { return side ^ 1; }
+static inline int halo_is_col(int side) { return side == HALO_W || side == HALO_E; }
 
 /* Collective over comm. On error everything allocated is released. */
 static inline int halo_init(mpilab_halo *h, MPI_Comm comm, int nx, int ny, int py, int px,
@@ -192,6 +202,11 @@ static inline int halo_init(mpilab_halo *h, MPI_Comm comm, int nx, int ny, int p
     memset(h, 0, sizeof(*h));
     h->cart = MPI_COMM_NULL;
     h->col = MPI_DATATYPE_NULL;
+    {
+        int a, b;
+        for (a = 0; a < 4; a++)
+            for (b = 0; b < 2; b++) h->sub[a][b] = MPI_DATATYPE_NULL;
+    }
     h->dims[0] = py;
     h->dims[1] = px;
     h->mode = mode;
@@ -213,6 +228,25 @@ static inline int halo_init(mpilab_halo *h, MPI_Comm comm, int nx, int ny, int p
     if ((err = MPI_Type_vector(h->rows, 1, h->ld, MPI_DOUBLE, &h->col)) != MPI_SUCCESS)
         goto fail;
     if ((err = MPI_Type_commit(&h->col)) != MPI_SUCCESS) goto fail;
+    if (pack == MPILAB_PACK_SUBARRAY) {
+        /* the field is (rows + 2) x ld; for each side its edge (the block's outer line)
+         * and its ghost (the line beyond it), as (start row, start column) */
+        int sizes[2] = {h->rows + 2, h->ld}, row[2] = {1, h->cols}, col[2] = {h->rows, 1};
+        int at[4][2][2] = {
+            {{1, 1}, {1, 0}},                       /* W: first column, ghost column 0 */
+            {{1, h->cols}, {1, h->cols + 1}},       /* E */
+            {{1, 1}, {0, 1}},                       /* N: first row, ghost row 0 */
+            {{h->rows, 1}, {h->rows + 1, 1}}};      /* S */
+        int side, which;
+        for (side = 0; side < 4; side++)
+            for (which = 0; which < 2; which++) {
+                err = MPI_Type_create_subarray(2, sizes, halo_is_col(side) ? col : row,
+                                               at[side][which], MPI_ORDER_C, MPI_DOUBLE,
+                                               &h->sub[side][which]);
+                if (err == MPI_SUCCESS) err = MPI_Type_commit(&h->sub[side][which]);
+                if (err != MPI_SUCCESS) goto fail;
+            }
+    }
     h->sbuf = (double *)malloc(sizeof(double) * HALO_MAXX * (size_t)h->rows);
     h->rbuf = (double *)malloc(sizeof(double) * HALO_MAXX * (size_t)h->rows);
     ok = h->sbuf != NULL && h->rbuf != NULL;
@@ -224,8 +258,6 @@ fail:
     return err;
 }
 
-static inline int halo_opp(int side) { return side ^ 1; }
-static inline int halo_is_col(int side) { return side == HALO_W || side == HALO_E; }
 
 /* Address of the ghost line on `side` (receive) or of the edge line next to it (send). */
 static inline double *halo_ghost(const mpilab_halo *h, double *a, int side)
@@ -262,11 +294,12 @@ static inline void halo_unpack_col(const mpilab_halo *h, double *restrict dst,
     for (r = 0; r < h->rows; r++) dst[(size_t)r * h->ld] = buf[r];
 }
 
-/* What one transfer sends and receives: buffer, count, datatype. */
+/* What one transfer sends and receives: buffers, count, datatypes (type sends, rtype
+ * receives: they differ only for subarrays, whose offset is in the type). */
 typedef struct {
     double *sptr, *rptr;
     int count, dest, src;
-    MPI_Datatype type;
+    MPI_Datatype type, rtype;
 } halo_msg;
 
 static inline halo_msg halo_message(mpilab_halo *h, const halo_xfer *x, int k)
@@ -275,6 +308,13 @@ static inline halo_msg halo_message(mpilab_halo *h, const halo_xfer *x, int k)
     int s = x->side;
     m.src = h->nbr[s];
     m.dest = h->nbr[halo_opp(s)];
+    if (h->pack == MPILAB_PACK_SUBARRAY) {
+        m.sptr = m.rptr = x->field; /* the line's place is in its subarray type */
+        m.count = 1;
+        m.type = h->sub[halo_opp(s)][0];
+        m.rtype = h->sub[s][1];
+        return m;
+    }
     if (!halo_is_col(s)) {
         m.sptr = halo_edge(h, x->field, halo_opp(s));
         m.rptr = halo_ghost(h, x->field, s);
@@ -291,6 +331,7 @@ static inline halo_msg halo_message(mpilab_halo *h, const halo_xfer *x, int k)
         m.count = h->rows;
         m.type = MPI_DOUBLE;
     }
+    m.rtype = m.type;
     return m;
 }
 
@@ -323,7 +364,7 @@ static inline int halo_start(mpilab_halo *h, const halo_xfer *x, int n)
     h->nreq = 0;
     for (k = 0; k < n; k++) {
         halo_msg m = halo_message(h, &x[k], k);
-        err = MPI_Irecv(m.rptr, m.count, m.type, m.src, k, h->cart, &h->req[h->nreq++]);
+        err = MPI_Irecv(m.rptr, m.count, m.rtype, m.src, k, h->cart, &h->req[h->nreq++]);
         if (err != MPI_SUCCESS) return err;
     }
     for (k = 0; k < n; k++) {
@@ -406,7 +447,7 @@ static inline int halo_plan_for(mpilab_halo *h, const halo_xfer *x, int n, halo_
     if (h->mode == MPILAB_HALO_PERSISTENT) {
         for (k = 0; k < n; k++) {
             halo_msg m = halo_message(h, &x[k], k);
-            err = MPI_Recv_init(m.rptr, m.count, m.type, m.src, k, h->cart,
+            err = MPI_Recv_init(m.rptr, m.count, m.rtype, m.src, k, h->cart,
                                 &pl->req[pl->nreq++]);
             if (err != MPI_SUCCESS) return err;
         }
@@ -426,7 +467,7 @@ static inline int halo_plan_for(mpilab_halo *h, const halo_xfer *x, int n, halo_
                 if (halo_slot(x[k].side) == j) { /* the ghost on side s comes from slot s */
                     if ((err = MPI_Get_address(m.rptr, &ra[nr])) != MPI_SUCCESS) return err;
                     rc[nr] = m.count;
-                    rt[nr++] = m.type;
+                    rt[nr++] = m.rtype;
                 }
                 if (halo_slot(halo_opp(x[k].side)) == j) { /* our edge goes the other way */
                     if ((err = MPI_Get_address(m.sptr, &sa[ns])) != MPI_SUCCESS) return err;
@@ -493,17 +534,17 @@ static inline int halo_sync(mpilab_halo *h, const halo_xfer *x, int n)
     for (k = 0; k < n && err == MPI_SUCCESS; k++) {
         halo_msg m = halo_message(h, &x[k], k);
         if (h->mode == MPILAB_HALO_SENDRECV) {
-            err = MPI_Sendrecv(m.sptr, m.count, m.type, m.dest, k, m.rptr, m.count, m.type,
+            err = MPI_Sendrecv(m.sptr, m.count, m.type, m.dest, k, m.rptr, m.count, m.rtype,
                                m.src, k, h->cart, MPI_STATUS_IGNORE);
         } else {
             int coord = halo_is_col(x[k].side) ? h->coords[1] : h->coords[0];
             if (coord % 2 == 0) {
                 err = MPI_Send(m.sptr, m.count, m.type, m.dest, k, h->cart);
                 if (err == MPI_SUCCESS)
-                    err = MPI_Recv(m.rptr, m.count, m.type, m.src, k, h->cart,
+                    err = MPI_Recv(m.rptr, m.count, m.rtype, m.src, k, h->cart,
                                    MPI_STATUS_IGNORE);
             } else {
-                err = MPI_Recv(m.rptr, m.count, m.type, m.src, k, h->cart,
+                err = MPI_Recv(m.rptr, m.count, m.rtype, m.src, k, h->cart,
                                MPI_STATUS_IGNORE);
                 if (err == MPI_SUCCESS)
                     err = MPI_Send(m.sptr, m.count, m.type, m.dest, k, h->cart);

@@ -12,4 +12,5 @@ cdef extern from "mpilab_halo.h" nogil:
         MPILAB_HALO_NEIGHBOR
         MPILAB_PACK_DATATYPE
         MPILAB_PACK_MANUAL
+        MPILAB_PACK_SUBARRAY
         MPILAB_NPHASES

@@ -9,7 +9,8 @@ MODES = {"blocking": _halo.MPILAB_HALO_BLOCKING, "sendrecv": _halo.MPILAB_HALO_S
          "nonblocking": _halo.MPILAB_HALO_NONBLOCKING, "overlap": _halo.MPILAB_HALO_OVERLAP,
          "overlap-test": _halo.MPILAB_HALO_OVERLAP_TEST,
          "persistent": _halo.MPILAB_HALO_PERSISTENT, "neighbor": _halo.MPILAB_HALO_NEIGHBOR}
-PACKS = {"datatype": _halo.MPILAB_PACK_DATATYPE, "manual": _halo.MPILAB_PACK_MANUAL}
+PACKS = {"datatype": _halo.MPILAB_PACK_DATATYPE, "manual": _halo.MPILAB_PACK_MANUAL,
+         "subarray": _halo.MPILAB_PACK_SUBARRAY}
 PHASES = ("exchange", "interior", "wait", "boundary", "progress")
 
 

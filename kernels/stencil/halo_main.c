@@ -9,7 +9,7 @@
  *            mpilab.halo.serial_wave's defaults)
  *   MODE   - blocking | sendrecv | nonblocking | overlap | overlap-test | persistent |
  *            neighbor (mpilab_halo.h)
- *   PACK   - datatype | manual
+ *   PACK   - datatype | manual | subarray
  *   NX, NY - global grid; PY x PX - process grid (PY * PX ranks)
  *   STEPS  - steps run from rest before the field is summed (the check)
  *   WARMUP, ITERS, REPS - the timing protocol, on further steps
@@ -26,7 +26,7 @@
 
 static const char *MODES[] = {"blocking", "sendrecv", "nonblocking", "overlap",
                               "overlap-test", "persistent", "neighbor"};
-static const char *PACKS[] = {"datatype", "manual"};
+static const char *PACKS[] = {"datatype", "manual", "subarray"};
 
 static int lookup(const char *name, const char **names, int n)
 {
@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     }
     app = strcmp(argv[1], "heat") == 0 ? 0 : strcmp(argv[1], "wave") == 0 ? 1 : -1;
     mode = lookup(argv[2], MODES, 7);
-    pack = lookup(argv[3], PACKS, 2);
+    pack = lookup(argv[3], PACKS, 3);
     nx = atoi(argv[4]);
     ny = atoi(argv[5]);
     py = atoi(argv[6]);

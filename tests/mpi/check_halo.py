@@ -169,7 +169,8 @@ def time_records_have_the_shape_and_agree():
                               reps=2, rounds=2)
         assert [(r["mode"], r["pack"]) for r in recs] == [
             ("blocking", "datatype"), ("overlap", "datatype"),
-            ("blocking", "manual"), ("overlap", "manual")]
+            ("blocking", "manual"), ("overlap", "manual"),
+            ("blocking", "subarray"), ("overlap", "subarray")]
         for r in recs:
             assert r["app"] == app and r["sub"] == 8 and r["ranks"] == size
             py, px = r["dims"]
