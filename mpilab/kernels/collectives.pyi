@@ -25,3 +25,11 @@ def time(comm: MPI.Comm, op: str, alg: str, count: int, *, dtype: str = "uint8",
 
 def set_cvar(name: str, value: int) -> None:
     """Write the integer MPI_T control variable `name` (local to this process)."""
+
+OVERLAP_MODES: tuple[str, ...]  # ("allreduce", "iallreduce", "iallreduce-test")
+
+def iallreduce_overlap(comm: MPI.Comm, mode: str, n: int, passes: int, *, parts: int = 16,
+                       m: int = 262144, warmup: int = 2,
+                       iters: int = 10) -> tuple[NDArray[np.float64], int]:
+    """OSU's overlap test for MPI_Iallreduce of `n` float64 (collective): this rank's
+    (iters, 3) seconds (total, inside MPI calls, computing) and the wrong results."""
