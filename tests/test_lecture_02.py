@@ -178,3 +178,13 @@ def test_lecture_02_nonblocking_allreduce_is_measured_as_osu_does():
         assert mode in out
     assert "allreduce of 16384 doubles, computing" in out
     assert re.search(r"without progress the nonblocking allreduce spent \d+\.\d times", out)
+
+
+def test_lecture_02_asks_the_library_whether_reorder_renumbers():
+    nb = executed(STEM)
+    out = text_of(cell_with(nb, "def cart_ranks(reorder)"))
+    assert "reorder=False:" in out and "reorder=True:" in out
+    # reorder=0 must keep every rank where it was; what reorder=1 did is printed
+    plain = next(line for line in out.splitlines() if line.startswith("reorder=False"))
+    after = out.split("reorder=False")[1].split("\n")[1]
+    assert "ranks renumbered: none" in after, (plain, after)

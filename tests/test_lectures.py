@@ -189,6 +189,16 @@ def test_lecture_01_times_one_message_three_ways_and_reads_the_clock():
         assert rate and float(rate.group(1)) > 0, proto
 
 
+def test_lecture_01_puts_loggp_beside_hockney_on_held_out_sizes():
+    nb = executed("01-pingpong")
+    out = text_of(cell_with(nb, "models.loggp_from("))
+    for transport in ("shm", "tcp"):
+        assert f"{transport}: LogGP from measurements: L + 2o = " in out
+    for col in ("prediction, Hockney µs", "prediction, LogGP µs", "a stream of 8 B",
+                "64 KiB alone (half a round trip)"):
+        assert col in out, col
+
+
 def test_lecture_01_ratio_table_has_paper_and_machine_columns():
     """The transfer/copy table puts the paper's figures beside this machine's shm and tcp."""
     nb = executed("01-pingpong")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mpilab import models
 from mpilab.models import (
     HockneyFit,
     PiecewiseHockney,
@@ -258,3 +259,23 @@ def test_fit_records_names_a_missing_column_and_a_bad_group():
     df.loc[(df["impl"] == "mpich") & (df["size_bytes"] == 64), "t_us_median"] = np.nan
     with pytest.raises(ValueError, match=r"cannot fit group \('mpich', 'shm'\)"):
         fit_records(df, by=["impl", "transport"])
+
+
+def test_loggp_from_three_times_predicts_alone_and_in_a_stream():
+    """L + 2o from half a round trip, g and G from a stream at two sizes; one message
+    alone costs L + 2o + (n - 1) G, each of a stream g + (n - 1) G."""
+    # made-up machine: L + 2o = 0.2 µs, g = 0.08 µs, 1/G = 10 GB/s (1e-4 µs per byte)
+    G = 1e-4
+    m = models.loggp_from(0.2 + 7 * G, 0.08 + 7 * G, 0.08 + (1048576 - 1) * G, 8, 1048576)
+    assert m.L_2o_us == pytest.approx(0.2) and m.g_us == pytest.approx(0.08)
+    assert m.G_us_per_byte == pytest.approx(G) and m.bandwidth_MBps == pytest.approx(1e4)
+    assert m.pingpong_us(65536) == pytest.approx(0.2 + 65535 * G)
+    assert m.stream_us(65536) == pytest.approx(0.08 + 65535 * G)
+    assert list(m.stream_us([1, 8])) == pytest.approx([0.08, 0.08 + 7 * G])
+    assert m.model.startswith("LogGP from measurements: L + 2o = ")
+    # a stream no slower at 1 MiB than at 8 B: no per-byte cost is seen, never a negative
+    assert models.loggp_from(1.0, 0.5, 0.4, 8, 1024).G_us_per_byte == 0
+    with pytest.raises(ValueError, match="n_small < n_large"):
+        models.loggp_from(1.0, 0.5, 2.0, 1024, 8)
+    with pytest.raises(ValueError, match="positive time"):
+        models.loggp_from(-1.0, 0.5, 2.0, 8, 1024)

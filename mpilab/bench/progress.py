@@ -164,7 +164,7 @@ def osu_overlap(step_s: float, compute_alone_s: float, exchange_alone_s: float) 
 
 def run(*, case: str = "halo", nx: int = 131072, ny: int = 16, n: int = 16384,
         ranks: int = 2, modes=None, steps: int = 30, last: int = 20, rounds: int = 3,
-        nodes: int | None = None, link: str = "gige",
+        nodes: int | None = None, link: str = "fast-ethernet",
         timeout: float = 600.0) -> tuple[dict, list[dict]]:
     """Measure; (meta, records), one record per mode (times per step or call, per rank).
 
