@@ -27,6 +27,12 @@ WHY = netlab.available()
 needs_netlab = pytest.mark.skipif(WHY is not None, reason=f"no emulated nodes: {WHY}")
 
 
+def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m mpilab.bench ARGS`` from the checkout; its output."""
+    return subprocess.run([sys.executable, "-m", "mpilab.bench", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+
+
 def namespaces() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
@@ -315,11 +321,9 @@ def test_pingpong_bench_across_a_fast_ethernet_link(tmp_path):
     1 MiB crosses the link at about its rate, 8 B far below the 1 MiB time."""
     out = tmp_path / "pp.json"
     before = set(namespaces())
-    res = subprocess.run([sys.executable, "-m", "mpilab.bench", "pingpong", "--nodes", "2",
-                          "--link", "fast-ethernet", "--sizes", "8,1M", "--impls",
-                          "kernel,c-standalone", "--reps", "3", "--rounds", "1",
-                          "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=600)
+    res = bench("pingpong", "--nodes", "2", "--link", "fast-ethernet", "--sizes", "8,1M",
+                "--impls", "kernel,c-standalone", "--reps", "3", "--rounds", "1",
+                "--json", str(out))
     assert res.returncode == 0, res.stderr + res.stdout
     assert "2 emulated nodes joined by fast-ethernet" in res.stdout and "not emulated:" in res.stdout
     doc = json.loads(out.read_text())
@@ -417,11 +421,9 @@ def test_allgather_bench_placement_decides_what_crosses(tmp_path):
     got = {}
     for map_by in ("slot", "node"):
         out = tmp_path / f"ag-{map_by}.json"
-        res = subprocess.run([sys.executable, "-m", "mpilab.bench", "allgather", "--nodes",
-                              "2", "--ranks", "4", "--link", "fast-ethernet", "--map-by",
-                              map_by, "--algs", "ring,recursive_doubling", "--sizes", "64K",
-                              "--reps", "3", "--rounds", "1", "--json", str(out)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+        res = bench("allgather", "--nodes", "2", "--ranks", "4", "--link", "fast-ethernet",
+                    "--map-by", map_by, "--algs", "ring,recursive_doubling", "--sizes", "64K",
+                    "--reps", "3", "--rounds", "1", "--json", str(out))
         assert res.returncode == 0, res.stderr + res.stdout
         assert "2 emulated nodes joined by fast-ethernet" in res.stdout
         doc = json.loads(out.read_text())
@@ -443,18 +445,16 @@ def test_halo_bench_across_nodes_is_checked_and_says_where(tmp_path):
     """``bench halo --nodes 2``: the exchange across the link still equals the serial
     reference, records say where; shared windows across nodes are refused clearly."""
     out = tmp_path / "halo.json"
-    res = subprocess.run([sys.executable, "-m", "mpilab.bench", "halo", "--nodes", "2",
-                          "--link", "gige", "--ranks", "2", "--mode", "blocking,nonblocking",
-                          "--sub", "32", "--reps", "3", "--rounds", "1", "--json", str(out)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    res = bench("halo", "--nodes", "2", "--link", "gige", "--ranks", "2", "--mode",
+                "blocking,nonblocking", "--sub", "32", "--reps", "3", "--rounds", "1",
+                "--json", str(out))
     assert res.returncode == 0, res.stderr + res.stdout
     assert "2 emulated nodes joined by gige" in res.stdout
     recs = json.loads(out.read_text())["records"]
     assert recs and all(r["valid"] and r["node_of_rank"] == [0, 1] and r["emulated"]
                         for r in recs)
-    bad = subprocess.run([sys.executable, "-m", "mpilab.bench", "halo", "--nodes", "2",
-                          "--ranks", "2", "--mode", "shm", "--sub", "16"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    bad = bench("halo", "--nodes", "2", "--ranks", "2", "--mode", "shm", "--sub", "16",
+                timeout=120)
     assert bad.returncode == 2 and "needs every rank on one node" in bad.stderr
 
 
@@ -466,10 +466,9 @@ def test_progress_bench_a_rendezvous_row_crosses_the_link_only_with_progress(tmp
     most of it (measured here: 0 % and 93 %). Sane, not timed: one must beat the other by
     a wide margin, and the result is still checked."""
     out = tmp_path / "progress.json"
-    res = subprocess.run([sys.executable, "-m", "mpilab.bench", "progress", "--nodes", "2",
-                          "--link", "fast-ethernet", "--nx", "16384", "--ny", "1280",
-                          "--steps", "12", "--last", "8", "--rounds", "2", "--json", str(out)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    res = bench("progress", "--nodes", "2", "--link", "fast-ethernet", "--nx", "16384",
+                "--ny", "1280", "--steps", "12", "--last", "8", "--rounds", "2",
+                "--json", str(out))
     assert res.returncode == 0, res.stderr + res.stdout
     assert "2 emulated nodes joined by fast-ethernet" in res.stdout
     recs = {r["mode"]: r for r in json.loads(out.read_text())["records"]}

@@ -107,20 +107,10 @@ def _iallreduce(comm, a: dict) -> tuple[dict, bool, dict]:
     return pooled, wrong == 0, {"passes": passes, "sweep_us": sweep * 1e6}
 
 
-def _worker(args_path: str, out_path: str) -> int:
-    from mpi4py import MPI
-
+def _halo(comm, a: dict) -> tuple[dict, bool, dict]:
+    """The halo case on every rank: (pooled phase times on rank 0, valid, settings)."""
     from .. import halo
 
-    a = json.loads(open(args_path).read())
-    comm = MPI.COMM_WORLD
-    if a["case"] == "iallreduce":
-        pooled, ok, extra = _iallreduce(comm, a)
-        if comm.rank == 0:
-            with open(out_path, "w") as f:
-                json.dump({"pooled": pooled, "valid": ok, "extra": extra,
-                           "library": runtime.library_info()}, f)
-        return 0
     pooled: dict[str, dict[str, list[float]]] = {m: {} for m in a["modes"]}
     for _ in range(a["rounds"]):
         for mode in a["modes"]:
@@ -136,9 +126,18 @@ def _worker(args_path: str, out_path: str) -> int:
         if comm.rank == 0:
             ok = ok and bool(np.allclose(full, halo.serial_heat(37, 23, 20), rtol=1e-12,
                                          atol=1e-12))
+    return pooled, ok, {}
+
+
+def _worker(args_path: str, out_path: str) -> int:
+    from mpi4py import MPI
+
+    a = json.loads(open(args_path).read())
+    comm = MPI.COMM_WORLD
+    pooled, ok, extra = (_iallreduce if a["case"] == "iallreduce" else _halo)(comm, a)
     if comm.rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"pooled": pooled, "valid": ok, "extra": {},
+            json.dump({"pooled": pooled, "valid": ok, "extra": extra,
                        "library": runtime.library_info()}, f)
     return 0
 
