@@ -371,7 +371,7 @@ def lab0_cases(course: Path) -> dict[str, tuple[dict[str, str], dict[str, float]
         return {A: a, B: b}
 
     f = lambda code: fill(code, course, LAB0)  # noqa: E731
-    return {
+    cases = {
         "abort": ({**ok, "ring_pass": ABORT}, score(0, 3), "MPI_Abort"),
         "rank-exits": ({**ok, "ring_pass": RANK_EXITS}, score(0, 3), "crashed"),
         # the first rank kills the launcher; the others, orphaned, may not kill the
@@ -397,6 +397,11 @@ def lab0_cases(course: Path) -> dict[str, tuple[dict[str, str], dict[str, float]
                          "ring_exchange": ok["ring_exchange"]}, score(3, 3), ""),
         "shadow": (dict(ok), score(3, 3), ""),
     }
+    # Part C (a prediction, plain Python): full marks where the case keeps the correct
+    # ring_times_us, none where it is left as the released stub
+    C = "test_ring_times"
+    return {s: (a, {**w, C: 2.0 if a.get("ring_times_us") == ok["ring_times_us"] else 0.0}, m)
+            for s, (a, w, m) in cases.items()}
 
 
 def test_lab00_hostile_corpus(course):

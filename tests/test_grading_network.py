@@ -12,6 +12,7 @@ import os
 import pytest
 
 from mpilab import netlab, network
+from mpilab.grading import measured
 from mpilab.grading import network as N
 
 B = 1000  # bytes per rank: loads below are multiples of it
@@ -110,18 +111,18 @@ def test_without_emulated_nodes_the_checks_use_the_reference(monkeypatch):
 
 
 def test_the_session_cache_is_kept_only_in_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(N.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(N, "_CACHE", {})
+    monkeypatch.setattr(measured.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(measured, "_CACHE", {})
     made = []
-    assert N._cached("x", lambda: made.append(1) or {"v": 1}) == {"v": 1}
-    monkeypatch.setattr(N, "_CACHE", {})  # a new kernel of the same session
-    assert N._cached("x", lambda: made.append(1) or {"v": 2}) == {"v": 1} and made == [1]
+    assert measured.cached("x", lambda: made.append(1) or {"v": 1}) == {"v": 1}
+    monkeypatch.setattr(measured, "_CACHE", {})  # a new kernel of the same session
+    assert measured.cached("x", lambda: made.append(1) or {"v": 2}) == {"v": 1} and made == [1]
     d = tmp_path / f"mpilab-grading-{os.getuid()}"
     d.chmod(0o777)  # a folder others can write is not trusted
-    monkeypatch.setattr(N, "_CACHE", {})
-    assert N._cached("x", lambda: {"v": 3}) == {"v": 3}
+    monkeypatch.setattr(measured, "_CACHE", {})
+    assert measured.cached("x", lambda: {"v": 3}) == {"v": 3}
     d.chmod(0o700)
     old = d / "x.json"
     os.utime(old, (1, 1))  # stale: older than a session
-    monkeypatch.setattr(N, "_CACHE", {})
-    assert N._cached("x", lambda: {"v": 4}) == {"v": 4}
+    monkeypatch.setattr(measured, "_CACHE", {})
+    assert measured.cached("x", lambda: {"v": 4}) == {"v": 4}

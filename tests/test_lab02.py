@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 LAB = "lab02-halo"
 POINTS = {"test_exchange_sendrecv": 3.0, "test_exchange_nonblocking": 2.0,
-          "test_step_overlap": 3.0, "test_exchange_fixed": 2.0}
+          "test_step_overlap": 3.0, "test_exchange_fixed": 2.0, "test_exchange_us": 2.0}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +155,19 @@ def exchange_fixed(cart, u):
         u[1:-1, 0] = west_in
     if east != MPI.PROC_NULL:
         u[1:-1, -1] = east_in
+''',
+    # the model over the whole process grid at once, in NumPy
+    "exchange_us": '''
+def exchange_us(nx, ny, dims, alpha_us, beta_MBps):
+    py, px = dims
+    rows = np.array([n for _, n in halo.split(ny, py)])[:, None]
+    cols = np.array([n for _, n in halo.split(nx, px)])[None, :]
+    cy, cx = np.arange(py)[:, None], np.arange(px)[None, :]
+    north_south = (cy > 0).astype(int) + (cy < py - 1)
+    west_east = (cx > 0).astype(int) + (cx < px - 1)
+    t = (north_south * (alpha_us + 8 * cols / beta_MBps)
+         + west_east * (alpha_us + 8 * rows / beta_MBps))
+    return float(t.max())
 ''',
 }
 
@@ -355,12 +368,12 @@ def test_source_notebook_validates(course):
 def test_released_stubs_fail_every_test(course):
     release = released_failing_every_test(course, LAB)
     stubs, tests = stubs_and_tests(release)
-    assert len(stubs) == 4
+    assert len(stubs) == 5
     text = "\n".join(c.source for c in release.cells)
     assert "def exchange_naive(" in text  # the given code stays
     # the checks live in mpilab.grading.halo: no harness in the notebook, short test cells
     assert "def halo_harness" not in text and "def ghost_problems" not in text
-    assert len(tests) == 4 and all("grading_halo.check_" in t for t in tests)
+    assert len(tests) == 5 and all("grading_halo.check_" in t for t in tests)
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
@@ -384,12 +397,27 @@ def test_other_correct_styles_get_full_marks(request, course):
     print(f"[wall] {LAB} correct submission in other styles autograded in {seconds:.1f} s")
 
 
+EXCHANGE_US_ALL_RANKS = '''
+def exchange_us(nx, ny, dims, alpha_us, beta_MBps):
+    py, px = dims
+    total = 0.0
+    for cy, (_, rows) in enumerate(halo.split(ny, py)):
+        for cx, (_, cols) in enumerate(halo.split(nx, px)):
+            edges = [cols] * ((cy > 0) + (cy < py - 1)) + [rows] * ((cx > 0) + (cx < px - 1))
+            total += sum(alpha_us + 8 * n / beta_MBps for n in edges)
+    return total
+'''
+
+
 @pytest.mark.submission(LAB, "wrong", lambda: {
     **solutions(LAB), "exchange_sendrecv": SENDRECV_EAST_WEST_SWAPPED,
-    "step_overlap": OVERLAP_WAITS_FIRST})
+    "step_overlap": OVERLAP_WAITS_FIRST, "exchange_us": EXCHANGE_US_ALL_RANKS})
 def test_wrong_gets_partial_marks(request, course):
-    want = {**POINTS, "test_exchange_sendrecv": 0.0, "test_step_overlap": 0.0}
+    want = {**POINTS, "test_exchange_sendrecv": 0.0, "test_step_overlap": 0.0,
+            "test_exchange_us": 0.0}
     nb, seconds = check_run(request, course, want)
+    err = errors_of(nb, "test_exchange_us")
+    assert "exchange_us(16, 12, (2, 2), 1.0, 1000.0)" in err and "busiest rank" in err, err
     err = errors_of(nb, "test_exchange_sendrecv")
     # the message names the rank, the ghost edge, what it holds and whose edge it should be
     assert "rank 0: the east ghost column holds 0.0s" in err, err

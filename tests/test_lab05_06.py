@@ -174,13 +174,24 @@ def test_lab05_correct_gets_full_marks(request, course):
     print(f"[wall] {LAB5} correct submission autograded in {wall:.1f} s")
 
 
+BCAST_US_UNROUNDED = '''
+def bcast_us(alg, p, n_bytes, alpha_us, beta_MBps):
+    steps = p - 1 if alg == "linear" else np.log2(p)
+    return steps * (alpha_us + n_bytes / beta_MBps)
+'''
+
+
 @needs5
 @pytest.mark.submission(LAB5, "wrong", lambda: {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
-                                               "allreduce_butterfly": ALLREDUCE_REBINDS})
+                                               "allreduce_butterfly": ALLREDUCE_REBINDS,
+                                               "bcast_us": BCAST_US_UNROUNDED})
 def test_lab05_wrong_gets_partial_marks(request, course):
     want = {"test_bcast_binomial": 3.0, "test_bcast_steps": 0.0,
-            "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0}
+            "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0,
+            "test_bcast_us": 0.0}
     nb, wall = check_run(request, course, want)
+    err = errors_of(nb, "test_bcast_us")  # right on 4 ranks, wrong on 5 (hidden)
+    assert "bcast_us('binomial', 5, 8, 1.5, 5000.0)" in err and "round up" in err, err
     err = errors_of(nb, "test_bcast_steps")
     assert "took 3 steps; a binomial tree needs only 2" in err, err
     assert "step 3: 1->3 (40 B)" in err and "Only the root sends" in err, err
@@ -194,7 +205,8 @@ def test_lab05_wrong_gets_partial_marks(request, course):
     **solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK, "allreduce_butterfly": ALLREDUCE_VIA_ROOT})
 def test_lab05_deadlock_loses_only_that_part(request, course):
     want = {"test_bcast_binomial": 0.0, "test_bcast_steps": 0.0,
-            "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0}
+            "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0,
+            "test_bcast_us": 2.0}
     nb, wall = check_run(request, course, want)
     # the try-it cell above the test is not run while grading: it says so ...
     tried = next(c for c in nb.cells if c.cell_type == "code"
@@ -225,8 +237,9 @@ def test_lab05_hostile_gets_no_marks_for_wrong_answers(request, course):
     # the patches stay in the student's kernel; the checks run in the grader's
     assert "bcast_binomial is right" not in printed_by(nb, "test_bcast_binomial")
     assert "allreduce_butterfly is right" not in printed_by(nb, "test_allreduce_butterfly")
-    for gid in full(LAB5):
+    for gid in set(full(LAB5)) - {"test_bcast_us"}:
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
+    assert "NotImplementedError" in errors_of(nb, "test_bcast_us")  # left as released
     print(f"[wall] {LAB5} hostile submission autograded in {wall:.1f} s")
 
 

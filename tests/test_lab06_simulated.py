@@ -31,7 +31,7 @@ import pytest
 from test_labs import errors_of, graded_notebook, leftover_processes, printed_by
 
 from mpilab import collectives, grading, sim
-from mpilab.grading import network
+from mpilab.grading import measured
 from mpilab.grading import simulated as S
 from mpilab.grading.course import REPO, full, make_course, nbgrader, scores, solutions, submit
 
@@ -177,8 +177,8 @@ def private_cache(tmp_path, monkeypatch):
     """The per-session cache in an empty folder of this test's own."""
     d = tmp_path / "cache"
     d.mkdir(mode=0o700)
-    monkeypatch.setattr(network, "_cache_dir", lambda: d)
-    monkeypatch.setattr(network, "_CACHE", {})
+    monkeypatch.setattr(measured, "cache_dir", lambda: d)
+    monkeypatch.setattr(measured, "_CACHE", {})
     return d
 
 
@@ -317,7 +317,7 @@ def test_simulated_once_per_session_in_a_private_folder(private_cache, monkeypat
     files = list(private_cache.iterdir())
     assert len(files) == 1 and files[0].name.startswith("sim-allgather-allgather-paper-node-64-")
     assert stat.S_IMODE(os.stat(private_cache).st_mode) == 0o700
-    network._CACHE.clear()  # the next notebook of the session: a new kernel, the same folder
+    measured._CACHE.clear()  # the next notebook of the session: a new kernel, the same folder
     assert S.simulated(64, sizes)[0] == first and made == [(64, "cyclic")]
     block = S.simulated(64, sizes, "block")[0]  # another placement: another simulation
     assert made == [(64, "cyclic"), (64, "block")] and block != first

@@ -214,16 +214,27 @@ def test_lab00_correct_gets_full_marks(request, course):
     print(f"[wall] {LAB0} correct submission autograded in {seconds:.1f} s (bar: 20 s)")
 
 
-@pytest.mark.submission(LAB0, "wrong", lambda: {**solutions(LAB0), "ring_pass": RING_OFF_BY_ONE})
+RING_TIMES_ONE_SHORT = '''
+def ring_times_us(p, hop_us):
+    return (p - 1) * hop_us, hop_us
+'''
+
+
+@pytest.mark.submission(LAB0, "wrong", lambda: {**solutions(LAB0), "ring_pass": RING_OFF_BY_ONE,
+                                                "ring_times_us": RING_TIMES_ONE_SHORT})
 def test_lab00_wrong_gets_partial_marks(request, course):
-    nb, _ = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    nb, _ = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0,
+                                        "test_ring_times": 0.0})
     err = errors_of(nb, "test_ring_pass")
     assert "rank 2 saw 12, expected 11" in err, err
+    err = errors_of(nb, "test_ring_times")
+    assert "the lap of ring_times_us(2, 10.0)" in err and "p - 1 hops" in err, err
 
 
 @pytest.mark.submission(LAB0, "deadlock", lambda: {**solutions(LAB0), "ring_pass": RING_DEADLOCK})
 def test_lab00_deadlock_loses_only_that_part(request, course):
-    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0,
+                                              "test_ring_times": 2.0})
     err = errors_of(nb, "test_ring_pass")
     assert "TimedOut" in err or "Skipped" in err, err
     print(f"[wall] {LAB0} deadlocking submission autograded in {seconds:.1f} s")
@@ -234,7 +245,8 @@ def test_lab00_deadlock_loses_only_that_part(request, course):
     **solutions(LAB0), "ring_pass": RING_LOOP,
     "ring_exchange": solutions(LAB0)["ring_exchange"] + "\n\nwhile True:\n    pass\n"})
 def test_lab00_endless_loops_lose_only_their_part(request, course):
-    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0})
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0,
+                                              "test_ring_times": 2.0})
     assert "endless loop" in errors_of(nb, "test_ring_pass") or "Skipped" in errors_of(
         nb, "test_ring_pass")
     assert "CellTimeoutError" in errors_of(nb, "ring_exchange")
@@ -251,7 +263,8 @@ def printed_by(nb, grade_id: str) -> str:
 @pytest.mark.submission(LAB0, "hostile", {"ring_pass": HOSTILE_PATCH + RING_OFF_BY_ONE,
                                           "ring_exchange": EXCHANGE_NAIVE})
 def test_lab00_hostile_gets_no_marks_for_wrong_answers(request, course):
-    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 0.0})
+    nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 0.0,
+                                              "test_ring_times": 0.0})
     # the tests run in the grader's kernel: the patch in the student's kernel fools nothing
     assert "ring_pass is right" not in printed_by(nb, "test_ring_pass")
     assert "rank 2 saw 12, expected 11" in errors_of(nb, "test_ring_pass")

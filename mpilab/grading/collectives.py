@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -69,6 +70,11 @@ __all__ = [
     "explained",
     "label_of",
     "ranks_text",
+    "bcast_times",
+    "reference_bcast_us",
+    "bcast_now",
+    "check_bcast_us",
+    "PREDICTION_TOLERANCE",
 ]
 
 UNTOUCHED = -99  # what an allreduce check's recvbuf holds before the call
@@ -145,6 +151,47 @@ def allreduce_harness(comm, allreduce: Callable, n: int, dtype: str) -> dict:
     out = tracing.trace(comm, allreduce, send, recv)
     return {"recv": recv, "ref": ref, "send": kept, "unchanged": bool(np.array_equal(send, kept)),
             "schedule": out["schedule"], "error": out["error"], "untraced": out["untraced"]}
+
+
+def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
+    """The course's linear and binomial broadcasts of `nbytes` from rank 0, in mpi4py with
+    blocking ``Send``/``Recv`` (the lab's own code), timed one call at a time: a barrier,
+    the call, the slowest rank's time; the fastest of `reps` (µs). One call at a time,
+    because calls that follow each other overlap (lecture 05)."""
+    from mpi4py import MPI
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    buf = np.zeros(max(1, nbytes // 8))
+
+    def linear():
+        if rank == 0:
+            for dest in range(1, p):
+                comm.Send(buf, dest=dest)
+        else:
+            comm.Recv(buf, source=0)
+
+    def binomial():
+        mask = 1
+        if rank > 0:
+            high = 1 << (rank.bit_length() - 1)
+            comm.Recv(buf, source=rank - high)
+            mask = high << 1
+        while mask < p:
+            if rank + mask < p:
+                comm.Send(buf, dest=rank + mask)
+            mask <<= 1
+
+    out = {}
+    for name, call in (("linear", linear), ("binomial", binomial)):
+        call()  # warm-up
+        best = float("inf")
+        for _ in range(reps):
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            call()
+            best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+        out[f"{name}_us"] = best * 1e6
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -535,6 +582,76 @@ def check_allreduce_steps(allreduce: Callable, ranks: Iterable[int], *,
         info = _allreduce_run(allreduce, p, 6, "float64", name, timeout)[0]
         took.append(check_allreduce_schedule(info, p, name=name))
     return took
+
+
+# ---------------------------------------------------------------------------------------
+# Part D: a prediction, graded against the broadcasts measured just now
+
+#: The broadcasts of 1 MiB, measured one call at a time, may take this many times the
+#: model: below 1 only noise; above it what the model leaves out (each message waits for
+#: its receiver to be ready, several copies at once share the memory system).
+PREDICTION_TOLERANCE = (0.5, 2.5)
+BCAST_BYTES = 1 << 20
+
+
+def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
+                       beta_MBps: float) -> float:
+    """The model: messages one after the other at α + n/β each; the root's p - 1 in
+    turn (linear), ⌈log2 p⌉ steps of the tree (binomial)."""
+    msgs = p - 1 if alg == "linear" else log_steps(p)
+    return msgs * (alpha_us + n_bytes / beta_MBps)
+
+
+def bcast_now(cluster_ranks: int = 4) -> dict:
+    """α and β, and the two broadcasts of 1 MiB, measured (once per grading session) on
+    one rank per core (:func:`mpilab.grading.measured.measure`)."""
+    from mpilab.grading import measured
+
+    ab = measured.measure("alpha-beta", measured.alpha_beta, BCAST_BYTES,
+                          cluster_ranks=cluster_ranks)
+    m = measured.measure("bcast", bcast_times, BCAST_BYTES, cluster_ranks=cluster_ranks)
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+
+
+def _bcast_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
+    one = a + n / b
+    if not grading._is_num(got):
+        return "Return a number of µs."
+    if alg == "binomial" and math.isclose(got, (p - 1) * one):
+        return "That is the linear broadcast's p - 1 messages; the tree needs ⌈log2 p⌉ steps."
+    if alg == "binomial" and p > 1 and math.isclose(got, math.log2(p) * one):
+        return "log2 p is not a whole number of steps: round up (⌈log2 p⌉)."
+    if alg == "linear" and math.isclose(got, log_steps(p) * one):
+        return "That is the tree's ⌈log2 p⌉; the linear root sends p - 1 messages in turn."
+    if math.isclose(got, (p - 1 if alg == "linear" else log_steps(p)) * n / b):
+        return "Each message also costs the latency α."
+    return "Each step costs α + n / β (µs, with n in bytes and β in MB/s)."
+
+
+def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 4) -> dict:
+    """``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)`` equals the model on `cases`
+    ((alg, p, n, α, β) tuples), and its predictions for both broadcasts on this machine
+    hold against the broadcasts measured just now. Returns the measurement with
+    ``{alg}_predicted_us`` and ``{alg}_ratio``."""
+    from mpilab.grading import measured
+
+    __tracebackhide__ = True
+    for alg, p, n, a, b in cases:
+        got = grading.call_local(bcast_us, alg, p, n, a, b, timeout=10)
+        grading.expect_close(got, reference_bcast_us(alg, p, n, a, b),
+                             what=f"bcast_us({alg!r}, {p}, {n}, {a}, {b})", rtol=1e-9,
+                             hint=_bcast_hint(got, alg, p, n, a, b))
+    m = bcast_now(cluster_ranks)
+    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
+    model = f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on {measured.where(m)}"
+    out = dict(m)
+    for alg in ("linear", "binomial"):
+        got = grading.call_local(bcast_us, alg, p, BCAST_BYTES, a, b, timeout=10)
+        out[f"{alg}_predicted_us"] = got
+        out[f"{alg}_ratio"] = measured.expect_prediction(
+            got, m[f"{alg}_us"], tolerance=PREDICTION_TOLERANCE, model=model,
+            what=f"the {alg} broadcast of 1 MiB on {p} ranks")
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -64,6 +64,11 @@ __all__ = [
     "check_fixed",
     "show_exchange",
     "compare_heat",
+    "exchange_times",
+    "reference_exchange_us",
+    "exchange_now",
+    "check_exchange_us",
+    "PREDICTION_TOLERANCE",
 ]
 
 #: The four ghost edges: (side, "row"/"column", dy, dx of the neighbour, its edge we hold).
@@ -139,6 +144,33 @@ def halo_harness(comm, func: Callable, kind: str, nx: int, ny: int, dims: Sequen
                 new[y, x] += 1.0
             old, new = new, old
         return {"probe": probe, "field": old[1:-1, 1:-1].copy()}
+    finally:
+        cart.Free()
+
+
+
+def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> dict:
+    """The course's nonblocking halo exchange (``Irecv``/``Isend`` of rows, one
+    ``Waitall``, as the lab's Part B) on a p × 1 process grid of the nx × ny grid: the
+    fastest of `reps` repetitions, per exchange in µs (the slowest rank's)."""
+    from mpi4py import MPI
+
+    from mpilab.grading.measured import _best_us
+
+    p = comm.Get_size()
+    cart = comm.Create_cart([p, 1], periods=[False, False], reorder=False)
+    north, south = cart.Shift(0, 1)
+    rows = halo.split(ny, p)[cart.Get_coords(cart.Get_rank())[0]][1]
+    u = np.ones((rows + 2, nx + 2))
+
+    def exchange():
+        MPI.Request.Waitall([cart.Irecv(u[0, 1:-1], source=north, tag=0),
+                             cart.Irecv(u[-1, 1:-1], source=south, tag=1),
+                             cart.Isend(u[-2, 1:-1], dest=south, tag=0),
+                             cart.Isend(u[1, 1:-1], dest=north, tag=1)])
+
+    try:
+        return {"exchange_us": _best_us(cart, exchange, iters, reps)}
     finally:
         cart.Free()
 
@@ -577,3 +609,96 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
     print(f"{nx} × {ny} grid, {steps} steps on {dims[0] * dims[1]} ranks: largest difference "
           f"from halo.serial_heat {diff:.3g} (the hottest point: {ref.max():.4g})")
     return diff
+
+
+# ---------------------------------------------------------------------------------------
+# Part E: a prediction, graded against an exchange measured just now
+
+#: The exchange measured on this machine may take this many times the model: below 1
+#: only noise; above it what the model leaves out (copies at once share the memory system,
+#: the Waitall returns when the slowest message is in).
+PREDICTION_TOLERANCE = (0.5, 2.5)
+ROW_DOUBLES = 1 << 17  # a row of 1 MiB: far past every eager limit, bandwidth-bound
+
+
+def _edges(nx: int, ny: int, dims: Sequence[int]):
+    """Per rank: the lengths (in doubles) of the edges it receives from its neighbours."""
+    py, px = dims
+    for cy, (_, rows) in enumerate(halo.split(ny, py)):
+        for cx, (_, cols) in enumerate(halo.split(nx, px)):
+            yield ([cols] * ((cy > 0) + (cy < py - 1))
+                   + [rows] * ((cx > 0) + (cx < px - 1)))
+
+
+def reference_exchange_us(nx: int, ny: int, dims: Sequence[int], alpha_us: float,
+                          beta_MBps: float) -> float:
+    """The model: a rank takes in its neighbours' edges one after the other, α + 8 len / β
+    each, and the exchange lasts as long as the busiest rank."""
+    return max(sum(alpha_us + 8 * n / beta_MBps for n in edges)
+               for edges in _edges(nx, ny, dims))
+
+
+def _exchange_hint(got, nx, ny, dims, a, b) -> str:
+    if not grading._is_num(got):
+        return "Return a number of µs."
+    py, px = dims
+    rows, cols = halo.split(ny, py)[0][1], halo.split(nx, px)[0][1]
+    guesses = [
+        (max(sum(a + n / b for n in e) for e in _edges(nx, ny, dims)),
+         "An edge of n doubles is 8 n bytes."),
+        (max(sum(8 * n / b for n in e) for e in _edges(nx, ny, dims)),
+         "Each message also costs the latency α."),
+        (sum(sum(a + 8 * n / b for n in e) for e in _edges(nx, ny, dims)),
+         "That adds up every rank's messages; the ranks work at the same time, so the "
+         "exchange lasts as long as the busiest rank."),
+        (max(max((a + 8 * n / b for n in e), default=0) for e in _edges(nx, ny, dims)),
+         "A rank takes in its edges one after the other: add them up."),
+        (2 * (a + 8 * cols / b) + 2 * (a + 8 * rows / b),
+         "Ranks on the border of the process grid have fewer than four neighbours."),
+        (max(sum(a + 8 * n / b for n in e)
+             for e in _edges(ny, nx, (px, py))),
+         "North and south edges are rows of the block (cols doubles), west and east edges "
+         "columns (rows doubles)."),
+    ]
+    for value, text in guesses:
+        if np.isclose(got, value, rtol=1e-9):
+            return text
+    return "Per rank, Σ over its neighbours of α + 8 · edge / β; then the largest over ranks."
+
+
+def exchange_now(cluster_ranks: int = 4) -> dict:
+    """α, β and the course's exchange of 1 MiB rows on a p × 1 process grid, measured
+    (once per grading session) on one rank per core."""
+    from mpilab.grading import measured
+
+    ab = measured.measure("alpha-beta", measured.alpha_beta, 8 * ROW_DOUBLES,
+                          cluster_ranks=cluster_ranks)
+    p = measured.measuring_ranks(cluster_ranks)
+    nx, ny = ROW_DOUBLES, 2 * p
+    m = measured.measure("exchange", exchange_times, nx, ny, cluster_ranks=cluster_ranks)
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"], "nx": nx,
+            "ny": ny, "dims": (p, 1)}
+
+
+def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+    """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
+    ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
+    exchange measured just now. Returns the measurement with ``predicted_us``, ``ratio``."""
+    from mpilab.grading import measured
+
+    __tracebackhide__ = True
+    for nx, ny, dims, a, b in cases:
+        got = grading.call_local(exchange_us, nx, ny, tuple(dims), a, b, timeout=10)
+        grading.expect_close(got, reference_exchange_us(nx, ny, dims, a, b), rtol=1e-9,
+                             what=f"exchange_us({nx}, {ny}, {tuple(dims)}, {a}, {b})",
+                             hint=_exchange_hint(got, nx, ny, dims, a, b))
+    m = exchange_now(cluster_ranks)
+    a, b = m["alpha_us"], m["beta_MBps"]
+    got = grading.call_local(exchange_us, m["nx"], m["ny"], tuple(m["dims"]), a, b,
+                             timeout=10)
+    ratio = measured.expect_prediction(
+        got, m["exchange_us"], tolerance=PREDICTION_TOLERANCE,
+        what=f"the exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid",
+        model=f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on "
+              f"{measured.where(m)}")
+    return {**m, "predicted_us": got, "ratio": ratio}

@@ -28,17 +28,13 @@ the link.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 
 from mpilab import grading, network
+from mpilab.grading.measured import cached
 
 __all__ = [
     "PREDICTION_TOLERANCE",
@@ -62,11 +58,6 @@ __all__ = [
 PREDICTION_TOLERANCE = (0.8, 1.6)
 BIG_BYTES = 131072  # "large": ten times the Fast Ethernet bucket, past the eager limit
 
-#: A measurement or a traced schedule is made once per grading session: kept in this
-#: kernel, and in a folder only this user can write, for this many seconds, so the
-#: notebooks of one ``nbgrader autograde`` run share one measurement of the link.
-CACHE_SECONDS = 900
-_CACHE: dict = {}
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,44 +147,12 @@ def placement_problem(hosts, p: int, nodes: int) -> str | None:
 # data: traced schedules and the link, computed where the check runs
 
 
-def _cache_dir() -> Path | None:
-    """This user's cache folder, or None where it is not safely this user's alone."""
-    d = Path(tempfile.gettempdir()) / f"mpilab-grading-{os.getuid()}"
-    try:
-        d.mkdir(mode=0o700, exist_ok=True)
-        st = d.stat()
-    except OSError:
-        return None
-    return d if st.st_uid == os.getuid() and not st.st_mode & 0o077 else None
-
-
-def _cached(name: str, make: Callable[[], object]):
-    """`make()`, or what it gave less than :data:`CACHE_SECONDS` ago in this session."""
-    if name in _CACHE:
-        return _CACHE[name]
-    d = _cache_dir()
-    path = d / f"{name}.json" if d else None
-    if path is not None and path.exists() and time.time() - path.stat().st_mtime < CACHE_SECONDS:
-        try:
-            _CACHE[name] = json.loads(path.read_text())
-            return _CACHE[name]
-        except (OSError, ValueError):
-            pass
-    value = make()
-    if path is not None:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(value))
-        tmp.replace(path)
-    _CACHE[name] = value
-    return value
-
-
 def traced(alg: str, ranks: int, block: int) -> list[dict]:
     """The course's allgather `alg` traced on `ranks` ranks (once per session)."""
     from mpilab import runtime
 
     name = f"schedules-{runtime.selected_library()}-{ranks}-{block}"
-    return _cached(name, lambda: network.schedules(ranks, block))[alg]
+    return cached(name, lambda: network.schedules(ranks, block))[alg]
 
 
 def link_now(link: str = "fast-ethernet") -> dict:
@@ -202,7 +161,7 @@ def link_now(link: str = "fast-ethernet") -> dict:
 
     if netlab.available() is not None:
         return network.reference()
-    doc = _cached(f"link-{link}", lambda: network.measure(
+    doc = cached(f"link-{link}", lambda: network.measure(
         link, sizes=(8, 64, 1024, 65536, 131072, 262144, 524288, 1 << 20), reps=5))
     return {**doc, "source": f"measured on this machine at {doc['started'][11:16]}"}
 

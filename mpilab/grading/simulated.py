@@ -26,7 +26,7 @@ algorithms win at every size; with block placement only the messages between the
 halves cross the link between the nodes, and which algorithm wins changes with the
 block size (how many flows share that link in a step, and how many latencies cross it). Computation is off in these
 runs, so they are deterministic: they are made once per grading session (kept in the
-grader's private cache folder for :data:`mpilab.grading.network.CACHE_SECONDS`), and where
+grader's private cache folder for :data:`mpilab.grading.measured.CACHE_SECONDS`), and where
 SimGrid is missing (or fails) the check reads the same simulation saved with the course,
 ``reference/simulated/lab06-allgather-paper.json`` (:func:`write_reference`), and says so.
 """
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from mpilab import collectives, grading, sim
-from mpilab.grading.network import _cached
+from mpilab.grading.measured import cached
 
 __all__ = [
     "PLATFORM",
@@ -152,7 +152,7 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
     ok, why = sim.available()
     if ok:
         try:
-            recs = _cached(_key(p, sizes, placement),
+            recs = cached(_key(p, sizes, placement),
                            lambda: _simulate(p, sizes, placement, progress))
             source = f"{label}, simulated with SimGrid {sim.version()} for this session"
         except (sim.SimUnavailable, RuntimeError, OSError) as exc:

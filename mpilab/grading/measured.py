@@ -1,0 +1,291 @@
+"""Graded predictions: a model's number, from the student's function, against a measurement.
+
+Every lab has a part where the student writes a model's prediction (a lap of a ring, a halo
+exchange, a broadcast) as a function of numbers measured on the machine (a hop, α and β),
+and the grade compares it twice:
+
+* with the model itself on a few cases (:func:`mpilab.grading.expect_close`): a wrong
+  formula fails here, whatever the machine does;
+* with a **fresh measurement** of the same operation on the same ranks
+  (:func:`expect_prediction`): the measured time must lie within a stated factor of the
+  prediction. The factor is part of the lab's text, with why the measurement may sit above
+  the model (what the model leaves out) and by how much noise moves it.
+
+The measurements run where the check runs, made by the course's own code, never the
+student's: at autograde time that is the grader's kernel. One measurement serves a whole
+``nbgrader autograde`` run (:func:`cached`: kept in this kernel and, for
+:data:`CACHE_SECONDS`, in a folder only this user can write), so a class is graded
+against one measurement, not one each.
+
+How many ranks a measured case uses comes from the machine (:func:`measuring_ranks`): as
+many as there are cores, up to the cluster's size, at least 2; a result says when that
+was fewer than the lab's cluster, so a number from a 2-core laptop is never mistaken for
+one on 8 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import runtime
+from . import CheckFailed, _fail, _fmt, _is_num, _trusted
+
+__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction"]
+
+#: A measurement or a traced schedule is made once per grading session: kept in this
+#: kernel, and in a folder only this user can write, for this many seconds, so the
+#: notebooks of one ``nbgrader autograde`` run share one measurement.
+CACHE_SECONDS = 900
+_CACHE: dict = {}
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
+               "ns": "nanoseconds"}
+
+
+def cache_dir() -> Path | None:
+    """This user's cache folder, or None where it is not safely this user's alone."""
+    d = Path(tempfile.gettempdir()) / f"mpilab-grading-{os.getuid()}"
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = d.stat()
+    except OSError:
+        return None
+    return d if st.st_uid == os.getuid() and not st.st_mode & 0o077 else None
+
+
+def cached(name: str, make: Callable[[], Any]):
+    """`make()`, or what it gave less than :data:`CACHE_SECONDS` ago in this session.
+
+    `make` must return plain JSON data."""
+    if name in _CACHE:
+        return _CACHE[name]
+    d = cache_dir()
+    path = d / f"{name}.json" if d else None
+    if path is not None and path.exists() and time.time() - path.stat().st_mtime < CACHE_SECONDS:
+        try:
+            _CACHE[name] = json.loads(path.read_text())
+            return _CACHE[name]
+        except (OSError, ValueError):
+            pass
+    value = make()
+    if path is not None:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+    _CACHE[name] = value
+    return value
+
+
+def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
+    """Ranks for a measured case: one per usable core, at most `cluster_ranks`, at least 2.
+
+    A timing with more ranks than cores measures the scheduler, not MPI; with fewer than
+    two there is nothing to send. On one core the 2 ranks are oversubscribed, and the
+    result of the check says so."""
+    if cluster_ranks < 2:
+        raise ValueError(f"a measured case needs a cluster of 2 ranks or more, got {cluster_ranks}")
+    cores = runtime.usable_cores() if cores is None else cores
+    return max(2, min(int(cluster_ranks), int(cores)))
+
+
+def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float, float],
+                      what: str, model: str, unit: str = "µs") -> float:
+    """Fail unless ``measured / predicted`` lies in `tolerance` (lo, hi); return the ratio.
+
+    `what` names the measured case ("a lap of the ring on 2 ranks, 1 MiB"), `model` the
+    numbers the prediction was made from ("hop = 74.2 µs, measured just now"). A
+    prediction off by a unit slip (×1e3, ×1e6) is named as such.
+    """
+    __tracebackhide__ = True
+    lo, hi = tolerance
+    got, why = _trusted(predicted)
+    if why or not _is_num(got) or isinstance(got, (complex, bool)):
+        _fail(CheckFailed(f"the prediction for {what} should be a number of {unit}, but it "
+                          f"{why or 'is ' + _fmt(got)}"))
+    got = float(got)
+    if not math.isfinite(got) or got <= 0:
+        _fail(CheckFailed(f"the prediction for {what} is {_fmt(got)}: a time must be "
+                          "positive and finite"))
+    ratio = measured / got
+    if lo <= ratio <= hi:
+        return ratio
+    said = (f"{what}: measured {measured:.4g} {unit} just now, you predicted {got:.4g} {unit} "
+            f"(from {model}); the measurement should be {lo:g} to {hi:g} times the "
+            f"prediction, it is {ratio:.3g} times.")
+    # the factor the prediction is off by when it is in another unit than `unit`
+    scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+    for other in ("s", "ms", "µs", "ns"):
+        if other != unit and unit in scale and lo <= ratio * scale[unit] / scale[other] <= hi:
+            said += f" Is the prediction in {_UNIT_NAMES[other]} instead of {unit}?"
+            break
+    _fail(CheckFailed(said))
+
+
+# ---------------------------------------------------------------------------------------
+# measurements the labs' predictions are graded against: the course's code, on the ranks
+
+
+def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
+    """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs, each
+    repetition timed from a barrier to the slowest rank's end."""
+    from mpi4py import MPI
+
+    op()  # warm-up: connections, registration, first touch of the pages
+    best = math.inf
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(iters):
+            op()
+        t = comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX)
+        best = min(best, t)
+    return best * 1e6
+
+
+def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
+    """On every rank of `comm`: the one-way hop (ping-pong of ranks 0 and 1, half a round
+    trip), a lap of a token of `nbytes` round the ring (each rank waits for its left
+    neighbour) and a shift (every rank ``Sendrecv``s to the right at once), in µs."""
+    import numpy as np
+
+    rank, p = comm.Get_rank(), comm.Get_size()
+    right, left = (rank + 1) % p, (rank - 1) % p
+    out, into = np.ones(max(1, nbytes // 8)), np.zeros(max(1, nbytes // 8))
+
+    def round_trip():
+        if rank == 0:
+            comm.Send(out, dest=1)
+            comm.Recv(into, source=1)
+        elif rank == 1:
+            comm.Recv(into, source=0)
+            comm.Send(out, dest=0)
+
+    def lap():
+        if rank == 0:
+            comm.Send(out, dest=right)
+            comm.Recv(into, source=left)
+        else:
+            comm.Recv(into, source=left)
+            comm.Send(into, dest=right)
+
+    def shift():
+        comm.Sendrecv(out, dest=right, recvbuf=into, source=left)
+
+    return {"hop_us": _best_us(comm, round_trip, iters, reps) / 2,
+            "lap_us": _best_us(comm, lap, iters, reps),
+            "shift_us": _best_us(comm, shift, iters, reps)}
+
+
+def _library() -> str:
+    return runtime.selected_library()
+
+
+def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
+            timeout: float = 60) -> dict:
+    """``func(comm, *args)`` on :func:`measuring_ranks` ranks, once per grading session:
+    rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added."""
+    from . import run_on_ranks
+
+    cores = runtime.usable_cores()
+    p = measuring_ranks(cluster_ranks, cores)
+
+    def make() -> dict:
+        got = run_on_ranks(func, *args, ranks=p, timeout=timeout)[0]
+        return {**got, "ranks": p, "cores": cores, "oversubscribed": p > cores}
+
+    return cached(f"{name}-{_library()}-{p}-" + "-".join(map(str, args)), make)
+
+
+def where(m: dict) -> str:
+    """How a measurement was made, for a check's message."""
+    over = ", oversubscribed" if m["oversubscribed"] else ""
+    return f"{m['ranks']} ranks on {m['cores']} core{'s' * (m['cores'] != 1)}{over}"
+
+
+#: Lab 00: a lap and a shift of 1 MiB arrays may take this many times the prediction.
+RING_TOLERANCE = (0.5, 2.5)
+RING_BYTES = 1 << 20
+
+
+def ring_now(cluster_ranks: int = 4) -> dict:
+    """Lab 00: a hop, a lap and a shift of 1 MiB arrays, measured (once per session)."""
+    return measure("ring", ring_times, RING_BYTES, cluster_ranks=cluster_ranks)
+
+
+def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.0),
+                                                     (8, 40.0)),
+                     *, cluster_ranks: int = 4) -> dict:
+    """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
+    `cases`, and its prediction holds against a lap and a shift measured just now."""
+    from . import call_local, expect, expect_close
+
+    __tracebackhide__ = True
+    for p, hop in cases:
+        got = call_local(ring_times_us, p, hop, timeout=10)
+        expect(isinstance(got, (tuple, list)) and len(got) == 2,
+               f"ring_times_us({p}, {hop}) should return two numbers (lap_us, shift_us), "
+               f"got {_fmt(got)}")
+        expect_close(got[0], p * hop, what=f"the lap of ring_times_us({p}, {hop})",
+                     rtol=1e-9, hint=_lap_hint(got[0], p, hop))
+        expect_close(got[1], hop, what=f"the shift of ring_times_us({p}, {hop})", rtol=1e-9,
+                     hint=_shift_hint(got[1], p, hop))
+    m = ring_now(cluster_ranks)
+    p, hop = m["ranks"], m["hop_us"]
+    lap, shift = call_local(ring_times_us, p, hop, timeout=10)
+    model = f"a hop of {hop:.4g} µs, measured just now on {where(m)}"
+    what = f"{{}} of 1 MiB arrays round {p} ranks"
+    ratios = (expect_prediction(lap, m["lap_us"], tolerance=RING_TOLERANCE,
+                                what=what.format("a lap"), model=model),
+              expect_prediction(shift, m["shift_us"], tolerance=RING_TOLERANCE,
+                                what=what.format("a shift"), model=model))
+    return {**m, "predicted_lap_us": lap, "predicted_shift_us": shift,
+            "lap_ratio": ratios[0], "shift_ratio": ratios[1]}
+
+
+def _lap_hint(got, p, hop) -> str:
+    if _is_num(got) and math.isclose(got, (p - 1) * hop):
+        return ("That is p - 1 hops: the token also comes back from the last rank to "
+                "rank 0.")
+    if _is_num(got) and math.isclose(got, hop):
+        return "The token waits at each rank for the one before: the hops add up."
+    return "A lap is p hops, one after the other."
+
+
+def _shift_hint(got, p, hop) -> str:
+    if _is_num(got) and math.isclose(got, p * hop):
+        return ("In a shift every rank sends at the same time: the p messages travel side "
+                "by side, not one after the other.")
+    return "Every rank sends to its right neighbour at once: the shift takes one hop."
+
+
+def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7) -> dict:
+    """On every rank of `comm`: Hockney's α (the one-way time of 8 B, µs) and β (MB/s, from
+    the one-way time of `big_bytes`: β = n / (t(n) - α)), by a ping-pong of ranks 0 and 1
+    with ``Send``/``Recv`` of NumPy arrays, as the labs' own code sends."""
+    import numpy as np
+
+    rank = comm.Get_rank()
+
+    def one_way(nbytes: int) -> float:
+        out, into = np.ones(max(1, nbytes // 8)), np.zeros(max(1, nbytes // 8))
+
+        def round_trip():
+            if rank == 0:
+                comm.Send(out, dest=1)
+                comm.Recv(into, source=1)
+            elif rank == 1:
+                comm.Recv(into, source=0)
+                comm.Send(out, dest=0)
+
+        return _best_us(comm, round_trip, iters, reps) / 2
+
+    alpha = one_way(8)
+    t_big = one_way(big_bytes)
+    return {"alpha_us": alpha, "t_big_us": t_big, "big_bytes": big_bytes,
+            "beta_MBps": big_bytes / max(t_big - alpha, 1e-3)}
