@@ -211,3 +211,35 @@ def test_pingpong_window_mode_runs_in_every_implementation(tmp_path):
     # 64 KiB carry 8192 times the bytes of 8 B: it cannot take less time per message
     t = {(r["impl"], r["size_bytes"]): r["t_us_median"] for r in recs}
     assert all(t[(i, 65536)] > t[(i, 8)] for i in ("kernel", "c-standalone", "mpi4py"))
+
+
+def test_contention_measures_pairs_side_by_side(tmp_path):
+    """python -m mpilab.bench contention on this host: one pair alone beside two at once
+    (oversubscribed on fewer than 4 cores, and said so), a record per size and pair count,
+    bandwidths that add up."""
+    from mpilab import runtime
+    from mpilab.bench import contention
+
+    path = tmp_path / "contention.json"
+    res = bench("contention", "--sizes", "8,64K", "--pairs", "2", "--reps", "3",
+                "--rounds", "2", "--min-time", "0.003", "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(path.read_text())
+    recs = {(r["size_bytes"], r["pairs"]): r for r in doc["records"]}
+    assert sorted(recs) == [(8, 1), (8, 2), (65536, 1), (65536, 2)]  # 1 pair added
+    cores = runtime.usable_cores()
+    for (n, k), r in recs.items():
+        assert r["ranks"] == 2 * k and r["mode"] == "oneway" and r["emulated"] is False
+        assert len(r["times_us"]) == 3 * 2  # reps x rounds
+        assert r["oversubscribed"] is (2 * k > cores)
+        assert r["aggregate_MBps"] == pytest.approx(k * r["pair_bandwidth_MBps"])
+        assert r["pair_bandwidth_MBps"] == pytest.approx(n / r["t_us_median"])
+    assert recs[(8, 1)]["slowdown"] == 1.0 and recs[(65536, 1)]["slowdown"] == 1.0
+    # sane, not fast: two pairs neither beat one by much nor stall
+    assert 0.5 < recs[(65536, 2)]["slowdown"] < 50
+    assert "oversubscribed" in res.stdout or cores >= 4
+    assert doc["meta"]["settings"]["pairs"] == [1, 2]
+    assert contention.default_pairs(1) == [1] and contention.default_pairs(2) == [1]
+    assert contention.default_pairs(16) == [1, 2, 4, 8]
+    bad = bench("contention", "--pairs", "0")
+    assert bad.returncode == 2 and "pairs" in bad.stderr

@@ -7,6 +7,7 @@ does not deadlock teaches the wrong lesson). The key outputs of each lecture are
 as text, and no process of the lecture's cluster may outlive the run.
 """
 
+import json
 import os
 import re
 from pathlib import Path
@@ -197,6 +198,28 @@ def test_lecture_01_puts_loggp_beside_hockney_on_held_out_sizes():
     for col in ("prediction, Hockney µs", "prediction, LogGP µs", "a stream of 8 B",
                 "64 KiB alone (half a round trip)"):
         assert col in out, col
+
+
+def test_lecture_01_measures_pairs_at_once_and_labels_the_link_reference():
+    """Contention: pairs up to one rank per core measured live (one pair beside itself on
+    2 cores, and the lecture says why no more); the emulated link's reference data, labelled,
+    with each pair getting about 1/k of the link."""
+    nb = executed("01-pingpong")
+    live = text_of(cell_with(nb, "contention.run("))
+    assert "pairs measured: " in live and "slowdown" in live
+    verdict = text_of(cell_with(nb, "if max(CT_PAIRS) < 2:"))
+    if runtime.usable_cores() < 4:
+        assert "cannot show two pairs contending for memory" in verdict, verdict
+    else:
+        assert "pairs at once take" in verdict, verdict
+    ref = text_of(cell_with(nb, "net-contention-fast-ethernet.json"))
+    assert "REFERENCE DATA" in ref and "emulated Fast Ethernet" in ref
+    doc = json.loads((ROOT / "reference" / "2core-epyc-openmpi414"
+                      / "net-contention-fast-ethernet.json").read_text())
+    big = {r["pairs"]: r for r in doc["records"] if r["size_bytes"] == 131072}
+    for k in (2, 4):  # the reference itself: the link shared k ways, not a faster link
+        assert 0.7 * k < big[k]["slowdown"] < 1.4 * k
+        assert 0.8 < big[k]["aggregate_MBps"] / big[1]["aggregate_MBps"] < 1.2
 
 
 def test_lecture_01_ratio_table_has_paper_and_machine_columns():

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "buffers": "mpilab.bench.buffers",
     "halo": "mpilab.bench.halo",
     "progress": "mpilab.bench.progress",
+    "contention": "mpilab.bench.contention",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",
