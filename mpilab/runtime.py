@@ -266,6 +266,22 @@ def usable_cores() -> int:
     return cores
 
 
+def rank_counts(most: int = 16, *, squares: bool = False, beyond: int = 0,
+                cores: int | None = None) -> list[int]:
+    """Rank counts for a scaling sweep sized to this machine.
+
+    1, 2, 4, 8, ... (with `squares`, also 9, 16, 25, ...: square process grids, as the
+    papers ran) up to one rank per usable core (:func:`usable_cores`, or `cores`) and at
+    most `most`; then the next `beyond` counts of the same sequence above the cores,
+    which run oversubscribed (a run says so). ``rank_counts(squares=True, beyond=1)`` is
+    ``[1, 2, 4]`` on 2 cores and ``[1, 2, 4, 8, 9, 16]`` on 16.
+    """
+    cores = usable_cores() if cores is None else int(cores)
+    seq = {1 << k for k in range(16)} | ({k * k for k in range(1, 256)} if squares else set())
+    seq = sorted(n for n in seq if n <= most)
+    return [n for n in seq if n <= max(1, cores)] + [n for n in seq if n > cores][:beyond]
+
+
 _NO_LIMIT = 1 << 60  # cgroup v1 reports "unlimited" as a page-rounded 2**63 - 1
 
 

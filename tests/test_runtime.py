@@ -102,3 +102,16 @@ def test_launch_environment_drops_what_an_initialised_mpi_left(monkeypatch):
     assert "PMIX_NAMESPACE" not in env and "OMPI_MCA_ess" not in env
     assert env["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"
     assert env["MPILAB_SOMETHING"] == "kept"
+
+
+def test_rank_counts_follow_the_cores():
+    """Sweeps are sized to the machine: up to a rank per core, then what was asked beyond."""
+    assert runtime.rank_counts(16, squares=True, beyond=1, cores=2) == [1, 2, 4]
+    assert runtime.rank_counts(16, squares=True, beyond=1, cores=16) == [1, 2, 4, 8, 9, 16]
+    assert runtime.rank_counts(36, squares=True, beyond=1, cores=16) == [1, 2, 4, 8, 9, 16, 25]
+    assert runtime.rank_counts(36, squares=True, beyond=0, cores=40) == [1, 2, 4, 8, 9, 16,
+                                                                         25, 32, 36]
+    assert runtime.rank_counts(8, cores=1, beyond=1) == [1, 2]
+    assert runtime.rank_counts(8, cores=64) == [1, 2, 4, 8]
+    assert runtime.rank_counts(squares=True, beyond=1) == runtime.rank_counts(
+        squares=True, beyond=1, cores=runtime.usable_cores())
