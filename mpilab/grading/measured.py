@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import runtime
 from . import CheckFailed, _fail, _fmt, _is_num, _trusted
 
@@ -264,10 +266,10 @@ def _shift_hint(got, p, hop) -> str:
     return "Every rank sends to its right neighbour at once: the shift takes one hop."
 
 
-def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7) -> dict:
-    """On every rank of `comm`: Hockney's α (the one-way time of 8 B, µs) and β (MB/s, from
-    the one-way time of `big_bytes`: β = n / (t(n) - α)), by a ping-pong of ranks 0 and 1
-    with ``Send``/``Recv`` of NumPy arrays, as the labs' own code sends."""
+def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
+    """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
+    `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
+    NumPy arrays, as the labs' own code sends."""
     import numpy as np
 
     rank = comm.Get_rank()
@@ -285,7 +287,54 @@ def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7
 
         return _best_us(comm, round_trip, iters, reps) / 2
 
-    alpha = one_way(8)
-    t_big = one_way(big_bytes)
+    return {"sizes": [int(n) for n in sizes], "t_us": [one_way(int(n)) for n in sizes]}
+
+
+def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7) -> dict:
+    """On every rank of `comm`: Hockney's α (the one-way time of 8 B, µs) and β (MB/s, from
+    the one-way time of `big_bytes`: β = n / (t(n) - α)), by a ping-pong of ranks 0 and 1
+    (:func:`one_way_times`)."""
+    alpha, t_big = one_way_times(comm, [8, big_bytes], iters, reps)["t_us"]
     return {"alpha_us": alpha, "t_big_us": t_big, "big_bytes": big_bytes,
             "beta_MBps": big_bytes / max(t_big - alpha, 1e-3)}
+
+
+#: Lab 01: the held-out 4 MiB message may take this many times the model's prediction
+#: from α (8 B) and β (1 MiB): the Hockney line is straight, the machine is not (pages,
+#: caches and the single-copy path change the cost per byte between the sizes).
+HELD_OUT_TOLERANCE = (0.5, 2.0)
+HELD_OUT_BYTES = 4 << 20
+
+
+def pingpong_now(cluster_ranks: int = 2) -> dict:
+    """Lab 01: one-way times of 8 B, 1 MiB and 4 MiB on this notebook's ranks (once per
+    grading session), with α and β from the first two."""
+    m = measure("held-out", one_way_times, [8, RING_BYTES, HELD_OUT_BYTES],
+                cluster_ranks=cluster_ranks)
+    alpha, t_big, t_held = m["t_us"]
+    return {**m, "alpha_us": alpha, "beta_MBps": RING_BYTES / max(t_big - alpha, 1e-3),
+            "held_out_bytes": HELD_OUT_BYTES, "held_out_us": t_held}
+
+
+def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> dict:
+    """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
+    against the 4 MiB one-way time measured in the same run, within
+    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``."""
+    from . import call_local
+
+    __tracebackhide__ = True
+    m = pingpong_now(cluster_ranks)
+    a, b = m["alpha_us"], m["beta_MBps"]
+    got = call_local(predict_us, HELD_OUT_BYTES, a, b, timeout=10)
+    got, _ = _trusted(got)
+    try:
+        got = float(np.ravel(got)[0]) if isinstance(got, np.ndarray) and got.size == 1 else got
+    except (TypeError, ValueError):
+        pass
+    ratio = expect_prediction(got, m["held_out_us"], tolerance=HELD_OUT_TOLERANCE,
+                              what="one message of 4 MiB, one way",
+                              model=f"α = {a:.3g} µs (8 B) and β = {b:,.0f} MB/s (1 MiB), "
+                                    f"measured just now on {where(m)}")
+    return {**m, "predicted_us": got, "ratio": ratio}
+
+
