@@ -50,14 +50,8 @@ _PRELUDE = (
 _current: MPICluster | None = None
 
 
-class ClusterError(RuntimeError):
+class ClusterError(sources.MessageOnly, RuntimeError):
     """The cluster could not do what was asked; the message says what to do next."""
-
-    def _render_traceback_(self) -> list[str]:
-        """What the notebook shows (IPython's protocol): the message alone, which names
-        the ranks, their lines and what to do; mpilab's and ipyparallel's frames would
-        only bury it under twenty lines the student did not write."""
-        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
 
 
 class MPITimeout(ClusterError, TimeoutError):
@@ -815,9 +809,7 @@ class MPICluster:
                 except Exception:  # noqa: BLE001 - an aid to the message only
                     stuck[r] = ""
             lines += [f"  rank {r} was at {w}" for r, w in stuck.items() if w]
-            lines.append(sources.stuck_hint(
-                {r: w.split(": ", 1)[1] if ": " in w else "" for r, w in stuck.items()},
-                finished))
+            lines.append(sources.stuck_hint_at(stuck, finished))
             msg = "\n".join(lines) + "\n"
             self.broken = f"{what} timed out"
             if restart_on_timeout:

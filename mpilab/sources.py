@@ -290,6 +290,23 @@ _SEND_FIRST = re.compile(r"\b(Send|send|Ssend|MPI_Send|MPI_Ssend)\s*\(")
 _RECV = re.compile(r"\b(Recv|recv|MPI_Recv)\s*\(")
 
 
+class MessageOnly:
+    """Mixin for the course's own exceptions: the notebook shows the message alone
+    (IPython's ``_render_traceback_`` protocol). The message names the student's lines
+    and what to do; mpilab's and ipyparallel's frames would only bury it."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+def stuck_hint_at(where: dict[int, str], finished: Sequence[int]) -> str:
+    """:func:`stuck_hint` from what :func:`describe_frame` said of each stuck rank
+    ("line 6 of cell In [3]: comm.Send(...)"; "" where unknown): the code after the
+    first ": " is the stuck line."""
+    return stuck_hint({r: w.split(": ", 1)[1] if ": " in w else "" for r, w in where.items()},
+                      finished)
+
+
 def stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
     """A guess at why ranks did not finish, from the source lines they were stuck on
     (rank -> text, "" where unknown) and whether some ranks had returned."""

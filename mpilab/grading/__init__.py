@@ -71,10 +71,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..sources import SourceMap
+from ..sources import MessageOnly, SourceMap, stuck_hint_at
 from ..sources import describe_frame as _describe_frame
 from ..sources import parse_stack as _parse_stack
-from ..sources import stuck_hint as _stuck_hint
 
 __all__ = [
     "CheckFailed",
@@ -127,14 +126,8 @@ def _keep(cls: type) -> type:
 
 
 @_keep
-class CheckFailed(AssertionError):
+class CheckFailed(MessageOnly, AssertionError):
     """A graded check failed; the message says why, in the student's terms."""
-
-    def _render_traceback_(self) -> list[str]:
-        """What the notebook shows (IPython's protocol): the message alone. The message
-        names the student's own lines; the frames of the check's machinery would only
-        bury them."""
-        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
 
 
 @_keep
@@ -596,8 +589,7 @@ def _verdict(ran: _Ran, name: str, keys: Sequence[str], smap: SourceMap,
         for r, out in sorted(ran.errors.items()):
             lines.append("  it had raised on " + _raised_line(r, out, smap)
                          + "\n  (the other ranks then waited for it forever)")
-        hint_lines = {r: w.split(": ", 1)[-1] if ": " in w else "" for r, w in where.items()}
-        lines.append(_stuck_hint(hint_lines, ran.finished) if not ran.errors else
+        lines.append(stuck_hint_at(where, ran.finished) if not ran.errors else
                      "Fix the error first: a rank that fails leaves its partners waiting.")
         msg = "\n".join(lines)
         _remember_timeout(keys, msg)
