@@ -61,6 +61,36 @@ def strided_column_put_and_get():
 
 
 @check
+def sections_in_any_order_land_where_their_index_says():
+    """Whole rows go as one contiguous Put or Get; a reversed row or column, or a block of
+    columns, is not contiguous in the target and needs the indexed datatype."""
+    def put_by(k):
+        want = np.full((4, 5), -1.0)
+        want[1:3, :] = np.arange(10.0).reshape(2, 5) + 100 * k
+        want[3, ::-1] = np.arange(5.0) + 200 * k
+        want[::-1, 4] = np.arange(4.0) + 300 * k
+        want[0, 1:3] = 400.0 * k
+        return want
+
+    with CoArray(comm, (4, 5)) as a:
+        a.local[:] = -1.0
+        a.sync_all()
+        a[right][1:3, :] = np.arange(10.0).reshape(2, 5) + 100 * me  # contiguous rows
+        a[right][3, ::-1] = np.arange(5.0) + 200 * me                # a row, reversed
+        a.sync_all()
+        a[right][::-1, 4] = np.arange(4.0) + 300 * me                # a column, reversed
+        a[right][0, 1:3] = 400.0 * me
+        a.sync_all()
+        expect(np.array_equal(a.local, put_by(left)), f"puts:\n{a.local}")
+        got = [a[left][1:3, :], a[left][3, ::-1], a[left][::-1, 1:3], a[left][2:3, 0:5]]
+        a.sync_all()
+        theirs = put_by((left - 2) % size + 1)
+        for g, want in zip(got, [theirs[1:3, :], theirs[3, ::-1], theirs[::-1, 1:3],
+                                 theirs[2:3, 0:5]], strict=True):
+            expect(np.array_equal(g, want), f"get {g} expected {want}")
+
+
+@check
 def ring_halo_equals_sendrecv():
     """Each image puts its edge rows into its neighbours' ghost rows (lecture 04's ring)."""
     n = 6
