@@ -11,7 +11,7 @@ autograded with real MPI engines:
   handed in unfixed; an exchange that never frees its window; a shared-window exchange
   that reads the wrong neighbour; one with no opening synchronisation (it reads data not
   yet written) and one with no closing synchronisation (it reads a neighbour's next
-  values);
+  values); a prediction of an epoch without its synchronisation (Part D);
 - a hostile one (an epoch that hangs, ``sys.exit`` on the engines and in a cell, the
   checks' scratch files deleted, ``mpilab.grading`` and ``mpilab.grading.onesided``
   patched) is graded within its timeouts and gets no marks.
@@ -44,7 +44,8 @@ from mpilab.grading.course import full, make_course, solutions
 pytestmark = pytest.mark.slow
 
 LAB = "lab03-one-sided"
-POINTS = {"test_exchange_put": 4.0, "test_shared": 4.0, "test_exchange_mailbox": 2.0}
+POINTS = {"test_exchange_put": 4.0, "test_shared": 4.0, "test_exchange_mailbox": 2.0,
+          "test_epoch_us": 2.0}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,12 @@ SHARED_NO_OPENING_FENCE = ("    win.Fence()  # opens: every neighbour has writte
 # no closing synchronisation: a neighbour goes on (and overwrites its block) while this reads
 SHARED_NO_CLOSING_FENCE = ("    win.Fence()  # closes: every rank has read before any goes on and "
                            "writes its block\n", "")
+
+# Part D without the synchronisation: only the Put's bytes
+EPOCH_NO_SYNC = '''
+def epoch_us(n_bytes, empty_epoch_us, beta_MBps):
+    return n_bytes / beta_MBps
+'''
 
 # hostile: an epoch only even ranks close, so the odd ones wait in the closing Fence forever
 PUT_HANGS_IN_EPOCH = '''
@@ -249,6 +256,23 @@ def test_probe_problems_say_when_a_rank_read():
     assert "no closing synchronisation?" in line
     assert probe_problems(probes, 4, 2, (1, 2), slow=False)[0].endswith("(its west neighbour)")
 
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda n, e, b: n / b, "add the empty epoch's time"),
+    (lambda n, e, b: 2 * e + n / b, "count it once"),
+    (lambda n, e, b: e + 8 * n / b, "already in bytes"),
+    (lambda n, e, b: e + n / b * 1e6, "one byte per µs"),
+    (lambda n, e, b: e, "bytes take time too"),
+    (lambda n, e, b: e + n * b, "plus n / β"),
+])
+def test_epoch_hints_name_the_mistake(wrong, says):
+    """Pure Python: the model of Part D, and what a wrong formula is told."""
+    from mpilab.grading.onesided import _epoch_hint, reference_epoch_us
+
+    assert reference_epoch_us(1_000_000, 2.0, 5000.0) == 202.0
+    assert says in _epoch_hint(wrong(4096, 1.5, 10000.0), 4096, 1.5, 10000.0)
+
+
 def test_source_notebook_validates(course):
     assert_source_validates(course, LAB)
 
@@ -256,11 +280,11 @@ def test_source_notebook_validates(course):
 def test_released_stubs_fail_every_test(course):
     release = released_failing_every_test(course, LAB)
     stubs, tests = stubs_and_tests(release)
-    assert len(stubs) == 3
+    assert len(stubs) == 4
     code = "\n".join(c.source for c in release.cells if c.cell_type == "code")
-    assert code.count("raise NotImplementedError()") == 4  # shared_field + exchange_shared
+    assert code.count("raise NotImplementedError()") == 5  # shared_field + exchange_shared
     assert "def exchange_mailbox_given(" in code  # the given code stays
-    assert len(tests) == 3 and all("grading_onesided.check_" in t for t in tests)
+    assert len(tests) == 4 and all("grading_onesided.check_" in t for t in tests)
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
@@ -269,8 +293,12 @@ def test_correct_gets_full_marks(request, course):
     nb, seconds = check_run(request, course, POINTS)
     for gid, name in [("test_exchange_put", "exchange_put"),
                       ("test_shared", "shared_field + exchange_shared"),
-                      ("test_exchange_mailbox", "exchange_mailbox")]:
+                      ("test_exchange_mailbox", "exchange_mailbox"),
+                      ("test_epoch_us", "epoch_us")]:
         assert f"{name} {'are' if '+' in name else 'is'} right" in printed_by(nb, gid)
+    said = printed_by(nb, "test_epoch_us")
+    assert "holds on this machine" in said, said
+    print(f"[predict] {LAB}: {said.strip()}")
     # the given mailbox exchange was shown failing, naming a fast rank's empty ghost edge
     shown = printed_by(nb, "test_exchange_mailbox")
     assert "The given exchange, with slow ranks" in shown, shown
@@ -285,15 +313,18 @@ def test_other_correct_styles_get_full_marks(request, course):
 
 @pytest.mark.submission(LAB, "wrong1", lambda: {
     **solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_EAST_WEST_SWAPPED),
-    "exchange_mailbox": given_mailbox()})
+    "exchange_mailbox": given_mailbox(), "epoch_us": EPOCH_NO_SYNC})
 def test_wrong_edge_and_unfixed_epoch_lose_their_parts(request, course):
-    want = {**POINTS, "test_exchange_put": 0.0, "test_exchange_mailbox": 0.0}
+    want = {**POINTS, "test_exchange_put": 0.0, "test_exchange_mailbox": 0.0,
+            "test_epoch_us": 0.0}
     nb, seconds = check_run(request, course, want)
     err = errors_of(nb, "test_exchange_put")
     assert "rank 0: the east ghost column holds 0.0s" in err, err
     assert "expected rank 1's west edge (its east neighbour)" in err, err
     err = errors_of(nb, "test_exchange_mailbox")
     assert "holds 0.0s (nothing arrived?)" in err and "fast rank" in err, err
+    err = errors_of(nb, "test_epoch_us")  # wrong on the made-up cases, before measuring
+    assert "epoch_us(8, 1.5, 10000.0)" in err and "add the empty epoch's time" in err, err
     print(f"[wall] {LAB} wrong submission 1 autograded in {seconds:.1f} s")
 
 

@@ -9,7 +9,7 @@ autograded together, with real MPI engines:
   ghost edge and the neighbour: Part A's east and west slots swapped, Part B without its
   first ``sync_all`` (it loads the neighbours' edges before they are written); code of
   the wrong structure (a push handed in as the pull, raw window calls, sends) is refused
-  before it runs;
+  before it runs; a prediction of a push that counts its segment twice (Part D);
 - a deadlocking one (the given ``exchange_given`` handed in for Part C: the top images
   skip a ``sync_all``) loses Part C only, named as a collective call not every image makes;
 - a hostile one (``mpilab.grading`` patched, wrong slots, functions that do nothing)
@@ -43,7 +43,8 @@ from mpilab.grading.course import full, make_course, solutions
 pytestmark = pytest.mark.slow
 
 LAB = "lab04-coarrays"
-POINTS = {"test_exchange_push": 4.0, "test_exchange_pull": 3.0, "test_exchange_fixed": 3.0}
+POINTS = {"test_exchange_push": 4.0, "test_exchange_pull": 3.0, "test_exchange_fixed": 3.0,
+          "test_push_us": 2.0}
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,32 @@ PUSH_EAST_WEST_SWAPPED = ("    west, east = cart.Shift(1, 1)\n",
 PULL_NO_FIRST_SYNC = (
     "    mine.sync_all()  # every image's edges are in its block before anyone loads them\n",
     "")
+# Part D with the sync_all counted twice: the tiny push already ends its segment
+PUSH_TWO_SEGMENTS = '''
+def push_us(n_bytes, tiny_push_us, copy_MBps):
+    return 2 * tiny_push_us + n_bytes / copy_MBps
+'''
+
+
 def test_points_are_as_documented():
     assert full(LAB) == POINTS
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda n, t, c: n / c, "add the tiny push's time"),
+    (lambda n, t, c: t * n / 8, "once per store"),
+    (lambda n, t, c: 2 * t + n / c, "A push is one segment"),
+    (lambda n, t, c: t + 2 * n / c, "one copy, not two"),
+    (lambda n, t, c: t + 8 * n / c, "already in bytes"),
+    (lambda n, t, c: t, "bytes take time too"),
+    (lambda n, t, c: t + n * c, "plus n / β_copy"),
+])
+def test_push_hints_name_the_mistake(wrong, says):
+    """Pure Python: the model of Part D, and what a wrong formula is told."""
+    from mpilab.grading.coarrays import _push_hint, reference_push_us
+
+    assert reference_push_us(1_000_000, 10.0, 20000.0) == 60.0
+    assert says in _push_hint(wrong(4096, 6.0, 40000.0), 4096, 6.0, 40000.0)
 
 
 def test_source_notebook_validates(course):
@@ -78,10 +103,10 @@ def test_source_notebook_validates(course):
 def test_released_stubs_fail_every_test(course):
     release = released_failing_every_test(course, LAB)
     stubs, tests = stubs_and_tests(release)
-    assert len(stubs) == 3
+    assert len(stubs) == 4
     text = "\n".join(c.source for c in release.cells)
     assert "def exchange_given(" in text  # the given code stays
-    assert len(tests) == 3 and all("grading_coarrays.check_" in t for t in tests)
+    assert len(tests) == 4 and all("grading_coarrays.check_" in t for t in tests)
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
@@ -90,23 +115,29 @@ def test_correct_gets_full_marks(request, course):
     nb, seconds = check_run(request, course, POINTS)
     for gid, name in [("test_exchange_push", "exchange_push"),
                       ("test_exchange_pull", "exchange_pull"),
-                      ("test_exchange_fixed", "exchange_fixed")]:
+                      ("test_exchange_fixed", "exchange_fixed"), ("test_push_us", "push_us")]:
         assert f"{name} is right" in printed_by(nb, gid)
+    said = printed_by(nb, "test_push_us")
+    assert "holds on this machine" in said, said
+    print(f"[predict] {LAB}: {said.strip()}")
     print(f"[wall] {LAB} correct submission autograded in {seconds:.1f} s")
 
 
 @pytest.mark.submission(LAB, "wrong", lambda: {
     **solutions(LAB),
     "exchange_push": solution_with("exchange_push", *PUSH_EAST_WEST_SWAPPED),
-    "exchange_pull": solution_with("exchange_pull", *PULL_NO_FIRST_SYNC)})
+    "exchange_pull": solution_with("exchange_pull", *PULL_NO_FIRST_SYNC),
+    "push_us": PUSH_TWO_SEGMENTS})
 def test_wrong_slots_and_a_missing_segment_lose_their_parts(request, course):
     nb, _ = check_run(request, course, {**POINTS, "test_exchange_push": 0.0,
-                                        "test_exchange_pull": 0.0})
+                                        "test_exchange_pull": 0.0, "test_push_us": 0.0})
     err = errors_of(nb, "test_exchange_push")
     assert "rank 0: the east ghost column holds 0.0s" in err, err
     err = errors_of(nb, "test_exchange_pull")
     # a fast image loaded a slow neighbour's edge before the neighbour had written it
     assert "holds 0.0s (nothing arrived?)" in err, err
+    err = errors_of(nb, "test_push_us")  # wrong on the made-up cases, before measuring
+    assert "push_us(8, 6.0, 40000.0)" in err and "A push is one segment" in err, err
 
 
 def test_each_part_is_checked_for_its_structure():

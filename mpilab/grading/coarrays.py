@@ -17,10 +17,17 @@ pause after every ``sync_all``, which is a ``Fence``), then a heat run compared 
 that never frees its coarray is named. Before running, each check reads the code for its
 structure (a coarray, ``sync_all``, stores or loads as the part asks, no send, receive or
 raw window call), so a right answer reached another way earns nothing here.
+
+Part D, a prediction: :func:`check_push_us` grades ``push_us(n_bytes, tiny_push_us,
+copy_MBps)``, the model of a push (a tiny push's fixed cost plus ``n / β_copy``: the
+coarray lives in memory MPI allocated, which images on one node share), first against
+:func:`reference_push_us` on made-up numbers, then against a push of 1 MiB measured just
+now (:func:`push_times`, through :mod:`mpilab.grading.measured`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -29,7 +36,8 @@ from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
-           "STORE", "LOAD"]
+           "STORE", "LOAD", "push_times", "reference_push_us", "push_now", "check_push_us",
+           "show_push", "PREDICTION_TOLERANCE"]
 
 #: a store into another image: ``x[k][...] = ...`` (not ``==``)
 STORE = r"\w+\s*\[[^\[\]]+\]\s*\[[^\[\]]*\]\s*=(?!=)"
@@ -110,3 +118,139 @@ def check_segments(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
     _check(exchange, nx, ny, dims, steps, stores=True, timeout=timeout,
            hint="What another image stored is in your block only after a sync_all that both "
            "of you made: every image must make every sync_all.")
+
+
+
+# ---------------------------------------------------------------------------------------
+# Part D: a prediction, graded against a push measured just now
+
+#: A push of 1 MiB measured on this machine may take this many times the model: below 1
+#: only noise; above it what the model leaves out (the Put's completion, which the Fence
+#: under sync_all waits for, and the coarray's layer on a large section).
+PREDICTION_TOLERANCE = (0.5, 2.5)
+PUSH_BYTES = 1 << 20
+
+
+def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
+    """On every image of `comm`: ``sync_all()`` alone, a push of one double and a push of
+    `nbytes` from image 1 into image 2 (``x[2][...] = a; x.sync_all()``, every image
+    calling ``sync_all``) with a coarray made once, and a local copy of `nbytes` between
+    two NumPy arrays (``b[:] = a``) on image 1; the fastest of `reps` repetitions of
+    `iters`, per call in µs (the slowest image's), and the copy's bandwidth in MB/s.
+
+    One store, not one per image: the model is one store's, and several copies at once
+    would share the memory system (on one core, take turns)."""
+    import numpy as np
+
+    from mpilab.coarray_view import CoArray
+    from mpilab.grading.measured import _best_us
+
+    first = comm.Get_rank() == 0
+    n = max(1, nbytes // 8)
+    a, b = np.ones(n), np.zeros(n)
+
+    def copy():
+        if first:
+            b[:] = a
+
+    copy_us = _best_us(comm, copy, iters, reps)
+    x = CoArray(comm, (n,))
+    try:
+        def tiny():
+            if first:
+                x[2][:1] = a[:1]
+            x.sync_all()
+
+        def push():
+            if first:
+                x[2][:] = a
+            x.sync_all()
+
+        return {"sync_us": _best_us(comm, x.sync_all, iters, reps),
+                "tiny_push_us": _best_us(comm, tiny, iters, reps),
+                "push_us": _best_us(comm, push, iters, reps), "nbytes": 8 * n,
+                "copy_us": copy_us, "copy_MBps": 8 * n / copy_us}
+    finally:
+        x.free()
+
+
+def reference_push_us(n_bytes: float, tiny_push_us: float, copy_MBps: float) -> float:
+    """The model: a store's fixed cost (a push of one double: the indexing, the Put, the
+    sync_all) plus its bytes copied once, straight into the other image's block, at the
+    speed of a local copy: ``tiny + n / β_copy`` (µs; 1 MB/s is one byte per µs)."""
+    return tiny_push_us + n_bytes / copy_MBps
+
+
+def push_now(cluster_ranks: int = 4) -> dict:
+    """A ping-pong's α and β (for comparison), ``sync_all``, a push of one double, a push
+    of 1 MiB and a local copy of 1 MiB, measured (once per grading session) on one image
+    per core (:func:`mpilab.grading.measured.measure`)."""
+    from mpilab.grading import measured
+
+    ab = measured.measure("alpha-beta", measured.alpha_beta, PUSH_BYTES,
+                          cluster_ranks=cluster_ranks)
+    m = measured.measure("push", push_times, PUSH_BYTES, cluster_ranks=cluster_ranks)
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+
+
+def _push_hint(got, n: float, t: float, c: float) -> str:
+    if not grading._is_num(got) or isinstance(got, (bool, complex)):
+        return "Return a number of µs."
+    guesses = [
+        (n / c, "A store costs its fixed part even for one double (the indexing, the Put, "
+                "the sync_all that completes it): add the tiny push's time."),
+        (t * n / 8, "The tiny push is almost all fixed cost, paid once per store, not once "
+                    "per double: add the bytes' time, n / β_copy, to it."),
+        (2 * t + n / c, "A push is one segment: the tiny push already includes its "
+                        "sync_all. Count it once."),
+        (t + 2 * n / c, "The store copies the bytes once, straight into the other image's "
+                        "block: one copy, not two."),
+        (t + 8 * n / c, "n_bytes is already in bytes: n / β_copy."),
+        (t + n / c * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (t + n / c / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (t, "The bytes take time too: n / β_copy."),
+    ]
+    for value, text in guesses:
+        if math.isclose(got, value, rel_tol=1e-9):
+            return text
+    return ("A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes "
+            "and β_copy in MB/s).")
+
+
+def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+    """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
+    β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
+    Returns the measurement with ``predicted_us`` and ``ratio``."""
+    from mpilab.grading import measured
+
+    __tracebackhide__ = True
+    for n, t, c in cases:
+        got = grading.call_local(push_us, n, t, c, timeout=10)
+        grading.expect_close(got, reference_push_us(n, t, c), rtol=1e-9,
+                             what=f"push_us({n}, {t}, {c})", hint=_push_hint(got, n, t, c))
+    m = push_now(cluster_ranks)
+    t, c = m["tiny_push_us"], m["copy_MBps"]
+    got = grading.call_local(push_us, m["nbytes"], t, c, timeout=10)
+    ratio = measured.expect_prediction(
+        got, m["push_us"], tolerance=PREDICTION_TOLERANCE,
+        what=f"a push of 1 MiB on {m['ranks']} images (image 1 stores into image 2)",
+        model=f"a tiny push of {t:.3g} µs and β_copy = {c:,.0f} MB/s, measured just now "
+              f"on {measured.where(m)}")
+    return {**m, "predicted_us": got, "ratio": ratio}
+
+
+def show_push(push_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
+    (the first call measures them, a few seconds), beside ``push_us``'s prediction."""
+    if grading.not_while_grading():
+        return None
+    m = push_now(cluster_ranks)
+    t, c = m["tiny_push_us"], m["copy_MBps"]
+    print(f"measured on {m['ranks']} images ({m['cores']} cores): sync_all {m['sync_us']:.2f} "
+          f"µs, a tiny push {t:.2f} µs, a local copy β_copy = {c:,.0f} MB/s (a message's "
+          f"β, from a ping-pong: {m['beta_MBps']:,.0f} MB/s)")
+    try:
+        got = f"{float(push_us(m['nbytes'], t, c)):8.1f} µs"
+    except Exception as exc:  # noqa: BLE001 - shown, not raised
+        got = f"(push_us raised {type(exc).__name__}: {exc})"
+    print(f"a push of 1 MiB: measured {m['push_us']:8.1f} µs, predicted {got}")

@@ -33,6 +33,13 @@ when its Python object goes away, so an unfreed window per step is a real leak. 
 that reaches the class by another name than ``MPI.Win`` (``from mpi4py.MPI import Win``
 at the top of a cell) is not watched: the count is a help, not a proof.
 
+Part D, a prediction
+--------------------
+:func:`check_epoch_us` grades ``epoch_us(n_bytes, empty_epoch_us, beta_MBps)``, the
+model of a fence epoch carrying one Put (the empty epoch plus ``n / β``), first against
+:func:`reference_epoch_us` on made-up numbers, then against an epoch of 1 MiB measured
+just now (:func:`epoch_times`, on the ranks through :mod:`mpilab.grading.measured`).
+
 Where it runs
 -------------
 As in :mod:`mpilab.grading.halo`: the harness is a module-level function the ranks import
@@ -42,6 +49,7 @@ the grader's kernel and the ranks are sandboxed.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +71,12 @@ __all__ = [
     "show_exchange",
     "show_shared",
     "compare_heat",
+    "epoch_times",
+    "reference_epoch_us",
+    "epoch_now",
+    "check_epoch_us",
+    "show_epoch",
+    "PREDICTION_TOLERANCE",
 ]
 
 #: How late a slow rank writes its block, and how long it pauses after a synchronisation.
@@ -607,3 +621,125 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
     print(f"{nx} × {ny} grid, {steps} steps on {dims[0] * dims[1]} ranks: largest difference "
           f"from halo.serial_heat {diff:.3g} (the hottest point: {ref.max():.4g})")
     return diff
+
+
+
+# ---------------------------------------------------------------------------------------
+# Part D: a prediction, graded against an epoch measured just now
+
+#: The Put + Fence epoch of 1 MiB measured on this machine may take this many times the
+#: model: below 1 only noise; above it what the model leaves out (the Put's own start-up,
+#: the closing Fence waiting for it to complete).
+PREDICTION_TOLERANCE = (0.5, 2.5)
+EPOCH_BYTES = 1 << 20
+
+
+def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
+    """On every rank of `comm`: an empty fence epoch (``Fence(); Fence()``) and an epoch
+    in which rank 0 puts `nbytes` into rank 1's window (``Fence(); Put; Fence()``, every
+    rank calling the Fences), over a window made once with ``MPI.Win.Create`` on a NumPy
+    array, as in Part A; the fastest of `reps` repetitions of `iters` epochs, per epoch in
+    µs (the slowest rank's).
+
+    One Put, not one per rank: the model is one Put's, and the copies of several Puts at
+    once would share the memory system (on one core, take turns)."""
+    from mpi4py import MPI
+
+    from mpilab.grading.measured import _best_us
+
+    rank = comm.Get_rank()
+    n = max(1, nbytes // 8)
+    into, out = np.zeros(n), np.ones(n)
+    win = MPI.Win.Create(into, disp_unit=into.itemsize, comm=comm)
+    try:
+        def empty():
+            win.Fence()
+            win.Fence()
+
+        def epoch():
+            win.Fence()
+            if rank == 0:
+                win.Put(out, 1)
+            win.Fence()
+
+        return {"empty_epoch_us": _best_us(comm, empty, iters, reps),
+                "epoch_us": _best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
+    finally:
+        win.Free()
+
+
+def reference_epoch_us(n_bytes: float, empty_epoch_us: float, beta_MBps: float) -> float:
+    """The model: the synchronisation (an empty epoch, both Fences) plus the Put's bytes
+    at the bandwidth of a message, ``empty + n / β`` (µs; 1 MB/s is one byte per µs)."""
+    return empty_epoch_us + n_bytes / beta_MBps
+
+
+def epoch_now(cluster_ranks: int = 4) -> dict:
+    """α and β (a ping-pong), an empty epoch and a Put + Fence epoch of 1 MiB, measured
+    (once per grading session) on one rank per core
+    (:func:`mpilab.grading.measured.measure`)."""
+    from mpilab.grading import measured
+
+    ab = measured.measure("alpha-beta", measured.alpha_beta, EPOCH_BYTES,
+                          cluster_ranks=cluster_ranks)
+    m = measured.measure("epoch", epoch_times, EPOCH_BYTES, cluster_ranks=cluster_ranks)
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+
+
+def _epoch_hint(got, n: float, e: float, b: float) -> str:
+    if not grading._is_num(got) or isinstance(got, (bool, complex)):
+        return "Return a number of µs."
+    guesses = [
+        (n / b, "An epoch costs its synchronisation even when it carries nothing: add the "
+                "empty epoch's time."),
+        (2 * e + n / b, "The empty epoch is already both Fences (Fence(); Fence()): count "
+                        "it once."),
+        (e + 8 * n / b, "n_bytes is already in bytes: n / β."),
+        (e + n / b * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (e + n / b / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (e, "The Put's bytes take time too: n / β."),
+        (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
+    ]
+    for value, text in guesses:
+        if math.isclose(got, value, rel_tol=1e-9):
+            return text
+    return ("An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, "
+            "with n in bytes and β in MB/s).")
+
+
+def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+    """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
+    ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
+    measured just now. Returns the measurement with ``predicted_us`` and ``ratio``."""
+    from mpilab.grading import measured
+
+    __tracebackhide__ = True
+    for n, e, b in cases:
+        got = grading.call_local(epoch_us, n, e, b, timeout=10)
+        grading.expect_close(got, reference_epoch_us(n, e, b), rtol=1e-9,
+                             what=f"epoch_us({n}, {e}, {b})", hint=_epoch_hint(got, n, e, b))
+    m = epoch_now(cluster_ranks)
+    e, b = m["empty_epoch_us"], m["beta_MBps"]
+    got = grading.call_local(epoch_us, m["nbytes"], e, b, timeout=10)
+    ratio = measured.expect_prediction(
+        got, m["epoch_us"], tolerance=PREDICTION_TOLERANCE,
+        what=f"a Put + Fence epoch of 1 MiB on {m['ranks']} ranks (rank 0 puts into rank 1)",
+        model=f"an empty epoch of {e:.3g} µs and β = {b:,.0f} MB/s, measured just now on "
+              f"{measured.where(m)}")
+    return {**m, "predicted_us": got, "ratio": ratio}
+
+
+def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
+    first call measures them, a few seconds), beside ``epoch_us``'s prediction."""
+    if grading.not_while_grading():
+        return None
+    m = epoch_now(cluster_ranks)
+    e, b = m["empty_epoch_us"], m["beta_MBps"]
+    print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
+          f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
+    try:
+        got = f"{float(epoch_us(m['nbytes'], e, b)):8.1f} µs"
+    except Exception as exc:  # noqa: BLE001 - shown, not raised
+        got = f"(epoch_us raised {type(exc).__name__}: {exc})"
+    print(f"a Put + Fence epoch of 1 MiB: measured {m['epoch_us']:8.1f} µs, predicted {got}")
