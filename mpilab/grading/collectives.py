@@ -74,6 +74,7 @@ __all__ = [
     "reference_bcast_us",
     "bcast_now",
     "check_bcast_us",
+    "show_bcast_us",
     "PREDICTION_TOLERANCE",
 ]
 
@@ -652,6 +653,22 @@ def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 
             got, m[f"{alg}_us"], tolerance=PREDICTION_TOLERANCE, model=model,
             what=f"the {alg} broadcast of 1 MiB on {p} ranks")
     return out
+
+
+def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: α, β and both broadcasts measured now (the first call measures them, a
+    few seconds), beside ``bcast_us``'s predictions."""
+    from mpilab.grading import measured
+
+    if grading.not_while_grading():
+        return None
+    m = bcast_now(cluster_ranks)
+    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.2f} µs, "
+          f"β = {m['beta_MBps']:,.0f} MB/s")
+    for alg in ("linear", "binomial"):
+        print(f"{alg:>9} broadcast of 1 MiB: measured {m[alg + '_us']:8.1f} µs, predicted "
+              + measured._shown(bcast_us, alg, m["ranks"], BCAST_BYTES, m["alpha_us"],
+                                m["beta_MBps"]))
 
 
 # ---------------------------------------------------------------------------------------

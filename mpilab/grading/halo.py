@@ -68,6 +68,7 @@ __all__ = [
     "reference_exchange_us",
     "exchange_now",
     "check_exchange_us",
+    "show_exchange_us",
     "PREDICTION_TOLERANCE",
 ]
 
@@ -702,3 +703,19 @@ def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -
         model=f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on "
               f"{measured.where(m)}")
     return {**m, "predicted_us": got, "ratio": ratio}
+
+
+def show_exchange_us(exchange_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: α, β and the course's exchange measured now (the first call measures
+    them, a few seconds), beside ``exchange_us``'s prediction."""
+    from mpilab.grading import measured
+
+    if grading.not_while_grading():
+        return None
+    m = exchange_now(cluster_ranks)
+    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.2f} µs, "
+          f"β = {m['beta_MBps']:,.0f} MB/s")
+    print(f"one exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid: measured "
+          f"{m['exchange_us']:.1f} µs, predicted "
+          + measured._shown(exchange_us, m["nx"], m["ny"], tuple(m["dims"]), m["alpha_us"],
+                            m["beta_MBps"]))
