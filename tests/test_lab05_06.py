@@ -339,24 +339,13 @@ def test_lab06_correct_gets_full_marks(request, course):
     print(f"[wall] {LAB6} correct submission autograded in {wall:.1f} s")
 
 
-ALLGATHER_US_P_STEPS = '''
-def allgather_us(alg, p, block_bytes, alpha_us, beta_MBps):
-    if alg == "ring":
-        return p * (alpha_us + block_bytes / beta_MBps)
-    return int(np.ceil(np.log2(p))) * alpha_us + (p - 1) * block_bytes / beta_MBps
-'''
-
-
 @needs6
 @pytest.mark.submission(LAB6, "wrong", lambda: {**solutions(LAB6), "allgather_ring": RING_OFF_BY_ONE,
-                                               "allgather_recursive_doubling": RD_ANY_P,
-                                               "allgather_us": ALLGATHER_US_P_STEPS})
+                                               "allgather_recursive_doubling": RD_ANY_P})
 def test_lab06_wrong_gets_partial_marks(request, course):
     want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
-            "test_rd_not_power_of_two": 0.0, "test_allgather_us": 0.0}
+            "test_rd_not_power_of_two": 0.0}
     nb, wall = check_run(request, course, want)
-    err = errors_of(nb, "test_allgather_us")
-    assert "allgather_us('ring', 4, 1000, 2.0, 1000.0)" in err and "own block" in err, err
     err = errors_of(nb, "test_allgather_ring")
     assert "block 1 was never written, expected rank 1's" in err, err
     assert "step 2: 0->1" in err, err
@@ -399,7 +388,6 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(request, course):
                       ("test_allgather_cython", "allgather_cy.allgather_ring")]:
         assert f"{name} is right" not in printed_by(nb, gid), gid  # the patch fools nothing
     assert "choose_allgather is within" not in printed_by(nb, "test_choose_allgather")
-    for gid in set(full(LAB6)) - {"test_allgather_us"}:
+    for gid in full(LAB6):
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
-    assert "NotImplementedError" in errors_of(nb, "test_allgather_us")  # left as released
     print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")

@@ -31,10 +31,8 @@ references computed in the caller, which at autograde time is the grader's kerne
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -67,12 +65,6 @@ __all__ = [
     "check_compiled_refuses",
     "time_compiled",
     "check_cython_ring",
-    "allgather_times",
-    "reference_allgather_us",
-    "allgather_now",
-    "check_allgather_us",
-    "show_allgather_us",
-    "PREDICTION_TOLERANCE",
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -630,137 +622,3 @@ def check_cython_ring(source: str, cases: Iterable, *, refuse: tuple[int, int] =
     check_compiled_ring(kernel, cases, name=name, timeout=timeout)
     check_compiled_refuses(kernel, *refuse, name=name, timeout=timeout)
     return time_compiled(kernel, name=name, timeout=timeout)
-
-
-# ---------------------------------------------------------------------------------------
-# Part G: a prediction, graded against the course's allgathers measured just now
-
-#: The course's compiled ring (and recursive doubling) of 1 MiB blocks, measured one call
-#: at a time, may take this many times the model: below 1 only noise; above it what the
-#: model leaves out (each rank's copy of its own block into place, each step's rendezvous
-#: handshake, copies at once sharing the memory system). Measured here: 1.5-2.0 on 2 ranks.
-PREDICTION_TOLERANCE = (0.5, 3.0)
-PREDICTED_ALGS = ("ring", "recursive_doubling", "bruck")
-BLOCK_BYTES = 1 << 20
-
-
-def allgather_times(comm, block_bytes: int, reps: int = 15) -> dict:
-    """On every rank of `comm`: the course's compiled ring allgather of `block_bytes` per
-    rank, and recursive doubling where p is a power of two (:func:`mpilab.collectives.run`),
-    timed one call at a time from a barrier to the slowest rank; the fastest of `reps`
-    (µs, None where the algorithm cannot run)."""
-    from mpi4py import MPI
-
-    from mpilab import collectives
-
-    r, p = comm.Get_rank(), comm.Get_size()
-    n = max(1, block_bytes // 8)
-    send, recv = np.full(n, float(r)), np.empty(p * n)
-    out = {}
-    for alg in ("ring", "recursive_doubling"):
-        if alg not in collectives.admissible("allgather", p):
-            out[f"{alg}_us"] = None
-            continue
-        collectives.run(comm, "allgather", alg, send, recv)  # warm-up
-        best = float("inf")
-        for _ in range(reps):
-            comm.Barrier()
-            t0 = MPI.Wtime()
-            collectives.run(comm, "allgather", alg, send, recv)
-            best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
-        out[f"{alg}_us"] = best * 1e6
-    return out
-
-
-def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float,
-                           beta_MBps: float) -> float:
-    """The model (lecture 06, :func:`mpilab.collectives.predict`): per step α plus the
-    step's message at β; the ring p - 1 steps of one block, recursive doubling and Bruck
-    ⌈log2 p⌉ steps that together carry p - 1 blocks."""
-    from mpilab import collectives
-
-    return collectives.predict("allgather", alg, p, block_bytes, alpha_us, beta_MBps).t_us
-
-
-def allgather_now(cluster_ranks: int = 4) -> dict:
-    """α and β, and the course's allgathers of 1 MiB blocks, measured (once per grading
-    session) on one rank per core."""
-    from mpilab.grading import measured
-
-    ab = measured.measure("alpha-beta", measured.alpha_beta, BLOCK_BYTES,
-                          cluster_ranks=cluster_ranks)
-    m = measured.measure("allgather", allgather_times, BLOCK_BYTES,
-                         cluster_ranks=cluster_ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
-
-
-def _allgather_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
-    if not grading._is_num(got) or isinstance(got, (bool, complex)):
-        return "Return a number of µs."
-    steps = log_steps(p)
-    ring = alg == "ring"
-    guesses = [
-        (p * (a + n / b) if ring else math.nan,
-         "The ring takes p - 1 steps: a rank's own block never travels."),
-        ((p - 1) * (a + n / b) if not ring else math.nan,
-         "That is the ring's p - 1 steps of one block; this algorithm takes ⌈log2 p⌉ steps, "
-         "whose messages grow."),
-        (steps * (a + n / b) if not ring else math.nan, "Each step's message grows (1, 2, 4, ... blocks): together the "
-                              "steps carry p - 1 blocks, not one per step."),
-        (steps * a + p * n / b if not ring else math.nan, "The steps carry p - 1 blocks in all: a rank's own block is "
-                                "already in place."),
-        (reference_allgather_us(alg, p, n, a, b) - (p - 1) * n / b,
-         "Each block costs its bytes at β too."),
-    ]
-    for value, text in guesses:
-        if math.isclose(got, value, rel_tol=1e-9) and not math.isclose(
-                value, reference_allgather_us(alg, p, n, a, b), rel_tol=1e-9):
-            return text
-    return ("Per step α plus that step's message at β: the ring p - 1 steps of one block; "
-            "Bruck and recursive doubling ⌈log2 p⌉ steps carrying p - 1 blocks in all.")
-
-
-def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
-                       cluster_ranks: int = 4) -> dict:
-    """``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)`` equals the model on
-    `cases` ((alg, p, n, α, β) tuples), and its predictions hold against the course's
-    ring (and recursive doubling, where p allows) measured just now. Returns the
-    measurement with ``{alg}_predicted_us`` and ``{alg}_ratio``."""
-    from mpilab.grading import measured
-
-    __tracebackhide__ = True
-    for alg, p, n, a, b in cases:
-        got = grading.call_local(allgather_us, alg, p, n, a, b, timeout=10)
-        grading.expect_close(got, reference_allgather_us(alg, p, n, a, b), rtol=1e-9,
-                             what=f"allgather_us({alg!r}, {p}, {n}, {a}, {b})",
-                             hint=_allgather_hint(got, alg, p, n, a, b))
-    m = allgather_now(cluster_ranks)
-    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
-    model = f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on {measured.where(m)}"
-    out = dict(m)
-    for alg in ("ring", "recursive_doubling"):
-        if m[f"{alg}_us"] is None:
-            continue
-        got = grading.call_local(allgather_us, alg, p, BLOCK_BYTES, a, b, timeout=10)
-        out[f"{alg}_predicted_us"] = got
-        out[f"{alg}_ratio"] = measured.expect_prediction(
-            got, m[f"{alg}_us"], tolerance=PREDICTION_TOLERANCE, model=model,
-            what=f"the course's {alg.replace('_', ' ')} allgather of 1 MiB blocks on {p} ranks")
-    return out
-
-
-def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
-    """Not graded: α, β and the course's allgathers measured now (the first call measures
-    them, a few seconds), beside ``allgather_us``'s predictions."""
-    from mpilab.grading import measured
-
-    if grading.not_while_grading():
-        return None
-    m = allgather_now(cluster_ranks)
-    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.2f} µs, "
-          f"β = {m['beta_MBps']:,.0f} MB/s")
-    for alg in ("ring", "recursive_doubling"):
-        if m[alg + "_us"] is not None:
-            print(f"{alg:>18}, 1 MiB blocks: measured {m[alg + '_us']:8.1f} µs, predicted "
-                  + measured._shown(allgather_us, alg, m["ranks"], BLOCK_BYTES,
-                                    m["alpha_us"], m["beta_MBps"]))

@@ -140,6 +140,7 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
 
     One store, not one per image: the model is one store's, and several copies at once
     would share the memory system (on one core, take turns)."""
+
     import numpy as np
 
     from mpilab.coarray_view import CoArray
@@ -147,6 +148,8 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
 
     first = comm.Get_rank() == 0
     n = max(1, nbytes // 8)
+    # NumPy arrays, as a student's: their copy is what β_copy stands for (huge pages
+    # would make the local copy, 1 MiB between two cached arrays, many times faster)
     a, b = np.ones(n), np.zeros(n)
 
     def copy():

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -133,6 +134,20 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
 # measurements the labs' predictions are graded against: the course's code, on the ranks
 
 
+def doubles(n: int, value: float = 1.0) -> np.ndarray:
+    """`n` float64 (at least one) for a measurement, on memory of a known kind: 2 MiB
+    aligned and advised to use huge pages (:func:`mpilab.timing.buffer`), every page
+    touched. A NumPy array's pages depend on what was allocated before it (4 KiB pages,
+    or huge pages an earlier array left advised), and a large message from 4 KiB pages
+    moves at a third of the speed (lecture 01): two buffers of one measurement that got
+    different pages would make a model look wrong by that factor."""
+    from ..timing import buffer
+
+    out = buffer("huge-pages", 8 * max(1, int(n))).view(np.float64)
+    out[:] = value
+    return out
+
+
 def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs, each
     repetition timed from a barrier to the slowest rank's end."""
@@ -154,11 +169,10 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way hop (ping-pong of ranks 0 and 1, half a round
     trip), a lap of a token of `nbytes` round the ring (each rank waits for its left
     neighbour) and a shift (every rank ``Sendrecv``s to the right at once), in µs."""
-    import numpy as np
 
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
-    out, into = np.ones(max(1, nbytes // 8)), np.zeros(max(1, nbytes // 8))
+    out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
 
     def round_trip():
         if rank == 0:
@@ -201,7 +215,8 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
         got = run_on_ranks(func, *args, ranks=p, timeout=timeout)[0]
         return {**got, "ranks": p, "cores": cores, "oversubscribed": p > cores}
 
-    return cached(f"{name}-{_library()}-{p}-" + "-".join(map(str, args)), make)
+    key = re.sub(r"[^\w.-]+", "_", f"{name}-{_library()}-{p}-" + "-".join(map(str, args)))
+    return cached(key, make)
 
 
 def where(m: dict) -> str:
@@ -293,12 +308,11 @@ def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
     `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
     NumPy arrays, as the labs' own code sends."""
-    import numpy as np
 
     rank = comm.Get_rank()
 
     def one_way(nbytes: int) -> float:
-        out, into = np.ones(max(1, nbytes // 8)), np.zeros(max(1, nbytes // 8))
+        out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
 
         def round_trip():
             if rank == 0:
