@@ -307,7 +307,7 @@ def _shift_hint(got, p, hop) -> str:
 def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
     `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
-    NumPy arrays, as the labs' own code sends."""
+    NumPy arrays as the labs' own code sends, on memory of one kind (:func:`doubles`)."""
 
     rank = comm.Get_rank()
 
