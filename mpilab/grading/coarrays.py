@@ -120,7 +120,6 @@ def check_segments(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
            "of you made: every image must make every sync_all.")
 
 
-
 # ---------------------------------------------------------------------------------------
 # Part D: a prediction, graded against a push measured just now
 

@@ -59,7 +59,6 @@ PREDICTION_TOLERANCE = (0.8, 1.6)
 BIG_BYTES = 131072  # "large": ten times the Fast Ethernet bucket, past the eager limit
 
 
-
 # ---------------------------------------------------------------------------------------
 # the references
 

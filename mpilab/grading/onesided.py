@@ -623,7 +623,6 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
     return diff
 
 
-
 # ---------------------------------------------------------------------------------------
 # Part D: a prediction, graded against an epoch measured just now
 
