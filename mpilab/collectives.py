@@ -283,7 +283,6 @@ OMPI_NAMES = {
 }
 
 
-
 def algorithm(op: str, alg: str) -> Algorithm:
     """The :class:`Algorithm` `alg` of `op`; a ValueError naming the choices if unknown."""
     if op not in ALGORITHMS:

@@ -149,7 +149,6 @@ def halo_harness(comm, func: Callable, kind: str, nx: int, ny: int, dims: Sequen
         cart.Free()
 
 
-
 def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> dict:
     """The course's nonblocking halo exchange (``Irecv``/``Isend`` of rows, one
     ``Waitall``, as the lab's Part B) on a p × 1 process grid of the nx × ny grid: the
