@@ -493,7 +493,7 @@ def test_the_autograde_benchmark_grades_as_expected(tmp_path):
     doc = json.loads(out.read_text())
     recs = {r["impl"]: r for r in doc["records"]}
     assert set(recs) == {"correct", "hostile"}
-    assert recs["correct"]["score"] == recs["correct"]["max_score"] == 6
+    assert recs["correct"]["score"] == recs["correct"]["max_score"] == 8
     assert recs["hostile"]["scores_as_expected"] and recs["hostile"]["score"] == 3
     assert all(r["nbgrader_ok"] and r["t_s"] > 0 for r in recs.values())
     assert doc["meta"]["sandbox"] and "cores" in doc["meta"] and "mpi_library" in doc["meta"]
