@@ -226,10 +226,7 @@ def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     from mpilab.grading import measured
 
     __tracebackhide__ = True
-    for n, t, c in cases:
-        got = grading.call_local(push_us, n, t, c, timeout=10)
-        grading.expect_close(got, reference_push_us(n, t, c), rtol=1e-9,
-                             what=f"push_us({n}, {t}, {c})", hint=_push_hint(got, n, t, c))
+    measured.expect_model(push_us, "push_us", cases, reference_push_us, _push_hint)
     m = push_now(cluster_ranks)
     t, c = m["tiny_push_us"], m["copy_MBps"]
     got = grading.call_local(push_us, m["nbytes"], t, c, timeout=10)

@@ -640,11 +640,7 @@ def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 
     from mpilab.grading import measured
 
     __tracebackhide__ = True
-    for alg, p, n, a, b in cases:
-        got = grading.call_local(bcast_us, alg, p, n, a, b, timeout=10)
-        grading.expect_close(got, reference_bcast_us(alg, p, n, a, b),
-                             what=f"bcast_us({alg!r}, {p}, {n}, {a}, {b})", rtol=1e-9,
-                             hint=_bcast_hint(got, alg, p, n, a, b))
+    measured.expect_model(bcast_us, "bcast_us", cases, reference_bcast_us, _bcast_hint)
     m = bcast_now(cluster_ranks)
     p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
     model = f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on {measured.where(m)}"

@@ -687,11 +687,9 @@ def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -
     from mpilab.grading import measured
 
     __tracebackhide__ = True
-    for nx, ny, dims, a, b in cases:
-        got = grading.call_local(exchange_us, nx, ny, tuple(dims), a, b, timeout=10)
-        grading.expect_close(got, reference_exchange_us(nx, ny, dims, a, b), rtol=1e-9,
-                             what=f"exchange_us({nx}, {ny}, {tuple(dims)}, {a}, {b})",
-                             hint=_exchange_hint(got, nx, ny, dims, a, b))
+    measured.expect_model(exchange_us, "exchange_us",
+                          [(nx, ny, tuple(dims), a, b) for nx, ny, dims, a, b in cases],
+                          reference_exchange_us, _exchange_hint)
     m = exchange_now(cluster_ranks)
     a, b = m["alpha_us"], m["beta_MBps"]
     got = grading.call_local(exchange_us, m["nx"], m["ny"], tuple(m["dims"]), a, b,

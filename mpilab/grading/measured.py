@@ -41,7 +41,8 @@ import numpy as np
 from .. import runtime
 from . import CheckFailed, _fail, _fmt, _is_num, _trusted
 
-__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction"]
+__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
+           "expect_model"]
 
 #: A measurement or a traced schedule is made once per grading session: kept in this
 #: kernel, and in a folder only this user can write, for this many seconds, so the
@@ -195,6 +196,21 @@ def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     return best * 1e6
 
 
+def _round_trip(comm, out, into) -> Callable[[], None]:
+    """One round trip of `out` between ranks 0 and 1 of `comm` (the others do nothing)."""
+    rank = comm.Get_rank()
+
+    def round_trip():
+        if rank == 0:
+            comm.Send(out, dest=1)
+            comm.Recv(into, source=1)
+        elif rank == 1:
+            comm.Recv(into, source=0)
+            comm.Send(out, dest=0)
+
+    return round_trip
+
+
 def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way hop (ping-pong of ranks 0 and 1, half a round
     trip), a lap of `nbytes` round the ring (each rank sends its own array once its left
@@ -210,14 +226,6 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     right, left = (rank + 1) % p, (rank - 1) % p
     out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
 
-    def round_trip():
-        if rank == 0:
-            comm.Send(out, dest=1)
-            comm.Recv(into, source=1)
-        elif rank == 1:
-            comm.Recv(into, source=0)
-            comm.Send(out, dest=0)
-
     def lap():  # each rank sends its own array once the left neighbour's has arrived
         if rank == 0:
             comm.Send(out, dest=right)
@@ -229,7 +237,7 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     def shift():
         comm.Sendrecv(out, dest=right, recvbuf=into, source=left)
 
-    return {"hop_us": _best_us(comm, round_trip, iters, reps) / 2,
+    return {"hop_us": _best_us(comm, _round_trip(comm, out, into), iters, reps) / 2,
             "lap_us": _best_us(comm, lap, iters, reps),
             "shift_us": _best_us(comm, shift, iters, reps)}
 
@@ -253,6 +261,19 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
 
     key = re.sub(r"[^\w.-]+", "_", f"{name}-{_library()}-{p}-" + "-".join(map(str, args)))
     return cached(key, make)
+
+
+def expect_model(func: Callable, name: str, cases, reference: Callable,
+                 hint: Callable) -> None:
+    """The student's model `func` equals `reference` on each of `cases` (argument tuples),
+    to 1e-9; a miss says ``name(args)`` and ``hint(got, *args)``."""
+    from . import call_local, expect_close
+
+    __tracebackhide__ = True
+    for args in cases:
+        got = call_local(func, *args, timeout=10)
+        expect_close(got, reference(*args), rtol=1e-9,
+                     what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
 
 
 def where(m: dict) -> str:
@@ -345,20 +366,9 @@ def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
     `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
     NumPy arrays as the labs' own code sends, on memory of one kind (:func:`doubles`)."""
 
-    rank = comm.Get_rank()
-
     def one_way(nbytes: int) -> float:
         out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
-
-        def round_trip():
-            if rank == 0:
-                comm.Send(out, dest=1)
-                comm.Recv(into, source=1)
-            elif rank == 1:
-                comm.Recv(into, source=0)
-                comm.Send(out, dest=0)
-
-        return _best_us(comm, round_trip, iters, reps) / 2
+        return _best_us(comm, _round_trip(comm, out, into), iters, reps) / 2
 
     return {"sizes": [int(n) for n in sizes], "t_us": [one_way(int(n)) for n in sizes]}
 

@@ -714,10 +714,7 @@ def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict
     from mpilab.grading import measured
 
     __tracebackhide__ = True
-    for n, e, b in cases:
-        got = grading.call_local(epoch_us, n, e, b, timeout=10)
-        grading.expect_close(got, reference_epoch_us(n, e, b), rtol=1e-9,
-                             what=f"epoch_us({n}, {e}, {b})", hint=_epoch_hint(got, n, e, b))
+    measured.expect_model(epoch_us, "epoch_us", cases, reference_epoch_us, _epoch_hint)
     m = epoch_now(cluster_ranks)
     e, b = m["empty_epoch_us"], m["beta_MBps"]
     got = grading.call_local(epoch_us, m["nbytes"], e, b, timeout=10)
