@@ -14,6 +14,7 @@ pandas DataFrame carrying where it was measured.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -165,6 +166,97 @@ def transparent_hugepages() -> str | None:
     except OSError:
         return None
     return text[text.index("[") + 1:text.index("]")] if "[" in text else None
+
+
+@contextlib.contextmanager
+def pinned(comm):
+    """Each rank of `comm` on a core of its own while the block runs, where there are
+    cores enough (``sched_setaffinity``: rank r on the r-th CPU this process may use);
+    the affinity is restored after. The cluster's engines are not bound (more engines
+    than cores are allowed), and two ranks the scheduler happens to put on one core
+    take turns: an exchange measured so took 2.3 times the same exchange on two cores."""
+    try:
+        mask = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        yield
+        return
+    if len(mask) < comm.Get_size():
+        yield
+        return
+    try:
+        os.sched_setaffinity(0, {mask[comm.Get_rank()]})
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mask)
+
+
+def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
+                     extra: dict | None = None) -> dict:
+    """On every rank of `comm`: where the bytes of a large message were, and what that
+    costs. One loop times each operation once per repetition, so a change of the
+    machine's state during the loop reaches all of them alike; each result is the fastest
+    of `reps`, in µs, the slowest rank's, every rank on a core of its own where there are
+    cores enough (:func:`pinned`), every buffer on huge pages (:func:`buffer`):
+
+    * ``alpha_us``: half a round trip of 8 B between ranks 0 and 1 (a loop of 20);
+    * ``resent_us``: one way of `nbytes` by a ping-pong that sends the same array every
+      time, as ping-pong benchmarks do: after the first, the receiving core holds the
+      array in its cache;
+    * ``forwarded_us``: one way of `nbytes` by a ping-pong in which each of the two ranks
+      sends on the array it has just received, as a ring or a tree does: the array sits,
+      just written, in the sending core's cache, and the receiver's copy (Open MPI's
+      single copy) must fetch every line from there;
+    * ``{name}_us`` for each of `extra` (name: a function of no argument that every rank
+      calls, a collective operation), one call from a barrier to the slowest rank: lab 06
+      times the course's allgathers in the same loop.
+    """
+    from mpi4py import MPI
+
+    r, p = comm.Get_rank(), comm.Get_size()
+
+    def arr(n, value):
+        a = buffer("huge-pages", 8 * max(1, n)).view(np.float64)
+        a[:] = value
+        return a
+
+    n = max(1, int(nbytes) // 8)
+    tiny, tiny_in = arr(1, 1.0), arr(1, 0.0)
+    out, into, potato = arr(n, 1.0), arr(n, 0.0), arr(n, float(r))
+
+    def round_trip(a, b, times=1):
+        def go():
+            for _ in range(times):
+                if r == 0:
+                    comm.Send(a, dest=1)
+                    comm.Recv(b, source=1)
+                elif r == 1:
+                    comm.Recv(b, source=0)
+                    comm.Send(a, dest=0)
+        return go
+
+    ops = {"alpha": (round_trip(tiny, tiny_in, 20), 40),
+           "resent": (round_trip(out, into), 2),
+           "forwarded": (round_trip(potato, potato), 2)}
+    for name, op in (extra or {}).items():
+        ops[name] = (op, 1)
+    best = dict.fromkeys(ops, float("inf"))
+    with pinned(comm):
+        for op, _ in ops.values():  # warm-up: connections, first touch of the pages
+            comm.Barrier()
+            op()
+        for _ in range(reps):
+            for name, (op, per) in ops.items():
+                comm.Barrier()
+                t0 = MPI.Wtime()
+                op()
+                best[name] = min(best[name],
+                                 comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX) / per)
+    got = {f"{k}_us": v * 1e6 for k, v in best.items()}
+    return {**got, "nbytes": int(nbytes), "ranks": p}
 
 
 def _buffers(nbytes: int, rank: int, kind: str = "huge-pages"):
@@ -385,6 +477,17 @@ def pingpong(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
     """Run :func:`measure_pingpong` on the cluster; a DataFrame with context columns."""
     recs = cluster.run(_on_world, "measure_pingpong", list(sizes), timeout=timeout, **kwargs)[0]
     return frame(recs, {**context(cluster), **cluster.info})
+
+
+def forwarding(cluster, nbytes: int = 1 << 20, *, reps: int = 15,
+               timeout: float = 120) -> dict:
+    """Run :func:`forwarding_times` on the cluster: rank 0's times, with the context
+    (machine, library, ranks, whether they were oversubscribed) and ``ratio``, the
+    forwarded message's time over the resent one's."""
+    got = cluster.run(_on_world, "forwarding_times", int(nbytes), int(reps),
+                      timeout=timeout)[0]
+    got["ratio"] = got["forwarded_us"] / got["resent_us"]
+    return {**context(cluster), **cluster.info, **got}
 
 
 def memcopy(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):

@@ -13,6 +13,7 @@ import pytest
 
 from mpilab import runtime
 from mpilab.grading import CheckFailed
+from mpilab.grading import allgather as A
 from mpilab.grading import collectives as C
 from mpilab.grading import halo as H
 from mpilab.grading import measured as M
@@ -116,6 +117,28 @@ def test_exchange_hint_for_adding_up_every_rank():
     assert "busiest rank" in H._exchange_hint(total, 100, 60, (3, 3), 1.0, 1000.0)
 
 
+def test_allgather_model_counts_steps_and_blocks():
+    one = 2.0 + 1000 / 1000.0
+    assert A.reference_allgather_us("ring", 4, 1000, 2.0, 1000.0) == pytest.approx(3 * one)
+    # 2 steps (1 block, then 2): 2 latencies and the 3 blocks that travel
+    for alg in ("recursive_doubling", "bruck"):
+        assert A.reference_allgather_us(alg, 4, 1000, 2.0, 1000.0) == pytest.approx(2 * 2.0 + 3)
+    # Bruck on 5 ranks: 3 steps (1, 2, then the 1 block left)
+    assert A.reference_allgather_us("bruck", 5, 1000, 2.0, 1000.0) == pytest.approx(3 * 2.0 + 4)
+    assert A.reference_allgather_us("ring", 2, 1000, 2.0, 1000.0) == pytest.approx(one)
+
+
+@pytest.mark.parametrize("alg, got, says", [
+    ("ring", 4 * 3.0, "own block never travels"),
+    ("bruck", 3 * 3.0, "ring's p - 1 steps"),
+    ("recursive_doubling", 2 * 3.0, "message grows"),
+    ("bruck", 2 * 2.0 + 4, "already in place"),
+    ("ring", 3 * 2.0, "its bytes at β"),
+])
+def test_allgather_hints_name_the_mistake(alg, got, says):
+    assert says in A._allgather_hint(got, alg, 4, 1000, 2.0, 1000.0)
+
+
 def test_ring_hints_name_the_mistake():
     assert "p - 1 hops" in M._lap_hint(4 * 10.0, 5, 10.0)
     assert "side by side" in M._shift_hint(5 * 10.0, 5, 10.0)
@@ -130,7 +153,7 @@ def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatc
     built from the same run (a sanity check of the measurement, not a speed limit)."""
     monkeypatch.setattr(M, "cache_dir", lambda: None)  # measured now, not read back
     monkeypatch.setattr(M, "_CACHE", {})
-    ring, bc, ex = M.ring_now(), C.bcast_now(), H.exchange_now()
+    ring, bc, ex, ag = M.ring_now(), C.bcast_now(), H.exchange_now(), A.allgather_now()
     pp = M.pingpong_now(cluster_ranks=2)
     assert pp["sizes"] == [8, 1 << 20, 4 << 20] and pp["ranks"] == 2
     lo, hi = M.HELD_OUT_TOLERANCE
@@ -150,3 +173,25 @@ def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatc
     want = H.reference_exchange_us(ex["nx"], ex["ny"], ex["dims"], ex["alpha_us"],
                                    ex["beta_MBps"])
     assert H.PREDICTION_TOLERANCE[0] <= ex["exchange_us"] / want <= H.PREDICTION_TOLERANCE[1]
+    assert ag["ranks"] == p and ag["block_bytes"] == A.BLOCK_BYTES
+    assert (ag["recursive_doubling_us"] is None) is (p & (p - 1) != 0)
+    for alg in A.PREDICTED:
+        if ag[f"{alg}_us"] is not None:
+            want = A.reference_allgather_us(alg, p, A.BLOCK_BYTES, ag["alpha_us"],
+                                            ag["beta_MBps"])
+            lo, hi = A.PREDICTION_TOLERANCE
+            assert lo <= ag[f"{alg}_us"] / want <= hi, (alg, ag)
+
+
+def test_lab06_times_the_allgathers_beside_both_ping_pongs(lab):
+    """Lab 06's try-it measurement: the course's ring and recursive doubling in the same
+    loop as the resent and the forwarded ping-pong, on 4 ranks (a power of two)."""
+    from mpilab.grading import run_on_ranks
+
+    out = run_on_ranks(A._forwarding_with_allgathers, 1 << 16, ranks=4, timeout=120)
+    assert all(o == out[0] for o in out)  # the slowest rank's times, on every rank
+    got = out[0]
+    assert got["nbytes"] == 1 << 16 and got["ranks"] == 4
+    assert got["ring_us"] > got["alpha_us"] > 0 and got["recursive_doubling_us"] > 0
+    three = run_on_ranks(A._forwarding_with_allgathers, 1 << 10, ranks=3, timeout=120)[0]
+    assert three["recursive_doubling_us"] is None and three["ring_us"] > 0

@@ -335,17 +335,62 @@ needs6 = pytest.mark.skipif(LAB6 not in LABS, reason="lab 06 not written yet")
 @needs6
 @pytest.mark.submission(LAB6, "correct", lambda: solutions(LAB6))
 def test_lab06_correct_gets_full_marks(request, course):
-    _, wall = check_run(request, course, full(LAB6))
+    nb, wall = check_run(request, course, full(LAB6))
+    said = printed_by(nb, "test_allgather_us")
+    assert "allgather_us is right, and holds on this machine" in said, said
+    print(said)
     print(f"[wall] {LAB6} correct submission autograded in {wall:.1f} s")
+
+
+ALLGATHER_US_P_STEPS = '''
+def allgather_us(alg, p, block_bytes, alpha_us, beta_MBps):
+    if alg == "ring":
+        return p * (alpha_us + block_bytes / beta_MBps)
+    return int(np.ceil(np.log2(p))) * alpha_us + (p - 1) * block_bytes / beta_MBps
+'''
+
+ALLGATHER_US_HOSTILE = HOSTILE_PATCH + '''
+import mpilab.grading.measured as _me  # noqa: E402
+
+_a.check_allgather_us = _always_pass
+_a.PREDICTION_TOLERANCE = (0.0, float("inf"))
+_me.expect_prediction = lambda *args, **kwargs: 1.0
+_me.expect_model = _always_pass
+
+
+class _Close(float):
+    """A number that says it is as close as can be to anything."""
+
+    def __eq__(self, other):
+        return True
+
+    def __sub__(self, other):
+        return 0.0
+
+    __rsub__ = __sub__
+
+    def __truediv__(self, other):
+        return 1.0
+
+    __rtruediv__ = __truediv__
+
+
+def allgather_us(alg, p, block_bytes, alpha_us, beta_MBps):
+    """A second whatever is asked, dressed as a number close to everything."""
+    return _Close(1e6)
+'''
 
 
 @needs6
 @pytest.mark.submission(LAB6, "wrong", lambda: {**solutions(LAB6), "allgather_ring": RING_OFF_BY_ONE,
-                                               "allgather_recursive_doubling": RD_ANY_P})
+                                               "allgather_recursive_doubling": RD_ANY_P,
+                                               "allgather_us": ALLGATHER_US_P_STEPS})
 def test_lab06_wrong_gets_partial_marks(request, course):
     want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
-            "test_rd_not_power_of_two": 0.0}
+            "test_rd_not_power_of_two": 0.0, "test_allgather_us": 0.0}
     nb, wall = check_run(request, course, want)
+    err = errors_of(nb, "test_allgather_us")
+    assert "allgather_us('ring', 4, 1000, 2.0, 1000.0)" in err and "own block" in err, err
     err = errors_of(nb, "test_allgather_ring")
     assert "block 1 was never written, expected rank 1's" in err, err
     assert "step 2: 0->1" in err, err
@@ -379,6 +424,7 @@ def test_lab06_deadlocks_lose_only_their_parts(request, course):
         "def allgather_ring", "def allgather_recursive_doubling"),
     "allgather_pyx": HOSTILE_PATCH + PYX_NOTHING,
     "choose_allgather": CHOOSE_HOSTILE,
+    "allgather_us": ALLGATHER_US_HOSTILE,
 })
 def test_lab06_hostile_gets_no_marks_for_wrong_answers(request, course):
     nb, wall = check_run(request, course, {k: 0.0 for k in full(LAB6)})
@@ -388,6 +434,10 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(request, course):
                       ("test_allgather_cython", "allgather_cy.allgather_ring")]:
         assert f"{name} is right" not in printed_by(nb, gid), gid  # the patch fools nothing
     assert "choose_allgather is within" not in printed_by(nb, "test_choose_allgather")
-    for gid in full(LAB6):
+    assert "allgather_us is right" not in printed_by(nb, "test_allgather_us")
+    for gid in set(full(LAB6)) - {"test_allgather_us"}:
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
+    # the patched checks are the grader's own again, and they refuse the made-up number
+    assert "BadResult" in errors_of(nb, "test_allgather_us") and "_Close" in errors_of(
+        nb, "test_allgather_us")
     print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")

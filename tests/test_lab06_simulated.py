@@ -377,7 +377,7 @@ def course(tmp_path_factory) -> Path:
 def test_wrong_and_hostile_choices_lose_only_this_part(course):
     for student, answer in (("wrong", WRONG), ("hostile", HOSTILE)):
         submit(course, LAB6, student, {**solutions(LAB6), "choose_allgather": answer})
-    assert sum(full(LAB6).values()) == 15
+    assert sum(full(LAB6).values()) == 17
     t0 = time.perf_counter()
     res = nbgrader(course, "autograde", LAB6, "--force")  # one grading session, both
     wall = time.perf_counter() - t0

@@ -190,6 +190,19 @@ def test_lecture_01_times_one_message_three_ways_and_reads_the_clock():
         assert rate and float(rate.group(1)) > 0, proto
 
 
+def test_lecture_01_sends_a_resent_and_a_forwarded_array():
+    """The same 1 MiB resent and forwarded in one loop; both real times, above 0."""
+    nb = executed("01-pingpong")
+    out = text_of(cell_with(nb, "timing.forwarding(lab"))
+    got = re.search(r"2 ranks over shm, 1 MiB one way \(fastest of 15\): ([\d.]+) µs resending "
+                    r"one array, ([\d.]+) µs sending on the array just received: ([\d.]+) times",
+                    out)
+    assert got, out
+    resent, forwarded, ratio = map(float, got.groups())
+    assert resent > 0 and forwarded > 0
+    assert ratio == pytest.approx(forwarded / resent, abs=0.06), out
+
+
 def test_lecture_01_puts_loggp_beside_hockney_on_held_out_sizes():
     nb = executed("01-pingpong")
     out = text_of(cell_with(nb, "models.loggp_from("))

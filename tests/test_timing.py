@@ -53,6 +53,17 @@ def test_oneway_and_memcopy(lab):
     assert lab.healthy()
 
 
+def test_forwarding_times_on_the_cluster(lab):
+    """Both ping-pongs and the allgathers run in one loop on every rank; a 1 MiB message
+    takes longer than 8 B whichever array it is sent from; the record says where it ran."""
+    got = timing.forwarding(lab, 1 << 20, reps=3)
+    assert got["nbytes"] == 1 << 20 and got["ranks"] == 4 and got["oversubscribed"] is (
+        4 > got["cores"])
+    assert {"alpha_us", "resent_us", "forwarded_us", "mpi_library", "hostname"} <= set(got)
+    assert 0 < got["alpha_us"] < min(got["resent_us"], got["forwarded_us"])
+    assert got["ratio"] == got["forwarded_us"] / got["resent_us"]
+
+
 def test_bad_arguments_are_python_errors(lab):
     from mpilab import cluster
 

@@ -25,7 +25,6 @@ one on 8 cores.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import runtime
+from ..timing import pinned  # noqa: F401 - the graded measurements' pinning, as before
 from . import CheckFailed, _fail, _fmt, _is_num, _trusted
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
@@ -150,32 +150,6 @@ def doubles(n: int, value: float = 1.0) -> np.ndarray:
     return out
 
 
-@contextlib.contextmanager
-def pinned(comm):
-    """Each rank of `comm` on a core of its own while the block runs, where there are
-    cores enough (``sched_setaffinity``: rank r on the r-th CPU this process may use);
-    the affinity is restored after. The cluster's engines are not bound (more engines
-    than cores are allowed), and two ranks the scheduler happens to put on one core
-    take turns: an exchange measured so took 2.3 times the same exchange on two cores."""
-    try:
-        mask = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        yield
-        return
-    if len(mask) < comm.Get_size():
-        yield
-        return
-    try:
-        os.sched_setaffinity(0, {mask[comm.Get_rank()]})
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, mask)
-
-
 def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs, each
     repetition timed from a barrier to the slowest rank's end, every rank on a core of
@@ -217,10 +191,13 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     neighbour's has arrived) and a shift (every rank ``Sendrecv``s to the right at once),
     in µs.
 
-    A lap does not pass on the array it received: sending data this rank has just
-    received costs more than sending an array that sat in memory, by a factor that
-    changed from 1.5 (under mpiexec) to 6 (on ipyparallel engines) on the course's
-    machine, which no model here accounts for."""
+    A lap does not pass on the array it received, which would cost more than the hop: a
+    large message is copied once, by the receiving process straight out of the sender's
+    array, and an array just received sits, just written, in the sender's core's cache,
+    where the copy must fetch every line; the hop's ping-pong sends one array again and
+    again, already in the other core's cache. On the course's 2-core virtual machine
+    forwarding 1 MiB took about 2 times the hop, and 10 times while the machine's two cores
+    sat far apart (:func:`mpilab.timing.forwarding_times` measures both)."""
 
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -322,12 +299,13 @@ def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.
             "lap_ratio": ratios[0], "shift_ratio": ratios[1]}
 
 
-def _shown(func: Callable, *args: Any) -> str:
-    """``func(*args)`` as "123.4 µs" for a try-it cell, or what it raised."""
+def _shown(func: Callable, *args: Any, digits: int = 1) -> str:
+    """``func(*args)`` as "123.4 µs" (`digits` after the point) for a try-it cell, or what
+    it raised."""
     try:
         got = func(*args)
-        return " ".join(f"{float(v):8.1f} µs" for v in (got if isinstance(got, (tuple, list))
-                                                        else (got,)))
+        return " ".join(f"{float(v):8.{digits}f} µs"
+                        for v in (got if isinstance(got, (tuple, list)) else (got,)))
     except Exception as exc:  # noqa: BLE001 - shown, not raised
         return f"({getattr(func, '__name__', 'it')} raised {type(exc).__name__}: {exc})"
 
