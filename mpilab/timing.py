@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from . import runtime
+from . import runtime, validate
 
 IMPLS = ("kernel", "mpi4py")
 MODES = ("roundtrip", "oneway", "window")
@@ -217,6 +217,10 @@ def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
     from mpi4py import MPI
 
     r, p = comm.Get_rank(), comm.Get_size()
+    if p < 2:
+        raise ValueError(f"forwarding_times needs 2 ranks or more, got {p}")
+    validate.count(nbytes, "nbytes", lowest=8)
+    validate.count(reps, "reps")
 
     def arr(n, value):
         a = buffer("huge-pages", 8 * max(1, n)).view(np.float64)

@@ -213,6 +213,30 @@ def test_pingpong_window_mode_runs_in_every_implementation(tmp_path):
     assert all(t[(i, 65536)] > t[(i, 8)] for i in ("kernel", "c-standalone", "mpi4py"))
 
 
+def test_forwarding_measures_a_resent_and_a_forwarded_array_side_by_side(tmp_path):
+    """python -m mpilab.bench forwarding: per size one record per ping-pong, every round's
+    time and ratio, the ratio computed from the same round's two times; sane, not fast."""
+    path = tmp_path / "forwarding.json"
+    res = bench("forwarding", "--sizes", "64K,1M", "--reps", "3", "--rounds", "2",
+                "--pause", "0", "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(path.read_text())
+    recs = {(r["size_bytes"], r["impl"]): r for r in doc["records"]}
+    assert sorted(recs) == [(65536, "forwarded"), (65536, "resent"), (1 << 20, "forwarded"),
+                            (1 << 20, "resent")]
+    for n in (65536, 1 << 20):
+        rs, fw = recs[(n, "resent")], recs[(n, "forwarded")]
+        assert rs["ranks"] == fw["ranks"] == 2 and len(fw["times_us"]) == 2  # a time a round
+        assert fw["ratios"] == pytest.approx(
+            [f / r for f, r in zip(fw["times_us"], rs["times_us"], strict=True)])
+        assert fw["ratio_max"] == pytest.approx(max(fw["ratios"]))
+        # a message of n bytes takes longer than one of 8, whichever array it leaves from
+        assert min(rs["t_us_min"], fw["t_us_min"]) > rs["alpha_us"] > 0
+    assert doc["meta"]["settings"]["rounds"] == 2 and "ratio, median" in res.stdout
+    bad = bench("forwarding", "--sizes", "4")
+    assert bad.returncode == 2 and "size must be >= 8" in bad.stderr
+
+
 def test_contention_measures_pairs_side_by_side(tmp_path):
     """python -m mpilab.bench contention on this host: one pair alone beside two at once
     (oversubscribed on fewer than 4 cores, and said so), a record per size and pair count,

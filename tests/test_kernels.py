@@ -76,3 +76,38 @@ def test_the_type_stub_matches_the_compiled_module(name):
                                 + [repr(ast.literal_eval(d)) for d in a.kw_defaults
                                    if d is not None]]
     assert declared == real
+
+
+def test_line_bounce_measures_two_cores_and_refuses_bad_cpus():
+    """A cache line bounced between two pinned threads: a positive round trip, short of a
+    millisecond; one CPU, the same CPU twice or a CPU this process may not use is a
+    ValueError, never a hang. Run in a child process (importing a kernel starts MPI)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import os, json
+from mpilab.kernels import memcopy
+cpus = sorted(os.sched_getaffinity(0))
+out = {"ns": memcopy.line_bounce_ns(cpus[0], cpus[1], 20000) if len(cpus) > 1 else None}
+for a, b in ((cpus[0], cpus[0]), (cpus[0], 4096), (-1, cpus[0])):
+    try:
+        memcopy.line_bounce_ns(a, b, 10)
+        out[f"{a},{b}"] = "no error"
+    except ValueError as exc:
+        out[f"{a},{b}"] = str(exc)
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=runtime.clean_env())
+    assert res.returncode == 0, res.stderr
+    import json
+
+    out = json.loads(res.stdout)
+    if len(os.sched_getaffinity(0)) > 1:
+        assert 0 < out.pop("ns") < 1e6, out
+    else:
+        assert out.pop("ns") is None
+    for said in out.values():
+        assert "two different CPUs" in said, out

@@ -201,6 +201,18 @@ def test_lecture_01_sends_a_resent_and_a_forwarded_array():
     resent, forwarded, ratio = map(float, got.groups())
     assert resent > 0 and forwarded > 0
     assert ratio == pytest.approx(forwarded / resent, abs=0.06), out
+    # the reference the lecture quotes: slow rounds are the ones where a cache line's round
+    # trip between the two cores was slow
+    doc = json.loads((ROOT / "reference" / "2core-epyc-openmpi414" / "forwarding.json")
+                     .read_text())
+    assert doc["meta"]["cores"] == 2 and doc["meta"]["mpi_version"] == "4.1.4"
+    fw = {r["size_bytes"]: r for r in doc["records"] if r["impl"] == "forwarded"}
+    one = fw[1 << 20]
+    fast = [x for x, ns in zip(one["ratios"], one["line_round_trip_ns"], strict=True) if ns < 100]
+    slow = [x for x, ns in zip(one["ratios"], one["line_round_trip_ns"], strict=True) if ns > 300]
+    assert len(fast) >= 10 and len(slow) >= 3
+    assert max(fast) < 2 < sorted(slow)[len(slow) // 2]
+    assert 0.7 < sorted(fw[16 << 20]["ratios"])[10] < 1.2  # past the caches: the same
 
 
 def test_lecture_01_puts_loggp_beside_hockney_on_held_out_sizes():

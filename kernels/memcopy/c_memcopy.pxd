@@ -9,3 +9,5 @@ cdef extern from "c_memcopy.h" nogil:
 
     int mpilab_memcopy(MPI_Comm comm, double *dst, const double *src, size_t n,
                        int method, int warmup, int iters, int reps, double *times)
+
+    int mpilab_line_bounce(int cpu_a, int cpu_b, long iters, double *ns_per_round_trip)

@@ -46,3 +46,24 @@ def memcopy(MPI.Comm comm not None, double[::1] dst not None,
         err = c.mpilab_memcopy(cc, dp, sp, n, m, w, it, r, &t[0])
     _check_mpi(err)
     return times
+
+
+def line_bounce_ns(int cpu_a, int cpu_b, long iters=100000):
+    """Nanoseconds one cache line takes to go from CPU `cpu_a` to `cpu_b` and back: a line
+    bounced between two threads pinned there, `iters` times (no MPI). What each line of a
+    buffer just written on one core costs a copy made on the other. This thread's affinity
+    is restored after. Raises ValueError for CPUs this process may not use, or equal."""
+    cdef double ns = 0.0
+    cdef int err
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    import os
+    allowed = os.sched_getaffinity(0)
+    if cpu_a == cpu_b or cpu_a not in allowed or cpu_b not in allowed:
+        raise ValueError(f"two different CPUs of {sorted(allowed)} are needed, got "
+                         f"{cpu_a} and {cpu_b}")
+    with nogil:
+        err = c.mpilab_line_bounce(cpu_a, cpu_b, iters, &ns)
+    if err:
+        raise OSError(err, f"line bounce between CPUs {cpu_a} and {cpu_b} failed")
+    return ns

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "halo": "mpilab.bench.halo",
     "progress": "mpilab.bench.progress",
     "contention": "mpilab.bench.contention",
+    "forwarding": "mpilab.bench.forwarding",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",

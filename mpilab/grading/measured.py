@@ -196,8 +196,8 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     array, and an array just received sits, just written, in the sender's core's cache,
     where the copy must fetch every line; the hop's ping-pong sends one array again and
     again, already in the other core's cache. On the course's 2-core virtual machine
-    forwarding 1 MiB took about 2 times the hop, and 10 times while the machine's two cores
-    sat far apart (:func:`mpilab.timing.forwarding_times` measures both)."""
+    forwarding 1 MiB took 1.4 to 2 times the hop, and 4 to 11 times while the machine's two
+    cores sat far apart (``python -m mpilab.bench forwarding`` measures both)."""
 
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
