@@ -168,6 +168,36 @@ def transparent_hugepages() -> str | None:
     return text[text.index("[") + 1:text.index("]")] if "[" in text else None
 
 
+def doubles(n: int, value: float = 1.0) -> np.ndarray:
+    """`n` float64 (at least one) for a measurement, on memory of a known kind: 2 MiB
+    aligned and advised to use huge pages (:func:`buffer`), every page touched. A NumPy
+    array's pages depend on what was allocated before it (4 KiB pages, or huge pages an
+    earlier array left advised), and a large message from 4 KiB pages moves at a third of
+    the speed (lecture 01): two buffers of one measurement that got different pages would
+    make a model look wrong by that factor."""
+    out = buffer("huge-pages", 8 * max(1, int(n))).view(np.float64)
+    out[:] = value
+    return out
+
+
+def round_trip(comm, out, into, times: int = 1):
+    """A function of no argument: `times` round trips of `out` between ranks 0 and 1 of
+    `comm`, each answered from `into` once it has arrived (the other ranks do nothing).
+    With `out` and `into` the same array each rank sends on what it has just received."""
+    rank = comm.Get_rank()
+
+    def go():
+        for _ in range(times):
+            if rank == 0:
+                comm.Send(out, dest=1)
+                comm.Recv(into, source=1)
+            elif rank == 1:
+                comm.Recv(into, source=0)
+                comm.Send(out, dest=0)
+
+    return go
+
+
 @contextlib.contextmanager
 def pinned(comm):
     """Each rank of `comm` on a core of its own while the block runs, where there are
@@ -222,29 +252,12 @@ def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
     validate.count(nbytes, "nbytes", lowest=8)
     validate.count(reps, "reps")
 
-    def arr(n, value):
-        a = buffer("huge-pages", 8 * max(1, n)).view(np.float64)
-        a[:] = value
-        return a
-
     n = max(1, int(nbytes) // 8)
-    tiny, tiny_in = arr(1, 1.0), arr(1, 0.0)
-    out, into, potato = arr(n, 1.0), arr(n, 0.0), arr(n, float(r))
-
-    def round_trip(a, b, times=1):
-        def go():
-            for _ in range(times):
-                if r == 0:
-                    comm.Send(a, dest=1)
-                    comm.Recv(b, source=1)
-                elif r == 1:
-                    comm.Recv(b, source=0)
-                    comm.Send(a, dest=0)
-        return go
-
-    ops = {"alpha": (round_trip(tiny, tiny_in, 20), 40),
-           "resent": (round_trip(out, into), 2),
-           "forwarded": (round_trip(potato, potato), 2)}
+    tiny, tiny_in = doubles(1), doubles(1, 0.0)
+    out, into, potato = doubles(n), doubles(n, 0.0), doubles(n, float(r))
+    ops = {"alpha": (round_trip(comm, tiny, tiny_in, 20), 40),
+           "resent": (round_trip(comm, out, into), 2),
+           "forwarded": (round_trip(comm, potato, potato), 2)}
     for name, op in (extra or {}).items():
         ops[name] = (op, 1)
     best = dict.fromkeys(ops, float("inf"))

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import runtime
-from ..timing import pinned  # noqa: F401 - the graded measurements' pinning, as before
+from ..timing import doubles, pinned, round_trip  # noqa: F401 - used by the labs' measurements
 from . import CheckFailed, _fail, _fmt, _is_num, _trusted
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
@@ -136,20 +136,6 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
 # measurements the labs' predictions are graded against: the course's code, on the ranks
 
 
-def doubles(n: int, value: float = 1.0) -> np.ndarray:
-    """`n` float64 (at least one) for a measurement, on memory of a known kind: 2 MiB
-    aligned and advised to use huge pages (:func:`mpilab.timing.buffer`), every page
-    touched. A NumPy array's pages depend on what was allocated before it (4 KiB pages,
-    or huge pages an earlier array left advised), and a large message from 4 KiB pages
-    moves at a third of the speed (lecture 01): two buffers of one measurement that got
-    different pages would make a model look wrong by that factor."""
-    from ..timing import buffer
-
-    out = buffer("huge-pages", 8 * max(1, int(n))).view(np.float64)
-    out[:] = value
-    return out
-
-
 def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs, each
     repetition timed from a barrier to the slowest rank's end, every rank on a core of
@@ -168,21 +154,6 @@ def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
             t = comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX)
             best = min(best, t)
     return best * 1e6
-
-
-def _round_trip(comm, out, into) -> Callable[[], None]:
-    """One round trip of `out` between ranks 0 and 1 of `comm` (the others do nothing)."""
-    rank = comm.Get_rank()
-
-    def round_trip():
-        if rank == 0:
-            comm.Send(out, dest=1)
-            comm.Recv(into, source=1)
-        elif rank == 1:
-            comm.Recv(into, source=0)
-            comm.Send(out, dest=0)
-
-    return round_trip
 
 
 def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
@@ -214,7 +185,7 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     def shift():
         comm.Sendrecv(out, dest=right, recvbuf=into, source=left)
 
-    return {"hop_us": _best_us(comm, _round_trip(comm, out, into), iters, reps) / 2,
+    return {"hop_us": _best_us(comm, round_trip(comm, out, into), iters, reps) / 2,
             "lap_us": _best_us(comm, lap, iters, reps),
             "shift_us": _best_us(comm, shift, iters, reps)}
 
@@ -346,7 +317,7 @@ def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
 
     def one_way(nbytes: int) -> float:
         out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
-        return _best_us(comm, _round_trip(comm, out, into), iters, reps) / 2
+        return _best_us(comm, round_trip(comm, out, into), iters, reps) / 2
 
     return {"sizes": [int(n) for n in sizes], "t_us": [one_way(int(n)) for n in sizes]}
 
