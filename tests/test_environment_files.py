@@ -290,9 +290,26 @@ def locked_versions() -> dict[str, str]:
     out = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
-            name, version = line.split("==", 1)
+            name, version = line.split(";", 1)[0].split("==", 1)
+            assert canonicalize_name(name) not in out, (
+                f"constraints.txt pins {name} twice: one version must serve every Python")
             out[canonicalize_name(name)] = version.strip()
     return out
+
+
+def test_the_lock_serves_every_supported_python():
+    """One version per package, resolved from the oldest Python pyproject.toml claims.
+
+    requires-python names Debian 12's own Python (3.11.2): a pin that needs 3.11.5 (as
+    soupsieve 4.1 does) stopped `make` there. scripts/lock.sh resolves from that version
+    on; the stock-root stages of .ci/run install the lock on Debian 12's and 13's Pythons.
+    """
+    assert PYPROJECT["project"]["requires-python"].replace(" ", "") == ">=3.11.2"
+    locked = locked_versions()  # asserts one version each
+    assert locked["soupsieve"].split(".")[0] in ("1", "2"), "soupsieve >= 3 needs 3.11.5"
+    lock = (ROOT / "scripts" / "lock.sh").read_text()
+    assert "--universal" in lock and "requires-python" in lock
+    assert "lock.sh" in (ROOT / "Makefile").read_text()
 
 
 def test_constraints_lock_every_dependency_of_the_test_environment():
