@@ -8,8 +8,10 @@ process of the job and no shared-memory segment it made may remain.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,6 +158,34 @@ def test_a_killed_benchmark_process_leaves_a_job_the_next_start_ends():
     assert jobs.reap_orphans() >= 3
     assert its_job() == []
     assert segments() - before == set()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare for a PID namespace")
+def test_a_job_in_another_pid_namespace_is_not_taken_for_an_orphan():
+    """A job started inside another PID namespace (a grading sandbox, a container, a stock
+    root run beside this suite) is tagged with its owner's pid as that namespace counts:
+    from here the owner looks gone. reap_orphans must leave it alone; the same tag in this
+    namespace is an orphan and goes."""
+    ghost = f"{(1 << 22) + 7}-pytest"  # above any pid_max here: no such owner in this namespace
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    # only the sleep inside the namespace carries the tag, not unshare itself
+    other = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child",
+                              "env", f"{jobs.TAG}={ghost}", *sleep], start_new_session=True)
+    here = subprocess.Popen(sleep, env={**os.environ, jobs.TAG: ghost}, start_new_session=True)
+    try:
+        wait_for(lambda: len(jobs.tagged(jobs.TAG, ghost)) >= 2, what="both tagged sleeps")
+        assert jobs.reap_orphans() == 1
+        left = jobs.tagged(jobs.TAG, ghost)
+        assert len(left) == 1 and left[0].pid != here.pid, left
+        here.wait(timeout=10)  # ended (its status was reaped by the killer's wait)
+        assert other.poll() is None, "the job in the other namespace was ended"
+    finally:
+        for p in (other, here):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert jobs.tagged(jobs.TAG, ghost) == []
 
 
 def test_a_cluster_stopped_while_busy_leaves_no_process_and_no_segment():
