@@ -26,6 +26,11 @@ BINDER = ROOT / "binder"
 
 
 def _start(*cmd: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """binder/start with this environment's Python first on PATH, as Binder has its own
+    (whatever else PATH holds: a stock Debian has no plain ``python``, a developer's
+    machine may have another Python first)."""
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return subprocess.run([str(BINDER / "start"), *cmd], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=ROOT)
 
