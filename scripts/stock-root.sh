@@ -20,7 +20,11 @@
 # kept in $MPILAB_STOCK_ROOTS (default /var/cache/mpilab/stock-roots) for the next run;
 # a machine without them makes them (debootstrap, about 2 minutes each).
 # MPILAB_STOCK_KEEP=1 keeps the run's overlay (its path is printed) to look at afterwards;
-# MPILAB_STOCK_RUN=<that path> runs a command on it again, this tree's files copied in.
+# MPILAB_STOCK_RUN=<that path> runs a command on it again, this tree's files copied in
+# (a path that does not exist yet: a new run, kept there; .ci/run sets both roots up
+# side by side that way, then tests them one at a time).
+# One block, read whole before it runs: editing this file during a run cannot change it.
+{
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUITE="${1:?usage: scripts/stock-root.sh bookworm|trixie [command ...]}"
@@ -68,16 +72,21 @@ fi
 mkdir -p "$CACHE/apt" "$CACHE/pip"
 
 # --- one run: an overlay over the pristine root, in namespaces of its own ---------------
-if [[ -n "${MPILAB_STOCK_RUN:-}" ]]; then
-  # a kept run again (a developer's second try): its set-up is there, this tree's files
-  # are copied over it
+if [[ -n "${MPILAB_STOCK_RUN:-}" && -d "${MPILAB_STOCK_RUN}/upper/root/mpilab" ]]; then
+  # a kept run again (a second command on one set-up): this tree's files are copied over
+  # it, their times kept, so make rebuilds only what changed since
   RUN=$MPILAB_STOCK_RUN
-  [[ -d $RUN/upper/root/mpilab ]] || { echo "stock-root: no kept run at $RUN" >&2; exit 2; }
   git ls-files -z --cached --others --exclude-standard \
-    | xargs -0 -r cp --parents -t "$RUN/upper/root/mpilab"
+    | xargs -0 -r cp -p --parents -t "$RUN/upper/root/mpilab"
   MPILAB_STOCK_KEEP=1
 else
-  RUN=$(mktemp -d "$STORE/$SUITE/run.XXXXXX")
+  if [[ -n "${MPILAB_STOCK_RUN:-}" ]]; then  # a new run to keep, where asked
+    RUN=$MPILAB_STOCK_RUN
+    MPILAB_STOCK_KEEP=1
+    mkdir -p "$RUN"
+  else
+    RUN=$(mktemp -d "$STORE/$SUITE/run.XXXXXX")
+  fi
   mkdir -p "$RUN/upper/root"
   # The course, cloned as an instructor would, with this tree's uncommitted changes on
   # top (none in CI, which runs on a clean clone).
@@ -95,7 +104,14 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$RUN/work" "$RUN/root"
-cp /etc/resolv.conf "$RUN/upper/etc/resolv.conf" 2>/dev/null || { mkdir -p "$RUN/upper/etc"; cp /etc/resolv.conf "$RUN/upper/etc/"; }
+# What Debian's installer writes and debootstrap does not: the machine's name in
+# /etc/hosts. Without it every lookup of the host's own name (Open MPI's launcher makes
+# several) waits for DNS to give up, 5 s a job here.
+mkdir -p "$RUN/upper/etc"
+cp /etc/resolv.conf "$RUN/upper/etc/resolv.conf"
+hostname > "$RUN/upper/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+  "$(hostname)" > "$RUN/upper/etc/hosts"
 
 if [[ $# -eq 0 ]]; then
   set -- bash -c 'make setup-test && .venv/bin/python -m pytest -q -p no:cacheprovider \
@@ -126,3 +142,5 @@ unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
     TERM=dumb CI="${CI:-}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /root/mpilab && $CMD"
 '
+exit
+}
