@@ -29,8 +29,9 @@ launcher of :func:`mpilab.runtime.launch`, so running as root and oversubscripti
 handled as for every other kernel), reads the pressure field and the timings they write,
 and kills the whole process group of a run that outlives its timeout.
 
-A single-image coarray run uses Open MPI's ``pt2pt`` one-sided component: the default
-(``rdma``) cannot create a window on a one-process communicator.
+A single-image coarray run uses Open MPI 4's ``pt2pt`` one-sided component: the default
+(``rdma``) cannot create a window on a one-process communicator (Open MPI 5 has no
+``pt2pt``; its default serves one image).
 
 Examples
 --------
@@ -272,7 +273,10 @@ def _launch(program: str, args: dict, ranks: int, timeout: float,
     """
     exe = build()[program]
     launch = runtime.launch(ranks, transport)
-    extra = ["--mca", "osc", "pt2pt"] if program == "wave_caf" and ranks == 1 else []
+    # one image: Open MPI 4's default one-sided component (rdma) cannot make a window on
+    # a one-process communicator, its pt2pt can; Open MPI 5 has no pt2pt and needs none
+    extra = (["--mca", "osc", "pt2pt"] if program == "wave_caf" and ranks == 1
+             and launch.family == "openmpi" and runtime.openmpi_major(launch.exe) < 5 else [])
     try:
         return jobs.run(launch, [str(exe), *(f"{k}={v}" for k, v in args.items())],
                         mpi_args=extra, timeout=timeout)

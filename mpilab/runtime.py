@@ -140,6 +140,12 @@ def launcher_family(path: str | None = None) -> str:
     return _launcher_family(path or mpiexec())
 
 
+def openmpi_major(path: str | None = None) -> int:
+    """The major version of the Open MPI whose launcher is `path` (default: this course's);
+    4 when it cannot be told."""
+    return _openmpi_major(path or mpiexec())
+
+
 @functools.cache
 def _openmpi_major(path: str) -> int:
     try:
