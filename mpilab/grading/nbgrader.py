@@ -34,7 +34,6 @@ the feedback converter does not run by default: nbgrader issue 1363).
 from __future__ import annotations
 
 import ast
-import asyncio
 import builtins
 import json
 import os
@@ -569,7 +568,7 @@ def _reply(kc, km, msg_id: str, timeout: float) -> dict:
                 raise _Unresponsive(f"no answer in {timeout:g} s")
             try:
                 msg = await kc.shell_channel.get_msg(timeout=min(left, 1.0))
-            except (Empty, asyncio.TimeoutError):
+            except (TimeoutError, Empty):
                 if not await km.is_alive():
                     raise DeadKernelError("Kernel died") from None
                 continue
