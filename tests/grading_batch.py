@@ -60,7 +60,10 @@ def check_run(request, course: Path, expected: dict[str, float]):
         _RUNS[key] = _grade(request, course, lab)
     run = _RUNS[key]
     assert student in run.scores, (f"{student}'s {lab} was not graded", run.log[-5000:])
-    assert run.scores[student] == expected, (run.scores[student], run.log[-3000:])
+    if run.scores[student] != expected:
+        raise AssertionError(f"{student}'s {lab} scored {run.scores[student]}, expected "
+                             f"{expected}\n" + why_scored(course, lab, student, expected,
+                                                         run.scores[student]))
     assert not run.left, f"an MPI cluster or sandbox outlived the autograde: {run.left}"
     return graded_notebook(course, lab, student), run.seconds.get(student, float("nan"))
 
@@ -98,6 +101,28 @@ def _grade(request, course: Path, lab: str) -> Run:
     print(f"\n[autograde] {lab}: {len(cases)} submissions in {wall:.0f} s; "
           + ", ".join(f"{s} {t:.0f} s" for s, t in seconds.items()))
     return Run(scores, seconds, wall, log, leftover_processes(course))
+
+
+def why_scored(course: Path, lab: str, student: str, expected: dict, got: dict) -> str:
+    """What the graded notebook says in each cell whose score differs from `expected`: its
+    output and error, as the student would read them (the grader's log says nothing)."""
+    try:
+        nb = graded_notebook(course, lab, student)
+    except OSError as e:
+        return f"(no graded notebook: {e})"
+    text = []
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid is None or gid not in got or got[gid] == expected.get(gid):
+            continue
+        text.append(f"--- cell {gid}: scored {got[gid]}, expected {expected.get(gid)}")
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                text.append(out.text[-2000:])
+            elif out.output_type == "error":
+                tb = "\n".join(out.traceback[-6:])
+                text.append(re.sub(r"\x1b\[[0-9;]*m", "", tb)[-3000:])
+    return "\n".join(text)
 
 
 def graded_notebook(course: Path, lab: str, student: str) -> nbformat.NotebookNode:
