@@ -400,22 +400,28 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
     # enough calls that the allgather's bytes stand far above the job's other traffic
     calls = max(int(calls), -(-65536 // nbytes))
     launch = runtime.launch(ranks, transport)
+    # enable_output 3: each rank writes its report to <filename>.<rank>.prof at finalize
+    # (1 and 2 would interleave the ranks' reports on one stream; mpiexec's own
+    # --output-filename fails in Open MPI 5.0.7: PMIX_ERR_IOF_FAILURE, no files)
     extra = {**(env or {}), "OMPI_MCA_pml_monitoring_enable": "2",
-             "OMPI_MCA_pml_monitoring_enable_output": "1"}
+             "OMPI_MCA_pml_monitoring_enable_output": "3"}
     number = None
     if force is not None:
         number = algorithm("allgather", force).ompi
         extra["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
     with tempfile.TemporaryDirectory(prefix="mpilab-observe-") as d:
-        a, o, logs = Path(d) / "args.json", Path(d) / "out.json", Path(d) / "logs"
+        a, o = Path(d) / "args.json", Path(d) / "out.json"
         a.write_text(json.dumps({"nbytes": int(nbytes), "calls": int(calls), "force": number}))
-        # one output file per rank: the ranks' reports would interleave on one stream
-        job = dataclasses.replace(launch, env={**launch.env, **extra},
-                                  args=(*launch.args, "--output-filename", str(logs)))
+        extra["OMPI_MCA_pml_monitoring_filename"] = str(Path(d) / "monitoring")
+        job = dataclasses.replace(launch, env={**launch.env, **extra})
         jobs.run(job, [sys.executable, "-m", "mpilab.tuning", "--observe", str(a),
                        str(o)], timeout=timeout)
         expected = json.loads(o.read_text())["expected"]
-        text = "\n".join(f.read_text() for f in sorted(logs.rglob("stdout")))
+        reports = sorted(Path(d).glob("monitoring.*.prof"))
+        if len(reports) != ranks:
+            raise RuntimeError(f"Open MPI's pml monitoring wrote {len(reports)} report(s) for "
+                               f"{ranks} ranks: is its monitoring component missing?")
+        text = "\n".join(f.read_text() for f in reports)
     unit = calls * int(nbytes)
     observed = {}
     for line in text.splitlines():
