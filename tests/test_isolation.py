@@ -323,6 +323,41 @@ def test_closing_leaves_no_cgroup_and_no_folder(tmp_path):
 
 
 
+@pytest.mark.skipif(not ROOT, reason="cgroups are made as root only")
+def test_a_running_gradings_empty_cgroup_survives_another_gradings_clean_up(tmp_path,
+                                                                             monkeypatch):
+    """Two gradings at once (two instructors, two labs): each one's clean-up of stale
+    cgroups must leave the other's alone, even while it is empty between two jobs (the
+    next job would find no cgroup to join); once its grading ends, it is stale."""
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
+    scratch, claim = sandbox.make_scratch()
+    box = Sandbox(scratch)
+    assert box.name == Path(scratch).name  # the cgroups carry the scratch folder's claim
+    cg = box._ensure_cgroup("ranks")
+    if cg is None:
+        pytest.skip("no memory and pids cgroup controllers here")
+    try:
+        assert cg.pids() == [] and all(d.is_dir() for d in cg.dirs)
+        sandbox.remove_stale_cgroups()  # another grading starts
+        assert all(d.is_dir() for d in cg.dirs), "a running grading's cgroup was removed"
+        # one of no grading at all (no scratch folder): stale only once old
+        orphan = sandbox._Cgroup(f"{sandbox.SCRATCH_PREFIX}nosuchscratch-kernel", Limits())
+        sandbox.remove_stale_cgroups()
+        assert all(d.is_dir() for d in orphan.dirs)
+        assert sandbox.remove_stale_cgroups(unclaimed_for=0) >= len(orphan.dirs)
+        assert not any(d.exists() for d in orphan.dirs)
+        assert all(d.is_dir() for d in cg.dirs)
+        claim.close()  # the grading ends without cleaning up: now it is stale
+        sandbox.remove_stale_cgroups()
+        assert not any(d.exists() for d in cg.dirs)
+        # and a sandbox whose cgroup vanished makes it anew for its next job
+        again = box._ensure_cgroup("ranks")
+        assert again is not None and all(d.is_dir() for d in again.dirs)
+    finally:
+        claim.close()
+        box.close()
+
+
 def test_scratch_of_a_killed_grading_is_removed_by_the_next(tmp_path):
     """A grading killed before its clean-up leaves its scratch folder; the next grading
     removes it, but never one a running grading still claims, nor one kept on purpose."""

@@ -232,13 +232,19 @@ class Sandbox:
     root: str
     hide: list[str] = field(default_factory=list)
     limits: Limits = field(default_factory=Limits)
-    name: str = field(default_factory=lambda: f"mpilab-grade-{uuid.uuid4().hex[:10]}")
+    # names its cgroups; by default its scratch folder's (make_scratch), whose claim keeps
+    # them from another grading's clean-up (remove_stale_cgroups)
+    name: str = ""
     cgroup: bool = True
     _cgs: dict = field(default_factory=dict, repr=False)
     _procs: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         self.root = str(Path(self.root).resolve())
+        if not self.name:
+            base = Path(self.root).name
+            self.name = (base if base.startswith(SCRATCH_PREFIX) and "-" not in
+                         base[len(SCRATCH_PREFIX):] else f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:10]}")
         Path(self.root).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # the sandbox user may pass through, not list
         why = available()
@@ -283,7 +289,10 @@ class Sandbox:
         student's kernel cannot starve the ranks that run the checks, nor the reverse)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        if role not in self._cgs and self.cgroup and self.as_root:
+        cg = self._cgs.get(role)
+        if cg is not None and not all(d.is_dir() for d in cg.dirs):
+            cg = None  # removed meanwhile (by hand, or an older version's clean-up): anew
+        if cg is None and self.cgroup and self.as_root:
             try:
                 self._cgs[role] = _Cgroup(f"{self.name}-{role}", self.limits)
             except OSError:
@@ -410,15 +419,27 @@ def _user_processes() -> int:
         return 256
 
 
-def remove_stale_cgroups() -> int:
+def remove_stale_cgroups(base: str | None = None, unclaimed_for: float = 300.0) -> int:
     """Remove the empty cgroups of gradings that ended without cleaning up; how many.
 
-    A cgroup with a process in it cannot be removed, so a grading still running is safe.
+    A cgroup is named after its sandbox (``<name>-<role>``), and a grading's sandbox after
+    its scratch folder: while that folder's claim is held (:func:`make_scratch`), its
+    cgroups stay, even when empty between two jobs, so that another grading running at the
+    same time (a second instructor, another lab) cannot take them from under it. A cgroup
+    with no scratch folder counts as stale once `unclaimed_for` seconds old; one with a
+    process in it cannot be removed anyway.
     """
+    tmp = Path(base or tempfile.gettempdir())
     removed = 0
-    for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"):
-        for d in Path(base).glob("mpilab-grade-*"):
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"):
+        for d in Path(root).glob(f"{SCRATCH_PREFIX}*"):
+            owner = tmp / d.name.rsplit("-", 1)[0]
             try:
+                if owner.is_dir():
+                    if _claimed(owner):
+                        continue
+                elif time.time() - d.stat().st_mtime < unclaimed_for:
+                    continue
                 d.rmdir()
                 removed += 1
             except OSError:
