@@ -16,36 +16,17 @@
 # which the main run makes), the grading tests and tests/test_mpi_libraries.py; with
 # openmpi also tests/test_packaging.py (the installed package's data, kernels and run-time
 # builds, from a folder outside every tree: they need the non-editable install made here).
-#
-# `scripts/test-mpi.sh MPI --prepare` makes the venv, the wheel and the tree and stops; the
-# next run, if this tree's files, the MPI and python3 are still the same (a stamp of their
-# hash), goes straight to the tests, once. CI prepares both MPIs while it sets up the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MPI="${1:?usage: scripts/test-mpi.sh openmpi|mpich [--prepare | pytest arguments]}"
+MPI="${1:?usage: scripts/test-mpi.sh openmpi|mpich [pytest arguments]}"
 shift
 case "$MPI" in openmpi|mpich) ;; *) echo "test-mpi: openmpi or mpich, got '$MPI'" >&2; exit 2 ;; esac
-PREPARE_ONLY=0
-if [[ ${1:-} == --prepare ]]; then PREPARE_ONLY=1; shift; fi
 
 base=.alt/pypi-$MPI
 venv=$base/venv
 tree=$base/tree
 say() { printf 'test-mpi (%s): %s\n' "$MPI" "$*"; }
 
-# What a prepared venv and tree were made from: the MPI, python3, every file of the tree
-stamp() {
-  { echo "$MPI $(command -v python3) $(python3 -V 2>&1)"
-    git ls-files -z --cached --others --exclude-standard | sort -z | xargs -0 sha1sum
-  } | sha1sum | cut -d' ' -f1
-}
-want=$(stamp)
-stampfile=$PWD/$base/stamp
-PY=$PWD/$venv/bin/python
-if [[ -f $stampfile && "$(cat "$stampfile")" == "$want" && -x $venv/bin/python ]]; then
-  say "prepared from this tree already ($stampfile)"
-else
-rm -f "$stampfile"
 # A clean copy of the tree (tracked and new files; no build/, no built kernels): the
 # package is built from it, with this MPI only, then removed from it for the tests.
 say "copying the tree to $tree"
@@ -58,6 +39,7 @@ if [[ ! -x $venv/bin/python ]]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
 fi
+PY=$PWD/$venv/bin/python
 PIN=(-c "$PWD/constraints.txt")
 say "installing the $MPI wheel, mpi4py and the course (non-editable)"
 $PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
@@ -72,9 +54,6 @@ $PY -m pip install -q "${PIN[@]}" --force-reinstall --no-deps "$whl"
 $PY -m pip install -q "${PIN[@]}" "$whl[test]"
 install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
 rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
-echo "$want" > "$stampfile"
-fi
-if [[ $PREPARE_ONLY == 1 ]]; then say "prepared: $venv, $tree"; exit 0; fi
 
 export MPILAB_MPI=$MPI MPILAB_MPI_FROM=pypi
 # The installed mpilab only: no script folder or working directory on sys.path, in this
@@ -101,7 +80,6 @@ if [[ $# -eq 0 ]]; then
     tests/test_mpi_libraries.py
   if [[ $MPI == openmpi ]]; then set -- "$@" tests/test_packaging.py; fi
 fi
-rm -f "$stampfile"  # the tests may leave files in the tree: the next run copies it anew
 status=0
 hydra_files() { ls /tmp | grep '^hydra_hwloc_xmlfile_' || true; }
 hydra_before=$(hydra_files)
