@@ -166,3 +166,27 @@ def test_lecture_04_runs_without_opencoarrays(tmp_path):
     assert "NOT this machine" in table and "reference/2core-epyc-openmpi414" in table
     assert "this machine: 2 processes" not in table.replace("NOT this machine: 2", "")
     assert "processes left: 0" in text_of(code_cells(nb)[-1])
+
+
+def test_lecture_04_reference_k2_in_prose_is_the_reference_files():
+    """The packed coarray's K2 the prose quotes from the reference machine (where this
+    machine has no Coarray Fortran, the tables show that machine's runs) is what the files
+    it names hold: K2 = blocking / coarray-packed, medians, at 16², 64², 256², 1024²."""
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    text = " ".join((repo / "lectures" / f"{STEM}.md").read_text().split())
+    quotes = {  # file -> how the prose quotes its four K2
+        "coarray-p2-1x2.json": r"coarray-p2-1x2\.json`\) its K2 was ([0-9.]+) at 16² \([^)]*\), "
+                               r"then ([0-9.]+), ([0-9.]+) and ([0-9.]+) at 64², 256² and 1024²",
+        "coarray-p4.json": r"\(`coarray-p4\.json`\), it was ([0-9.]+), ([0-9.]+), ([0-9.]+) and "
+                           r"([0-9.]+)\.",
+    }
+    for name, pattern in quotes.items():
+        recs = json.loads((repo / "reference" / "2core-epyc-openmpi414" / name).read_text())
+        t = {(r["mode"], r["sub"]): r["t_us_median"] for r in recs["records"]}
+        k2 = [round(t["blocking", s] / t["coarray-packed", s], 2) for s in (16, 64, 256, 1024)]
+        said = re.search(pattern, text)
+        assert said, f"lecture 04 no longer quotes {name}'s K2 as this test expects"
+        assert [float(x) for x in said.groups()] == k2, (name, said.group(0), k2)

@@ -124,7 +124,7 @@ def test_lecture_05_tables_put_the_paper_beside_this_machine():
                           ("barrier", "equal up to 6 processes")):
         assert f"{name}  —  paper: {finding}" in text, name
     for column in ("this machine, 100 B", "this machine, 10 KB", "this machine, no data",
-                   "DECK-style", "MPI-style", "library", "DECK/MPI-style", "oversubscribed"):
+                   "DECK-style", "textbook", "library", "DECK/textbook", "oversubscribed"):
         assert column in text, column
     assert "Open MPI" in text or "MPICH" in text  # which library measured it
     verdict = text_of(cell_with(nb, "def verdict("))
