@@ -190,3 +190,31 @@ def test_lecture_02_asks_the_library_whether_reorder_renumbers():
     plain = next(line for line in out.splitlines() if line.startswith("reorder=False"))
     after = out.split("reorder=False")[1].split("\n")[1]
     assert "ranks renumbered: none" in after, (plain, after)
+
+
+def test_lecture_02_shows_the_16_core_halo_reference_labelled():
+    """The halo on 4 and 16 ranks of a 16-core machine: reference data labelled with its
+    machine; the K1 and step growth it prints and the prose quotes are the files' own."""
+    import json
+
+    from test_lectures import ROOT
+
+    nb = executed(STEM)
+    out = text_of(cell_with(nb, "halo16.json"))
+    assert ("REFERENCE DATA from reference/16core-xeon-openmpi5 (16 cores of an Intel(R) "
+            "Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-26), NOT this machine: "
+            "heat halo, 4 and 16 ranks on 16 cores (not oversubscribed)") in out, out
+    t = {(r["ranks"], r["sub"], r["mode"]): r["t_us_median"]
+         for f in ("halo4.json", "halo16.json")
+         for r in json.loads((ROOT / "reference" / "16core-xeon-openmpi5" / f)
+                             .read_text())["records"]}
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for p, sub in {(p, sub) for p, sub, _ in t}:
+        k1 = f"{t[p, sub, 'blocking'] / t[p, sub, 'nonblocking']:.2f}"
+        assert f"{p} ranks, {sub}² per rank: K1 {k1} (spread" in out, (p, sub, k1, out)
+        assert k1 in prose, f"K1 {k1} at {p} ranks, {sub}² is not what the prose says"
+    grew = [t[16, 1024, m] / t[4, 1024, m] for m in halo.MODES]
+    more = [t[16, 1024, m] - t[4, 1024, m] for m in halo.MODES]
+    span = f"{min(grew):.2f}-{max(grew):.2f}x as long"
+    assert f"1024² per rank, the same work per rank: a step on 16 ranks took {span}" in out, out
+    assert span in prose and f"{min(more):,.0f} to {max(more):,.0f} µs more" in prose

@@ -9,13 +9,14 @@ this machine's, the figures were drawn, predictions are labelled, and lecture 06
 often the library's choice was the best.
 """
 
+import json
 import math
 import re
 
 import pytest
 from test_lectures import cell_with, executed, text_of
 
-from mpilab import runtime
+from mpilab import paths, runtime
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +212,7 @@ def test_lecture_06_tunes_and_applies_the_rules():
     table = text_of(cell_with(nb, "decision = pd.DataFrame("))
     assert re.search(r"it switches away from the library's rule at \d+ of 8 points", table)
     assert "switch (beyond noise)" in table
-    rules = text_of(cell_with(nb, 'read_text())'))
+    rules = text_of(cell_with(nb, '["rules_file"]).read_text()'))
     assert "# allgather" in rules and "4  # communicator size" in rules
     assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in rules
     applied = text_of(cell_with(nb, "def one_job("))
@@ -229,3 +230,44 @@ def test_lecture_05_animates_a_schedule_and_lists_every_algorithm():
     for name in ("binary_tree", "recursive_halving", "dissemination", "library", "p=2 100 B",
                  f"p=4{star} 10 KB"):
         assert name in table, name
+
+
+def test_lecture_06_shows_the_16_core_reference_run_labelled_with_its_ratios():
+    """The 16-core allgather run is labelled as reference data from that machine, its
+    ratios are the ones in reference/16core-xeon-openmpi5/allgather16.json, and linear
+    (Open MPI's gather + broadcast against our linear) is marked and kept out of the range."""
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "allgather16.json"))
+    assert ("REFERENCE DATA from reference/16core-xeon-openmpi5 (16 cores of an Intel(R) "
+            "Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-26), NOT this machine: "
+            "allgather, 16 ranks on 16 cores (not oversubscribed)") in text, text
+    doc = json.loads((paths.reference_dir() / "16core-xeon-openmpi5" / "allgather16.json")
+                     .read_text())
+    med = {(r["impl"], r["size_bytes"]): r["t_us_median"] for r in doc["records"]}
+    sizes = sorted({n for _, n in med})
+    assert len(sizes) == 8
+
+    def ratios(alg):
+        return [med[(f"mpilab:{alg}", n)] / med[(f"library:{alg}", n)] for n in sizes]
+
+    rows = {}  # label -> the printed values after it
+    for line in text.splitlines():
+        label, sep, rest = line.partition(" / Open MPI")
+        if sep and label.endswith(": C"):
+            rows[label[:-3]] = rest
+    like = ("bruck", "recursive_doubling", "ring", "neighbor_exchange")
+    assert set(rows) == {*like, "linear"}, text
+    assert rows["linear"].startswith(" (NOT like for like) ")
+    for alg, rest in rows.items():
+        printed = [float(v) for v in rest.replace("(NOT like for like)", "").split()]
+        assert printed == [round(r, 2) for r in ratios(alg)], (alg, printed)
+    # Bruck, 128 KiB blocks: the lowest like-for-like ratio (0.85 when the file was added)
+    bruck_128k = med[("mpilab:bruck", 131072)] / med[("library:bruck", 131072)]
+    assert rows["bruck"].split()[6] == f"{bruck_128k:.2f}"
+    like_all = [r for alg in like for r in ratios(alg)]
+    assert (f"course C / Open MPI {min(like_all):.2f}x (bruck, 128 KiB) to "
+            f"{max(like_all):.2f}x (neighbor_exchange, 2 KiB)") in text, text
+    lin = ratios("linear")
+    assert (f"linear, NOT like for like (two algorithms of one name), left out of that "
+            f"range: {min(lin):.2f}x to {max(lin):.2f}x (128 KiB)") in text, text
+    assert "recursive_doubling at every size" in text

@@ -463,3 +463,23 @@ def test_runner_interrupts_a_cell_past_its_timeout(tmp_path):
     path.write_text(NOTEBOOK.format(cell="import time\ntime.sleep(120)"))
     with pytest.raises(CellExecutionError, match="KeyboardInterrupt"):
         notebooks.execute(path, timeout=3)
+
+
+def test_lecture_01_shows_the_16_core_contention_reference_labelled():
+    """Pairs at once on 16 cores: reference data labelled with its machine, and the slowdown
+    and totals it prints and the prose quotes are contention16.json's own."""
+    nb = executed("01-pingpong")
+    out = text_of(cell_with(nb, "contention16.json"))
+    assert ("REFERENCE DATA from reference/16core-xeon-openmpi5 (16 cores of an Intel(R) "
+            "Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-26), NOT this machine: "
+            "contention, 1-8 pairs on 16 cores (not oversubscribed)") in out, out
+    doc = json.loads((ROOT / "reference" / "16core-xeon-openmpi5" / "contention16.json")
+                     .read_text())
+    big = {r["pairs"]: r for r in doc["records"] if r["size_bytes"] == 16 << 20}
+    slowdown = {k: f"{r['slowdown']:.2f}x" for k, r in big.items()}
+    total = {k: f"{r['aggregate_MBps'] / 1e3:.1f} GB/s" for k, r in big.items()}
+    assert (f"16 MiB: 8 pairs at once take {slowdown[8]} one pair's time each; together they "
+            f"move {total[8]}, one pair alone {total[1]}") in out, out
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for quoted in (slowdown[2], slowdown[4], slowdown[8], total[1], total[4], total[8]):
+        assert quoted in prose, f"{quoted} (contention16.json) is not what the prose says"
