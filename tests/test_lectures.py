@@ -293,6 +293,9 @@ def _lecture_07_checks(nb, live: bool):
         assert re.search(r"across\s+tcp", said), said
         assert not re.search(r"same node\s+tcp", said), said
         assert not re.search(r"across\s+(vader|sm)\b", said), said
+        # the cell's own verdict: one component per kind of pair, and only that one
+        assert re.search(r"^same node: (vader|sm) \(\d+ lines", said, re.M), said
+        assert re.search(r"^across: tcp \(\d+ lines", said, re.M), said
         assert "measured on this machine" in text_of(cell_with(nb, "SOURCE = "))
         assert "True" in text_of(cell_with(nb, "lab.stop()"))
     else:
