@@ -11,10 +11,11 @@ is a checkout; the nearest folder at or above the working directory that holds
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-__all__ = ["CourseNotFound", "course_root", "reference_dir"]
+__all__ = ["CourseNotFound", "course_root", "reference_dir", "reference_run", "reference_label"]
 
 _MARKERS = ("lectures", "labs", "reference")
 
@@ -50,3 +51,17 @@ def course_root() -> Path:
 def reference_dir() -> Path:
     """``reference/``: measurements and simulations saved on known machines, labelled."""
     return course_root() / "reference"
+
+
+def reference_run(folder: str, name: str) -> dict:
+    """A benchmark's output kept in ``reference/<folder>/<name>``: ``{"meta", "records"}``."""
+    return json.loads((reference_dir() / folder / name).read_text())
+
+
+def reference_label(folder: str, meta: dict) -> str:
+    """What a lecture prints above a run kept in ``reference/<folder>``: where it is kept,
+    the machine, the MPI and the day it was measured, and that it is not this machine."""
+    library = {"openmpi": "Open MPI", "mpich": "MPICH"}.get(meta.get("mpi_library"), "MPI")
+    return (f"REFERENCE DATA from reference/{folder} ({meta['cores']} cores of an "
+            f"{meta['cpu_model']}, {library} {meta['mpi_version']}, measured "
+            f"{meta['measured_at'][:10]}), NOT this machine")
