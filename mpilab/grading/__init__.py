@@ -74,6 +74,7 @@ import numpy as np
 from ..sources import MessageOnly, SourceMap, stuck_hint_at
 from ..sources import describe_frame as _describe_frame
 from ..sources import parse_stack as _parse_stack
+from .quiet import measuring
 
 __all__ = [
     "CheckFailed",
@@ -90,6 +91,7 @@ __all__ = [
     "expect_close",
     "expect_per_rank",
     "expect_timing",
+    "measuring",
     "autograding",
     "not_while_grading",
     "source_of",

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sources import SourceMap
-from . import wire
+from . import quiet, wire
 from .pool import Outcome, Pool
 from .sandbox import Sandbox, read_untrusted
 from .worker import student_object
@@ -293,15 +293,16 @@ def compile_cython(source: str, module_name: str, final: str, timeout: float) ->
     with os.fdopen(fd, "w") as f:
         f.write(source)
     argv = [sys.executable, "-P", "-m", "mpilab.build", str(src), module_name, final]
-    p = box.popen(argv, cwd=build, env=sandbox_env(cfg["home"]), rw=[build], role="compile",
-                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        box.kill(p)
-        return 124, f"compiling took longer than {timeout:g} s"
-    finally:
-        box.kill(p)
+    with quiet.working():  # a compile keeps a core busy: not while another grading measures
+        p = box.popen(argv, cwd=build, env=sandbox_env(cfg["home"]), rw=[build],
+                      role="compile", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            box.kill(p)
+            return 124, f"compiling took longer than {timeout:g} s"
+        finally:
+            box.kill(p)
     return p.returncode, out[-20000:].decode(errors="replace")
 
 

@@ -53,6 +53,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, Execute
 from traitlets import Bool, Integer, List, Unicode
 
+from . import quiet
 from .isolated import ENV, sandbox_env
 from .sandbox import (
     NOBODY,
@@ -384,7 +385,9 @@ class IsolatedExecute(Execute):
         self._cell_bytes = 0
         self._cell_dropped = 0
         try:
-            self.execute_cell(cell, index, execution_count=self.code_cells_executed + 1)
+            # a student's cell may keep a core busy: not while another grading measures
+            with quiet.working():
+                self.execute_cell(cell, index, execution_count=self.code_cells_executed + 1)
         except DeadKernelError:
             cell.outputs.append(_error(
                 "KernelDied", "The Python kernel died while this cell ran (os._exit, a crash "

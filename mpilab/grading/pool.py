@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import wire
+from . import quiet, wire
 from .sandbox import Sandbox, read_untrusted
 from .worker import send_frame
 
@@ -198,6 +198,12 @@ class Pool:
 
     def _request(self, kind: str, payload: bytes, targets: list[int], nranks: int,
                  timeout: float) -> Outcome:
+        # the cores are shared with gradings beside this one: wait while one measures
+        with quiet.working():
+            return self._request_now(kind, payload, targets, nranks, timeout)
+
+    def _request_now(self, kind: str, payload: bytes, targets: list[int], nranks: int,
+                     timeout: float) -> Outcome:
         if not self.alive:
             self.start()
         seq = next(self._seq)

@@ -1,0 +1,120 @@
+"""Quiet cores for the grader's measurements while gradings run side by side.
+
+Several gradings may run at once (:mod:`mpilab.grading.parallel`), and they share the
+machine's cores. Most of a grading does not care: a student's halo is right or wrong
+however busy the machine is. A graded *prediction* does: it compares the student's model
+with a measurement made now (:mod:`mpilab.grading.measured`), and another grading's ranks
+spinning on the same cores would change that measurement. So the gradings of one user
+share a reader-writer lock:
+
+* :func:`working` (shared): anything of a grading that keeps cores busy, i.e. every
+  request to its MPI ranks and every compile. Many gradings work at once.
+* :func:`measuring` (exclusive): a measurement waits until every running piece of work
+  has ended, and no new one starts until it is done. It comes first: a measurement
+  waiting for the lock stops new work from starting (no starving behind a busy class).
+
+Both are ``flock`` locks on files in this user's private grading folder, so a grading
+that dies releases what it held. Inside :func:`measuring`, this process's own work (the
+measurement's ranks) does not wait for itself. What the lock does not hold back: the
+kernels and the nbgrader processes themselves (their start-up is a burst of a second or
+two, which a measurement's best-of-repetitions rides out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["folder", "measuring", "working", "waited"]
+
+_local = threading.local()
+#: seconds this process has waited for the lock, by kind (for the grading's report)
+waited = {"measuring": 0.0, "working": 0.0}
+
+
+def folder() -> Path | None:
+    """This user's grading folder (``$TMPDIR/mpilab-grading-<uid>``, mode 700), or None
+    where it is not safely this user's alone."""
+    d = Path(tempfile.gettempdir()) / f"mpilab-grading-{os.getuid()}"
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = d.stat()
+    except OSError:
+        return None
+    return d if st.st_uid == os.getuid() and not st.st_mode & 0o077 else None
+
+
+def _open(where: Path | None, name: str):
+    where = folder() if where is None else Path(where)
+    if where is None:
+        return None
+    return open(where / name, "a")  # noqa: SIM115 - closed by the caller
+
+
+def _depth() -> int:
+    return getattr(_local, "measuring", 0)
+
+
+@contextlib.contextmanager
+def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
+    """Hold the cores for a measurement: no other grading of this user works meanwhile."""
+    if _depth():
+        _local.measuring += 1
+        try:
+            yield
+        finally:
+            _local.measuring -= 1
+        return
+    if getattr(_local, "working", 0):
+        raise RuntimeError("a measurement was started inside a grading's own work")
+    gate, lock = _open(where, "gate.lock"), _open(where, "cores.lock")
+    if gate is None:  # no private folder: nothing to share the lock with
+        yield
+        return
+    t0 = time.monotonic()
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
+        fcntl.flock(lock, fcntl.LOCK_EX)  # running work has ended
+        waited["measuring"] += time.monotonic() - t0
+        _local.measuring = 1
+        try:
+            yield
+        finally:
+            _local.measuring = 0
+    finally:
+        lock.close()
+        gate.close()
+
+
+@contextlib.contextmanager
+def working(where: str | os.PathLike | None = None) -> Iterator[None]:
+    """Work that keeps cores busy; waits while a measurement holds (or waits for) them."""
+    if _depth() or getattr(_local, "working", 0):
+        yield
+        return
+    gate, lock = _open(where, "gate.lock"), _open(where, "cores.lock")
+    if gate is None:
+        yield
+        return
+    t0 = time.monotonic()
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # passes only while no measurement waits
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        waited["working"] += time.monotonic() - t0
+        _local.working = 1
+        try:
+            yield
+        finally:
+            _local.working = 0
+    finally:
+        lock.close()
+        gate.close()
