@@ -30,7 +30,9 @@ c.CourseDirectory.root = HERE
 # nbgrader joins root and source_directory, so a relative step out of the course works:
 # sources are read from ../labs/<assignment>/ and nothing is copied there.
 c.CourseDirectory.source_directory = os.path.join("..", "labs")
-c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+# gradings side by side (python -m mpilab.grading.parallel) share the gradebook: one that
+# finds another writing waits up to 120 s for it instead of failing "database is locked"
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db") + "?timeout=120"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
                             ".*"]
 

@@ -1,9 +1,13 @@
 """A lab's submissions autograded together, as an instructor grades a class.
 
-``nbgrader autograde LAB`` grades every submitted notebook of a lab one after another in
-one process: the grader's workers, sandboxes and clusters serve student after student, so
-one student's deadlock, endless loop or hostile code must cost nobody else a mark. The
-lab tests grade that way. A test declares its submission with a marker::
+An instructor grades a lab's submissions together, and so do the lab tests: side by side
+(:mod:`mpilab.grading.parallel`, :data:`JOBS` at a time, one ``nbgrader autograde
+--student`` each), where one student's deadlock, endless loop or hostile code must cost
+nobody graded beside it a mark, and no measurement may change. A module that sets
+``GRADING_JOBS = 1`` grades its submissions one after another instead (test_labs.py:
+that keeps the plain one-process ``nbgrader autograde`` path tested too, where the
+grader's workers and sandboxes serve student after student). A test declares its
+submission with a marker::
 
     @pytest.mark.submission(LAB, "wrong", lambda: {**solutions(LAB), "ring_pass": BAD})
     def test_wrong_gets_partial_marks(request, course):
@@ -11,9 +15,8 @@ lab tests grade that way. A test declares its submission with a marker::
 
 The first test of a module that asks for its grade submits the submissions of every test
 of that module and lab that this session runs (deselected tests' submissions are not
-graded), autogrades them in one nbgrader run and checks that nothing of their clusters or
-sandboxes is left; each test then checks its own student's scores and messages. One run
-per lab instead of one per submission also saves nbgrader's start-up for every test.
+graded), autogrades them together and checks that nothing of their clusters or sandboxes
+is left; each test then checks its own student's scores and messages.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ from pathlib import Path
 import nbformat
 
 from mpilab.grading.course import nbgrader, submit
+from mpilab.grading.parallel import autograde
 
 HANG_CEILING = 240  # s per submission: beyond it the run hangs (the bench has the bars)
+#: gradings at once, as an instructor grades a class (mpilab.grading.parallel): side by
+#: side they must score as they would alone
+JOBS = 3
 
 
 @dataclass
@@ -82,12 +89,21 @@ def _grade(request, course: Path, lab: str) -> Run:
     for student, answers in cases.items():
         submit(course, lab, student, answers)
     t0 = time.perf_counter()
-    res = nbgrader(course, "autograde", lab, "--force",
-                   timeout=60 + HANG_CEILING * len(cases))
+    jobs = getattr(request.module, "GRADING_JOBS", JOBS)
+    if jobs == 1:  # plain nbgrader: one process grades them one after another
+        res = nbgrader(course, "autograde", lab, "--force",
+                       timeout=60 + HANG_CEILING * len(cases))
+        logs = {None: res.stdout + res.stderr}
+        failed = [logs[None][-5000:]] if res.returncode or "Removing failed assignment" \
+            in logs[None] else []
+    else:
+        done = autograde(course / "autograder", lab, list(cases), jobs=jobs,
+                         args=("--force",), timeout=60 + HANG_CEILING)
+        logs = {g.student: g.log for g in done}
+        failed = [g.log[-5000:] for g in done if not g.ok]
     wall = time.perf_counter() - t0
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, log[-5000:]
-    assert "Removing failed assignment" not in log, log[-5000:]
+    log = "\n".join(f"===== {s or lab}\n{text}" for s, text in logs.items())
+    assert not failed, "\n".join(failed)
     scores = {}
     with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
         for student in cases:
@@ -98,7 +114,7 @@ def _grade(request, course: Path, lab: str) -> Run:
     times = [float(t) for t in re.findall(r"Graded \S+ in ([0-9.]+) s", log)]
     seen = list(dict.fromkeys(order))
     seconds = dict(zip(seen, times, strict=True)) if len(seen) == len(times) else {}
-    print(f"\n[autograde] {lab}: {len(cases)} submissions in {wall:.0f} s; "
+    print(f"\n[autograde] {lab}: {len(cases)} submissions in {wall:.0f} s, {jobs} at a time; "
           + ", ".join(f"{s} {t:.0f} s" for s, t in seconds.items()))
     return Run(scores, seconds, wall, log, leftover_processes(course))
 

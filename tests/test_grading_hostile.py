@@ -47,6 +47,7 @@ from mpilab.grading.course import (
     solutions,
     submit,
 )
+from mpilab.grading.parallel import autograde
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +55,7 @@ LAB0 = "lab00-mpi-basics"
 OTHER_LABS = ["lab01-pingpong", "lab02-halo", "lab03-one-sided", "lab05-collectives",
               "lab06-allgather"]
 HANG_CEILING = 240  # s per submission: a hang, not a slow grade (the bench has the bars)
+JOBS = 3  # gradings side by side (mpilab.grading.parallel), as a class is graded
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,7 @@ def host_shm() -> set[str]:
 
 def grade_all(course: Path, lab: str, cases: dict[str, dict[str, str]],
               extra_files: dict[str, dict[str, str]] | None = None) -> dict:
-    """Submit `cases` (student -> answers), autograde them in one nbgrader run, generate
+    """Submit `cases` (student -> answers), autograde them side by side, generate
     their feedback; the scores by student, the wall time and nbgrader's log."""
     from nbgrader.api import Gradebook
 
@@ -130,11 +132,14 @@ def grade_all(course: Path, lab: str, cases: dict[str, dict[str, str]],
         for name, text in (extra_files or {}).get(student, {}).items():
             (dest / name).write_text(text)
     t0 = time.perf_counter()
-    res = nbgrader(course, "autograde", lab, "--force", timeout=HANG_CEILING * len(cases))
+    # side by side, as a class is graded: an attack must not cost the honest submission
+    # graded beside it a mark either
+    done = autograde(course / "autograder", lab, list(cases), jobs=JOBS, args=("--force",),
+                     timeout=HANG_CEILING)
     wall = time.perf_counter() - t0
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, log[-5000:]
-    assert "Removing failed assignment" not in log, log[-5000:]
+    log = "\n".join(f"===== {g.student} (exit {g.returncode})\n{g.log}" for g in done)
+    failed = [g for g in done if not g.ok]
+    assert not failed, "\n".join(g.log[-5000:] for g in failed)
     fb = nbgrader(course, "generate_feedback", lab, "--force")
     assert fb.returncode == 0, fb.stdout + fb.stderr
     scores = {}
@@ -497,3 +502,26 @@ def test_the_autograde_benchmark_grades_as_expected(tmp_path):
     assert recs["hostile"]["scores_as_expected"] and recs["hostile"]["score"] == 3
     assert all(r["nbgrader_ok"] and r["t_s"] > 0 for r in recs.values())
     assert doc["meta"]["sandbox"] and "cores" in doc["meta"] and "mpi_library" in doc["meta"]
+
+
+def test_the_class_benchmark_grades_a_class_side_by_side(tmp_path):
+    """``python -m mpilab.bench autograde --students N``: a class (every fifth hostile)
+    graded side by side, each submission scored as it would be alone, and the class's
+    rate and p95 reported against the course's bar."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "class.json"
+    res = subprocess.run([sys.executable, "-m", "mpilab.bench", "autograde", "--labs", LAB0,
+                          "--students", "5", "--jobs", "3", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    subs = [r for r in doc["records"] if r["impl"] != "class"]
+    [cls] = [r for r in doc["records"] if r["impl"] == "class"]
+    assert [r["impl"] for r in subs] == ["correct"] * 4 + ["hostile"]
+    assert all(r["scores_as_expected"] and r["nbgrader_ok"] for r in subs), subs
+    assert cls["students"] == 5 and cls["jobs"] == 3 and cls["scores_as_expected"]
+    assert 0 < cls["p95_s"] <= cls["wall_s"] and cls["per_minute"] > 0
+    assert cls["bar_s"] == 60.0  # lab 00: 6 minutes for 30, so 1 for 5
+    assert doc["meta"]["settings"]["students"] == 5

@@ -27,6 +27,9 @@ from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
 pytestmark = pytest.mark.slow
 
 LABS = {"lab00-mpi-basics": 6, "lab01-pingpong": 9}  # assignment -> total points
+# plain `nbgrader autograde LAB`: one process grades this module's submissions one after
+# another (the other lab modules grade side by side: tests/grading_batch.py)
+GRADING_JOBS = 1
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,9 @@ parts earn.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from .. import paths
@@ -43,13 +41,12 @@ def _read(lab: str, repo: Path = REPO):
 
 
 def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
-    """``python -m nbgrader ARGS`` in the course copy's autograder/ folder."""
-    env = dict(os.environ)
-    # nbgrader runs the `alembic` command of its own environment
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.pop("JPY_SESSION_NAME", None)
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course / "autograder",
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    """``nbgrader ARGS`` in the course copy's autograder/ folder (forked from a process
+    with nbgrader imported: :func:`mpilab.grading.parallel.nbgrader`); a run past
+    `timeout` seconds is killed and returns status 124."""
+    from .parallel import nbgrader as run
+
+    return run(args, course / "autograder", timeout=timeout)
 
 
 def make_course(root: Path, labs, repo: Path = REPO) -> Path:

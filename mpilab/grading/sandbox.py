@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["Limits", "Sandbox", "SandboxError", "available", "make_scratch",
-           "remove_stale_scratch"]
+           "remove_stale_scratch", "unclaimed"]
 
 NOBODY = 65534
 ROLES = ("kernel", "ranks", "compile")
@@ -514,6 +514,19 @@ def leftovers() -> list[str]:
     found += [str(p) for p in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*")
               if not (p / _KEEP).exists()]
     return found
+
+
+def unclaimed() -> list[str]:
+    """The :func:`leftovers` whose grading is not running (no claim held on the scratch
+    folder they belong to)."""
+    tmp = Path(tempfile.gettempdir())
+    out = []
+    for path in leftovers():
+        p = Path(path)
+        owner = p if p.parent == tmp else tmp / p.name.rsplit("-", 1)[0]
+        if not owner.is_dir() or not _claimed(owner):
+            out.append(path)
+    return out
 
 
 def read_untrusted(path: str | os.PathLike, limit: int) -> bytes | None:
