@@ -12,6 +12,15 @@ preprocessor logged it (``graded_s``), the score against the expected one, and t
 course's bar (correct 20 s, hostile 60 s on 2 cores) with whether it was met. ``meta``
 says which machine, MPI, sandbox (isolated or not, as root or not, cgroups) and whether
 the grader's ranks were oversubscribed. Needs a checkout of the repository (the labs).
+
+    python -m mpilab.bench autograde --students 30 [--jobs 3] [--labs lab00-mpi-basics]
+
+grades a class instead: `students` submissions of each lab (every fifth the hostile one,
+the others correct) autograded side by side, `jobs` at a time
+(:mod:`mpilab.grading.parallel`). One record per submission (``impl`` correct or hostile,
+as above, ``t_s`` its own nbgrader's wall time) and one per lab (``impl`` "class":
+``wall_s``, ``per_minute``, the median and 95th percentile of the submissions' times, and
+the course's bar for a class of 30 on 2 cores: lab 00 in 6 minutes, lab 06 in 12).
 """
 
 from __future__ import annotations
@@ -95,6 +104,74 @@ def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
     return meta, records
 
 
+#: a class of 30 on 2 cores, graded within (s); other labs: lab 06's bar
+CLASS_BARS_S = {"lab00-mpi-basics": 360.0, "lab06-allgather": 720.0}
+
+
+def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[dict, list[dict]]:
+    """A class of `students` per lab (every fifth hostile), graded side by side."""
+    import numpy as np
+
+    from ..timing import context
+    from . import parallel
+
+    unknown = [lab for lab in labs if lab not in C.LABS]
+    if unknown:
+        raise ValueError(f"unknown labs {unknown}; choose from {C.LABS}")
+    if students < 1:
+        raise ValueError(f"students must be >= 1, got {students}")
+    jobs = parallel.default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    records = []
+    with tempfile.TemporaryDirectory(prefix="mpilab-bench-autograde-") as tmp:
+        root = C.make_course(Path(tmp), labs)
+        for lab in labs:
+            kinds = {f"s{i:03d}": "hostile" if i % 5 == 4 else "correct"
+                     for i in range(students)}
+            cases = {"correct": (C.solutions(lab), C.full(lab)), "hostile": C.hostile(lab)}
+            for student, kind in kinds.items():
+                C.submit(root, lab, student, cases[kind][0])
+            t0 = time.perf_counter()
+            done = parallel.autograde(root / "autograder", lab, list(kinds), jobs=jobs,
+                                      args=("--force",), timeout=600)
+            wall = time.perf_counter() - t0
+            got = C.scores(root, lab, list(kinds))
+            times = []
+            for g in done:
+                kind = kinds[g.student]
+                graded = C.graded_seconds(g.log)
+                want = cases[kind][1]
+                rec = {"impl": kind, "lab": lab, "student": g.student, "t_s": round(g.seconds, 2),
+                       "graded_s": graded[0] if graded else None,
+                       "score": sum(got[g.student].values()) if g.student in got else None,
+                       "max_score": sum(C.full(lab).values()),
+                       "expected_score": sum(want.values()),
+                       "scores_as_expected": got.get(g.student) == want, "nbgrader_ok": g.ok}
+                records.append(rec)
+                times.append(g.seconds)
+            bar = CLASS_BARS_S.get(lab, CLASS_BARS_S["lab06-allgather"]) * students / 30
+            records.append({
+                "impl": "class", "lab": lab, "students": students, "jobs": jobs,
+                "wall_s": round(wall, 1), "per_minute": round(60 * students / wall, 2),
+                "median_s": round(float(np.median(times)), 1),
+                "p95_s": round(float(np.percentile(times, 95)), 1),
+                "bar_s": round(bar, 1), "within_bar": wall <= bar,
+                "scores_as_expected": all(r["scores_as_expected"] for r in records
+                                          if r["lab"] == lab and r["impl"] != "class"),
+                "nbgrader_ok": all(g.ok for g in done)})
+            print(f"{lab:20s} class of {students}, {jobs} at a time: {wall:6.1f} s "
+                  f"({60 * students / wall:.1f} per minute; p95 {records[-1]['p95_s']} s)"
+                  f"{'' if records[-1]['scores_as_expected'] else ' UNEXPECTED SCORES'}",
+                  file=sys.stderr)
+    meta = context(ranks=_sandbox_facts()["grader_ranks"], library=_library())
+    meta.update(_sandbox_facts())
+    meta["settings"] = {"labs": labs, "students": students, "jobs": jobs,
+                        "hostile_every": 5, "class_bars_s_for_30": CLASS_BARS_S}
+    meta["command"] = " ".join(["python", "-m", "mpilab.bench", "autograde", *sys.argv[2:]])
+    return meta, records
+
+
 def main(argv: list[str] | None = None) -> int:
     from .. import validate
     from ..bench import finish, parser
@@ -103,7 +180,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labs", default=",".join(C.LABS),
                    help="comma-separated labs (default: all)")
     p.add_argument("--reps", type=int, default=1, help="gradings of each submission")
+    p.add_argument("--students", type=int, default=None,
+                   help="grade a class of this many per lab, side by side")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="with --students: gradings at once (default: cores + 1)")
     a = p.parse_args(argv)
+
+    def show_class(m, records):
+        lines = [f"# a class autograded side by side on {m.get('cores')} cores, sandbox: "
+                 f"{m.get('sandbox')}",
+                 f"{'lab':<22} {'students':>8} {'jobs':>4} {'wall s':>7} {'/min':>6} "
+                 f"{'p95 s':>6} {'bar s':>6}  as expected"]
+        lines += [f"{r['lab']:<22} {r['students']:>8} {r['jobs']:>4} {r['wall_s']:>7.1f} "
+                  f"{r['per_minute']:>6.1f} {r['p95_s']:>6.1f} {r['bar_s']:>6.0f}  "
+                  f"{r['scores_as_expected']}" for r in records if r["impl"] == "class"]
+        return "\n".join(lines)
+
+    if a.students is not None:
+        return finish("autograde", a.json,
+                      lambda: run_class(validate.names(a.labs, C.LABS, "lab"), a.students,
+                                        a.jobs), show_class,
+                      ok=lambda recs: all(r["scores_as_expected"] and r["nbgrader_ok"]
+                                          for r in recs))
 
     def show(m, records):
         lines = [f"# autograde on {m.get('cores')} cores, sandbox: {m.get('sandbox')}",
