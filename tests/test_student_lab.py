@@ -67,8 +67,23 @@ def _installed_plugin_ids() -> str:
     return "\n".join(p.read_text(errors="replace") for p in base.glob("**/static/*.js"))
 
 
+# jupyter_server 2.21.1 (the newest): GET /api/kernels while a kernel is still starting
+# fails with a TraitError (its last_activity is None; list_kernels catches KeyError and
+# HTTPError only). The tests' own poll (urllib) can hit that window; what a student's
+# page does is still checked.
+_OUR_POLL_RACE = re.compile(
+    r"\[E [^\]]*ServerApp\] Uncaught exception GET /api/kernels .*?"
+    r"500 GET /api/kernels \([^)]*\)[^\n]*", re.S)
+
+
+def _without_our_poll_race(text: str) -> str:
+    return _OUR_POLL_RACE.sub(
+        lambda m: "" if "'last_activity' trait" in m.group(0)
+        and "Python-urllib" in m.group(0) else m.group(0), text)
+
+
 def assert_quiet_log(lab) -> None:
-    text = lab.log.read_text(errors="replace")
+    text = _without_our_poll_race(lab.log.read_text(errors="replace"))
     bad = [m.group(0) for m in BAD_LOG.finditer(text)]
     assert not bad, f"the server log shows {bad[:5]}:\n{lab.log_tail()}"
 
