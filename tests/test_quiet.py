@@ -123,3 +123,29 @@ def test_gradings_side_by_side_share_one_measurement(tmp_path):
         p.join(30)
         assert p.exitcode == 0
     assert len(log.read_text().split()) == 1, "each grading measured for itself"
+
+
+def _make_once(tmp: str, log: str):
+    tempfile.tempdir = tmp
+    measured._CACHE.clear()
+
+    def make():
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)
+        return {"simulated": True}
+
+    assert measured.cached("sim", make) == {"simulated": True}
+
+
+def test_gradings_side_by_side_share_one_simulation(tmp_path):
+    """Not a measurement (a simulation, a trace): still made once for the gradings that
+    start together, not once each."""
+    log = tmp_path / "made"
+    procs = [CTX.Process(target=_make_once, args=(str(tmp_path), str(log))) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert len(log.read_text().split()) == 1, "each grading made its own"

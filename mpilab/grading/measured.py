@@ -26,6 +26,7 @@ one on 8 cores.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -75,21 +76,37 @@ def _lookup(name: str):
     return _MISSING
 
 
+@contextlib.contextmanager
+def _making(name: str):
+    """One maker of `name` at a time among this user's gradings (a lock file beside it)."""
+    d = cache_dir()
+    if d is None:
+        yield
+        return
+    with open(d / f"{name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     """`make()`, or what it gave less than :data:`CACHE_SECONDS` ago in this session.
 
-    `make` must return plain JSON data. With `measures`, `make` times something: it runs
-    with the cores held (:func:`mpilab.grading.quiet.measuring`), and a grading running
-    beside this one that needs the same measurement waits for it instead of making its
-    own."""
+    `make` must return plain JSON data. A grading running beside this one that needs the
+    same value waits for it instead of making its own (three gradings of lab 06 starting
+    together each ran the same simulations: 120 s each instead of 26). With `measures`,
+    `make` times something: it runs with the cores held
+    (:func:`mpilab.grading.quiet.measuring`); otherwise it shares them
+    (:func:`~mpilab.grading.quiet.working`)."""
     got = _lookup(name)
     if got is not _MISSING:
         return got
-    with quiet.measuring() if measures else contextlib.nullcontext():
+    with quiet.measuring() if measures else _making(name):
         got = _lookup(name)  # made meanwhile by a grading beside this one
         if got is not _MISSING:
             return got
-        value = make()
+        # a simulation or a trace keeps the cores busy: not while another grading measures
+        with contextlib.nullcontext() if measures else quiet.working():
+            value = make()
         d = cache_dir()  # kept before the cores are let go: a grading waiting reads it
         if d is not None:
             path = d / f"{name}.json"
