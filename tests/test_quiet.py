@@ -100,7 +100,7 @@ def test_a_killed_measurement_releases_the_cores(tmp_path):
     assert time.monotonic() - t0 < 5
 
 
-def _measure_once(tmp: str, log: str):
+def _make_once(tmp: str, log: str, measures: bool):
     tempfile.tempdir = tmp  # this process's grading folder: under tmp
     measured._CACHE.clear()
 
@@ -108,44 +108,29 @@ def _measure_once(tmp: str, log: str):
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\n")
         time.sleep(0.5)
-        return {"t_us": 1.0}
+        return {"made": True}
 
-    assert measured.cached("probe", make, measures=True) == {"t_us": 1.0}
+    assert measured.cached("probe", make, measures=measures) == {"made": True}
 
 
-def test_gradings_side_by_side_share_one_measurement(tmp_path):
+def _three_gradings(tmp_path: Path, measures: bool) -> int:
+    """How many of three gradings started together made the value themselves."""
     log = tmp_path / "made"
-    procs = [CTX.Process(target=_measure_once, args=(str(tmp_path), str(log)))
+    procs = [CTX.Process(target=_make_once, args=(str(tmp_path), str(log), measures))
              for _ in range(3)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
-    assert len(log.read_text().split()) == 1, "each grading measured for itself"
+    return len(log.read_text().split())
 
 
-def _make_once(tmp: str, log: str):
-    tempfile.tempdir = tmp
-    measured._CACHE.clear()
-
-    def make():
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        time.sleep(0.5)
-        return {"simulated": True}
-
-    assert measured.cached("sim", make) == {"simulated": True}
+def test_gradings_side_by_side_share_one_measurement(tmp_path):
+    assert _three_gradings(tmp_path, measures=True) == 1, "each grading measured for itself"
 
 
 def test_gradings_side_by_side_share_one_simulation(tmp_path):
     """Not a measurement (a simulation, a trace): still made once for the gradings that
     start together, not once each."""
-    log = tmp_path / "made"
-    procs = [CTX.Process(target=_make_once, args=(str(tmp_path), str(log))) for _ in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    assert len(log.read_text().split()) == 1, "each grading made its own"
+    assert _three_gradings(tmp_path, measures=False) == 1, "each grading made its own"

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import validate
 from . import course as C
 
 BARS_S = {"correct": 20.0, "hostile": 60.0}
@@ -60,14 +61,17 @@ def _library() -> dict:
     return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
-def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
-    from ..timing import context
-
+def _known(labs: list[str]) -> None:
     unknown = [lab for lab in labs if lab not in C.LABS]
     if unknown:
         raise ValueError(f"unknown labs {unknown}; choose from {C.LABS}")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
+
+
+def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
+    from ..timing import context
+
+    _known(labs)
+    reps = validate.count(reps, "reps")
     records = []
     with tempfile.TemporaryDirectory(prefix="mpilab-bench-autograde-") as tmp:
         root = C.make_course(Path(tmp), labs)
@@ -115,14 +119,9 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
     from ..timing import context
     from . import parallel
 
-    unknown = [lab for lab in labs if lab not in C.LABS]
-    if unknown:
-        raise ValueError(f"unknown labs {unknown}; choose from {C.LABS}")
-    if students < 1:
-        raise ValueError(f"students must be >= 1, got {students}")
-    jobs = parallel.default_jobs() if jobs is None else jobs
-    if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    _known(labs)
+    students = validate.count(students, "students")
+    jobs = parallel.default_jobs() if jobs is None else validate.count(jobs, "jobs")
     records = []
     with tempfile.TemporaryDirectory(prefix="mpilab-bench-autograde-") as tmp:
         root = C.make_course(Path(tmp), labs)
@@ -173,7 +172,6 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import validate
     from ..bench import finish, parser
 
     p = parser("autograde", __doc__, transport=False, timeout=False)

@@ -50,11 +50,15 @@ def folder() -> Path | None:
     return d if st.st_uid == os.getuid() and not st.st_mode & 0o077 else None
 
 
-def _open(where: Path | None, name: str):
+@contextlib.contextmanager
+def _files(where: str | os.PathLike | None):
+    """The two lock files (gate, cores), open; (None, None) without a private folder."""
     where = folder() if where is None else Path(where)
     if where is None:
-        return None
-    return open(where / name, "a")  # noqa: SIM115 - closed by the caller
+        yield None, None
+        return
+    with open(where / "gate.lock", "a") as gate, open(where / "cores.lock", "a") as cores:
+        yield gate, cores
 
 
 def _depth() -> int:
@@ -73,23 +77,17 @@ def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
         return
     if getattr(_local, "working", 0):
         raise RuntimeError("a measurement was started inside a grading's own work")
-    gate, lock = _open(where, "gate.lock"), _open(where, "cores.lock")
-    if gate is None:  # no private folder: nothing to share the lock with
-        yield
-        return
-    t0 = time.monotonic()
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
-        fcntl.flock(lock, fcntl.LOCK_EX)  # running work has ended
-        waited["measuring"] += time.monotonic() - t0
+    with _files(where) as (gate, cores):
+        if gate is not None:  # (without a private folder there is nobody to share with)
+            t0 = time.monotonic()
+            fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
+            fcntl.flock(cores, fcntl.LOCK_EX)  # running work has ended
+            waited["measuring"] += time.monotonic() - t0
         _local.measuring = 1
         try:
             yield
         finally:
             _local.measuring = 0
-    finally:
-        lock.close()
-        gate.close()
 
 
 @contextlib.contextmanager
@@ -98,23 +96,17 @@ def working(where: str | os.PathLike | None = None) -> Iterator[None]:
     if _depth() or getattr(_local, "working", 0):
         yield
         return
-    gate, lock = _open(where, "gate.lock"), _open(where, "cores.lock")
-    if gate is None:
-        yield
-        return
-    t0 = time.monotonic()
-    try:
-        fcntl.flock(gate, fcntl.LOCK_EX)  # passes only while no measurement waits
-        try:
-            fcntl.flock(lock, fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        waited["working"] += time.monotonic() - t0
+    with _files(where) as (gate, cores):
+        if gate is not None:
+            t0 = time.monotonic()
+            fcntl.flock(gate, fcntl.LOCK_EX)  # passes only while no measurement waits
+            try:
+                fcntl.flock(cores, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            waited["working"] += time.monotonic() - t0
         _local.working = 1
         try:
             yield
         finally:
             _local.working = 0
-    finally:
-        lock.close()
-        gate.close()
