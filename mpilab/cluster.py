@@ -18,6 +18,7 @@ again reconnects in well under a second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import hashlib
 import json
@@ -48,6 +49,22 @@ _PRELUDE = (
     "rank, size = comm.Get_rank(), comm.Get_size()\n"
 )
 _current: MPICluster | None = None
+
+
+@contextlib.contextmanager
+def _no_progress_bar():
+    """start_and_connect without its progress bar: in a notebook it draws one per start,
+    saved at "0/4" (lecture 07 showed nine). ipyparallel reads IPP_NONINTERACTIVE once, at
+    import, into ``ipyparallel._NONINTERACTIVE``, which its wait for engines consults; a
+    lecture test fails if a bar comes back."""
+    import ipyparallel as ipp
+
+    old = getattr(ipp, "_NONINTERACTIVE", None)
+    ipp._NONINTERACTIVE = True
+    try:
+        yield
+    finally:
+        ipp._NONINTERACTIVE = old
 
 
 class ClusterError(sources.MessageOnly, RuntimeError):
@@ -409,7 +426,7 @@ class MPICluster:
                 self._use_slurm(cl)
             self._cluster = cl
             try:
-                with runtime.without_mpi_singleton_env():  # ipyparallel copies os.environ
+                with runtime.without_mpi_singleton_env(), _no_progress_bar():
                     self.client = cl.start_and_connect_sync(activate=False)
                 self._wire_up(timeout=self.start_timeout)
             except Exception as exc:

@@ -92,6 +92,9 @@ def test_lecture_runs_cleanly(path):
             assert errors, f"cell tagged raises-exception did not raise:\n{c.source}"
         else:
             assert not errors, f"cell raised {errors[0].ename}: {errors[0].evalue}\n{c.source}"
+    bars = [c.source[:60] for c in cells for o in c.outputs
+            if "?engine/s]" in o.get("data", {}).get("text/plain", "") + o.get("text", "")]
+    assert not bars, f"cells showed ipyparallel's progress bar (saved at 0/N): {bars}"
     cid = notebooks.cluster_id(path)
     assert nb.metadata["mpilab"]["cluster_id"] == cid
     assert not cluster.cluster_processes(cid), f"processes of {cid} outlived the run"
