@@ -100,12 +100,15 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     got = _lookup(name)
     if got is not _MISSING:
         return got
-    with quiet.measuring() if measures else _making(name):
+    # a measurement holds the cores; a simulation or a trace, one maker at a time, shares
+    # them (it keeps them busy: not while another grading measures)
+    one_maker, cores = ((quiet.measuring(), contextlib.nullcontext()) if measures
+                        else (_making(name), quiet.working()))
+    with one_maker:
         got = _lookup(name)  # made meanwhile by a grading beside this one
         if got is not _MISSING:
             return got
-        # a simulation or a trace keeps the cores busy: not while another grading measures
-        with contextlib.nullcontext() if measures else quiet.working():
+        with cores:
             value = make()
         d = cache_dir()  # kept before the cores are let go: a grading waiting reads it
         if d is not None:

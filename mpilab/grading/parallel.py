@@ -32,6 +32,7 @@ and printed after the run, student by student, with the time each took.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import subprocess
@@ -77,18 +78,12 @@ def submitted(course: str | os.PathLike, lab: str) -> list[str]:
     return sorted(d.name for d in base.iterdir() if (d / lab).is_dir())
 
 
-_SERVER: dict = {}
-_SERVER_LOCK = threading.Lock()
-
-
+@functools.cache
 def _context():
-    """The fork server nbgrader's children come from (started on first use)."""
-    with _SERVER_LOCK:
-        if "ctx" not in _SERVER:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["nbgrader.apps.nbgraderapp", "mpilab.grading.nbgrader"])
-            _SERVER["ctx"] = ctx
-        return _SERVER["ctx"]
+    """The fork server nbgrader's children come from (it starts with the first child)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["nbgrader.apps.nbgraderapp", "mpilab.grading.nbgrader"])
+    return ctx
 
 
 def _nbgrader_child(args: list[str], cwd: str, env: dict[str, str], out: str,
@@ -207,9 +202,7 @@ def autograde(course: str | os.PathLike, lab: str, students: list[str] | None = 
                 on_done(got)
         return got
 
-    if jobs == 1 or len(students) <= 1:
-        return [one(s) for s in students]
-    with ThreadPoolExecutor(max_workers=min(jobs, len(students))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(students)))) as pool:
         return list(pool.map(one, students))
 
 

@@ -27,15 +27,12 @@ import fcntl
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["folder", "measuring", "working", "waited"]
+__all__ = ["folder", "measuring", "working"]
 
 _local = threading.local()
-#: seconds this process has waited for the lock, by kind (for the grading's report)
-waited = {"measuring": 0.0, "working": 0.0}
 
 
 def folder() -> Path | None:
@@ -61,52 +58,43 @@ def _files(where: str | os.PathLike | None):
         yield gate, cores
 
 
-def _depth() -> int:
-    return getattr(_local, "measuring", 0)
+@contextlib.contextmanager
+def _held(kind: str) -> Iterator[None]:
+    """This thread holds the cores as `kind` ("measuring" or "working") meanwhile."""
+    _local.held = kind
+    try:
+        yield
+    finally:
+        _local.held = None
 
 
 @contextlib.contextmanager
 def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
     """Hold the cores for a measurement: no other grading of this user works meanwhile."""
-    if _depth():
-        _local.measuring += 1
-        try:
-            yield
-        finally:
-            _local.measuring -= 1
+    held = getattr(_local, "held", None)
+    if held == "measuring":  # nested: held already
+        yield
         return
-    if getattr(_local, "working", 0):
+    if held == "working":
         raise RuntimeError("a measurement was started inside a grading's own work")
-    with _files(where) as (gate, cores):
+    with _files(where) as (gate, cores), _held("measuring"):
         if gate is not None:  # (without a private folder there is nobody to share with)
-            t0 = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
             fcntl.flock(cores, fcntl.LOCK_EX)  # running work has ended
-            waited["measuring"] += time.monotonic() - t0
-        _local.measuring = 1
-        try:
-            yield
-        finally:
-            _local.measuring = 0
+        yield
 
 
 @contextlib.contextmanager
 def working(where: str | os.PathLike | None = None) -> Iterator[None]:
     """Work that keeps cores busy; waits while a measurement holds (or waits for) them."""
-    if _depth() or getattr(_local, "working", 0):
+    if getattr(_local, "held", None):  # inside a measurement (its own ranks) or nested
         yield
         return
-    with _files(where) as (gate, cores):
+    with _files(where) as (gate, cores), _held("working"):
         if gate is not None:
-            t0 = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_EX)  # passes only while no measurement waits
             try:
                 fcntl.flock(cores, fcntl.LOCK_SH)
             finally:
                 fcntl.flock(gate, fcntl.LOCK_UN)
-            waited["working"] += time.monotonic() - t0
-        _local.working = 1
-        try:
-            yield
-        finally:
-            _local.working = 0
+        yield
