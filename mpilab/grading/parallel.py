@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
 
     done = autograde(opts.course, opts.lab, students, jobs=jobs, args=tuple(rest),
                      timeout=opts.timeout, on_done=said)
-    for g in done:
+    # the failures' logs last, where a terminal's end (or a truncated CI log) shows them
+    for g in sorted(done, key=lambda g: not g.ok):
         print(f"\n===== {g.student} ({g.seconds:.1f} s, exit {g.returncode})\n{g.log.rstrip()}")
     failed = [g.student for g in done if not g.ok]
     wall = time.perf_counter() - t0
