@@ -51,7 +51,8 @@ _spec = importlib.util.spec_from_file_location("_kernels", HERE / "mpilab" / "ke
 _kernels = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_kernels)
 KERNELS, STANDALONE = _kernels.KERNELS, _kernels.STANDALONE
-# MPILAB_KERNELS=stencil,wave builds only those (to work on one kernel at a time).
+# MPILAB_KERNELS=stencil,wave builds only those (to work on one kernel at a time); =none
+# builds none (scripts/setup.sh's editable install: `make kernels` builds them after it).
 _ONLY = {k.strip() for k in os.environ.get("MPILAB_KERNELS", "").split(",") if k.strip()}
 
 

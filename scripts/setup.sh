@@ -161,7 +161,9 @@ if [[ "$stamp_have" != "$stamp_want" ]] \
       "mpi4py>=4.0"
   fi
   $PY -m pip install -q "${PIN[@]}" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
-  $PY -m pip install -q "${PIN[@]}" --no-build-isolation -e ".[$extras]"
+  # the package only: `make kernels` (make setup / setup-test) compiles the kernels next,
+  # once (an editable install would build them too, a minute of both cores, for nothing)
+  MPILAB_KERNELS=none $PY -m pip install -q "${PIN[@]}" --no-build-isolation -e ".[$extras]"
   echo "$stamp_want" > "$stamp_file"
 fi
 
