@@ -362,6 +362,9 @@ def _teardown(fid: str, namespaces: list[str], bridge: str | None) -> None:
 
 @contextlib.contextmanager
 def _locked():
+    """Hold the machine-wide netlab lock (subnets, building, stale clean-up). Not
+    reentrant: a second ``flock`` on a new descriptor in the same process waits forever,
+    so nothing called while it is held may take it again."""
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / ".lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -396,33 +399,38 @@ def remove_stale() -> list[str]:
     """Remove the fabrics whose owner is gone, and namespaces or bridges of the course's
     that no fabric claims (a crash between making them and writing the state); their ids
     or names."""
-    removed = []
-    known_ns, known_br = set(), set()
-    for state in fabrics():
-        if state["alive"]:
-            known_ns.update(n["netns"] for n in state["nodes"])
-            known_br.add(state["bridge"])
-            continue
-        _teardown(state["id"], [n["netns"] for n in state["nodes"]], state["bridge"])
-        removed.append(state["id"])
-    making = {p.name for p in STATE.glob("*") if p.is_dir() and not (p / "fabric.json").exists()
-              and _dir_owner_alive(p)} if STATE.is_dir() else set()
-    pattern = re.compile(rf"^{PREFIX}-([0-9a-f]{{6}})-n\d+$")
-    for line in _run(["ip", "netns", "list"], check=False).stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        m = pattern.match(name)
-        if m and name not in known_ns and m.group(1) not in making:
-            _teardown(m.group(1), [name], None)
-            removed.append(name)
-    br = re.compile(rf"^{PREFIX}br([0-9a-f]{{6}})$")
-    for line in _run(["ip", "-o", "link", "show", "type", "bridge"], check=False
-                     ).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        m = br.match(name)
-        if m and name not in known_br and m.group(1) not in making:
-            _run(["ip", "link", "delete", name], check=False)
-            removed.append(name)
-    return removed
+    # under the lock up() builds under: a fabric being made (its bridge and namespaces
+    # up, its fabric.json not yet written) is never taken for a crashed one. up() calls
+    # this before it takes the lock; nothing calls it with the lock held.
+    with _locked():
+        removed = []
+        known_ns, known_br = set(), set()
+        for state in fabrics():
+            if state["alive"]:
+                known_ns.update(n["netns"] for n in state["nodes"])
+                known_br.add(state["bridge"])
+                continue
+            _teardown(state["id"], [n["netns"] for n in state["nodes"]], state["bridge"])
+            removed.append(state["id"])
+        making = {p.name for p in STATE.glob("*")
+                  if p.is_dir() and not (p / "fabric.json").exists()
+                  and _dir_owner_alive(p)} if STATE.is_dir() else set()
+        pattern = re.compile(rf"^{PREFIX}-([0-9a-f]{{6}})-n\d+$")
+        for line in _run(["ip", "netns", "list"], check=False).stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            m = pattern.match(name)
+            if m and name not in known_ns and m.group(1) not in making:
+                _teardown(m.group(1), [name], None)
+                removed.append(name)
+        br = re.compile(rf"^{PREFIX}br([0-9a-f]{{6}})$")
+        for line in _run(["ip", "-o", "link", "show", "type", "bridge"], check=False
+                         ).stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+            m = br.match(name)
+            if m and name not in known_br and m.group(1) not in making:
+                _run(["ip", "link", "delete", name], check=False)
+                removed.append(name)
+        return removed
 
 
 def _dir_owner_alive(d: Path) -> bool:

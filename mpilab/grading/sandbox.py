@@ -459,12 +459,30 @@ def make_scratch(keep: bool = False):
     descriptor is not inherited by child processes): a folder whose claim nobody holds
     belongs to a grading that ended, cleanly or killed, and :func:`remove_stale_scratch`
     may remove it. `keep` marks it to be kept (``keep_scratch``, for debugging).
+
+    The claim file appears already locked: it is made and locked under a name of its own,
+    then renamed into place. Another grading's :func:`remove_stale_scratch` running
+    meanwhile finds either a fresh folder without a claim file (left alone until
+    `unclaimed_for` old) or a held claim, never a claim file that nobody holds yet (which
+    it would take for a dead grading's, and remove).
     """
     root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
-    claim = open(os.path.join(root, _CLAIM), "w")  # noqa: SIM115 - held until the end
-    fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    if keep:
-        Path(root, _KEEP).touch()
+    tmp = os.path.join(root, f"{_CLAIM}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        claim = os.fdopen(fd, "w")  # held until the end of the grading
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else knows this name
+        os.rename(tmp, os.path.join(root, _CLAIM))  # the lock goes with the open file
+        if keep:
+            Path(root, _KEEP).touch()
+    except BaseException:
+        claim.close()
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return root, claim
 
 
