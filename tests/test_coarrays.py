@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import NO_MPI, needs_mpi
 
-from mpilab import coarrays, halo
+from mpilab import coarrays, halo, jobs
 
 OK, WHY = coarrays.available() if NO_MPI is None else (False, NO_MPI)
 pytestmark = [needs_mpi, pytest.mark.skipif(not OK, reason=f"no Coarray Fortran: {WHY}")]
@@ -23,20 +23,33 @@ pytestmark = [needs_mpi, pytest.mark.skipif(not OK, reason=f"no Coarray Fortran:
 GRIDS = [(12, 12), (17, 11), (5, 40)]   # square, non-square, uneven on 2-4 processes
 
 
+# process ids of the `python -m mpilab.bench coarray` runs of the current test
+_BENCHES: set[int] = set()
+
+
 def _ours():
-    """Processes running one of the Fortran programs (or their launcher), but us."""
+    """Live processes of this test's wave runs: a wave program (or its launcher) in a job
+    this process started, or a benchmark it ran (mpilab.jobs tags a job
+    ``<owner pid>-<id>``). Jobs of other test modules running beside this one, the C
+    kernels in the same folder (mpilab-pingpong, -halo, -coll) included, are not ours."""
     import psutil
 
+    owners = {str(pid) for pid in (os.getpid(), *_BENCHES)}
+    programs = [str(coarrays.BIN / name) for name in ("wave_mpif", "wave_caf")]
     out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if p.info["pid"] != os.getpid() and any(str(coarrays.BIN) in c for c in cmd):
-            out.append((p.info["pid"], " ".join(cmd)[:120]))
+    for p in jobs.tagged(jobs.TAG, lambda v: v.partition("-")[0] in owners):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:  # ended meanwhile
+            continue
+        if any(prog in cmd for prog in programs):
+            out.append((p.pid, cmd[:120]))
     return out
 
 
 @pytest.fixture(autouse=True)
 def no_process_left():
+    _BENCHES.clear()
     yield
     assert _ours() == [], "a Fortran wave process outlived its run"
 
@@ -179,8 +192,16 @@ def test_time_wave_records(built):
 
 
 def bench(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "mpilab.bench", "coarray", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen([sys.executable, "-m", "mpilab.bench", "coarray", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        _BENCHES.add(proc.pid)  # its jobs are tagged with its pid: ours too
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_bench_writes_valid_json(tmp_path):

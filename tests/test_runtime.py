@@ -66,30 +66,38 @@ def test_machine_info_fields():
 
 
 def test_stale_shared_memory_segments_are_removed_and_live_ones_kept():
-    """A killed job's vader segment is deleted; one a live process maps is not."""
+    """A killed job's vader segment is deleted; one a live process maps is not.
+
+    In a folder of this test's own under /dev/shm: jobs that other test modules run at
+    the same time clean the top level of /dev/shm, and diff it.
+    """
     import mmap
     import os
+    import shutil
     from pathlib import Path
 
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
+    if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm here")
-    live = shm / f"vader_segment.mpilab-test.{os.getpid()}.0"
-    dead = shm / f"vader_segment.mpilab-test.{os.getpid()}.1"
-    other = shm / f"mpilab-test-not-a-segment.{os.getpid()}"
-    for path in (live, dead, other):
-        path.write_bytes(b"\0" * 4096)
-    with open(live, "r+b") as f:
-        held = mmap.mmap(f.fileno(), 4096)
+    shm = Path("/dev/shm") / f"mpilab-test-{os.getpid()}"
+    shutil.rmtree(shm, ignore_errors=True)  # a crashed earlier run's, had it this pid
+    shm.mkdir()
     try:
-        assert runtime.remove_stale_shm_segments() >= 1
-        assert live.exists(), "a segment mapped by a live process was deleted"
-        assert not dead.exists(), "a segment nobody maps was kept"
-        assert other.exists(), "a file that is not a vader segment was deleted"
-    finally:
-        held.close()
+        live = shm / "vader_segment.mpilab-test.0"
+        dead = shm / "vader_segment.mpilab-test.1"
+        other = shm / "mpilab-test-not-a-segment"
         for path in (live, dead, other):
-            path.unlink(missing_ok=True)
+            path.write_bytes(b"\0" * 4096)
+        with open(live, "r+b") as f:
+            held = mmap.mmap(f.fileno(), 4096)
+        try:
+            assert runtime.remove_stale_shm_segments(str(shm)) == 1
+            assert live.exists(), "a segment mapped by a live process was deleted"
+            assert not dead.exists(), "a segment nobody maps was kept"
+            assert other.exists(), "a file that is not a vader segment was deleted"
+        finally:
+            held.close()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
 
 
 def test_launch_environment_drops_what_an_initialised_mpi_left(monkeypatch):
