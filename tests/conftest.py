@@ -1,4 +1,5 @@
-"""Shared fixtures: skip clearly without MPI, one 4-rank cluster per session, leak checks."""
+"""Shared fixtures: skip clearly without MPI, one 4-rank cluster per session, leak checks;
+the phases and groups `make test` runs the suite in (pytest-xdist)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,92 @@ import pytest
 from mpilab import jobs, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# --- three phases (make test): side by side, graded timings side by side, then alone ------
+# Most tests wait (nbgrader, kernels, engines, deadlock timeouts), so `make test` runs the
+# suite in pytest-xdist workers, a test module (or group) at a time per worker:
+#  1. every test not marked: nothing may measure. mpilab.grading.quiet refuses a
+#     measurement (MPILAB_MEASURING=forbidden, inherited by every process a test starts),
+#     so a test that measures without its mark fails instead of timing its neighbours;
+#  2. `graded_timing`: gradings scored against a measurement the grader makes itself,
+#     under the grading lock (mpilab.grading.quiet: the measurement waits for the others'
+#     gradings to pause), side by side with each other only, as a class is graded (make
+#     test runs them one module at a time for now: TEST_JOBS_GRADED in the Makefile);
+#  3. `measures` (timings compared by the test itself: benchmarks, lectures, emulated
+#     links, the wall time of its own run; and nbgrader validate, whose solution cells do
+#     not take the lock): one process, nothing beside it.
+# MPILAB_TEST_PHASE=graded-timing (make test, phase 2) says which of 1 and 2 a worker runs.
+SIDE_BY_SIDE = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+GRADED_PHASE = os.environ.get("MPILAB_TEST_PHASE") == "graded-timing"
+if SIDE_BY_SIDE and not GRADED_PHASE:
+    os.environ["MPILAB_MEASURING"] = "forbidden"
+
+# A worker runs a whole group at a time: a test module, or the modules that execute the same
+# lecture (tests/test_lectures.py `executed`, once per process), the lecture's tests of
+# test_lectures.py with them. The groups come from the test ids, in a scheduler of ours
+# (xdist's `loadgroup` marks do not group with pytest 9.2: pytest-xdist#1386).
+LECTURE_GROUPS = {
+    "03-one-sided": "lecture-03", "04-coarrays": "lecture-04",
+    "05-collectives-trees": "lectures-05-06", "06-allgather": "lectures-05-06",
+}
+MODULE_GROUPS = {
+    "test_lecture_03": "lecture-03", "test_sim_lecture_02_03": "lecture-03",
+    "test_lecture_04": "lecture-04",
+    "test_lecture_05_06": "lectures-05-06", "test_sim_lecture_05": "lectures-05-06",
+    "test_sim_lecture_06": "lectures-05-06",
+}
+# Modules of long, independent tests, each test function a group (its module's fixtures are
+# made once per worker that runs one of them).
+SPLIT_MODULES = {"test_grading_hostile"}
+# The longest groups start first (seconds side by side, roughly): a phase ends with its
+# longest worker.
+LONG_FIRST = ["test_grading_hostile::test_every_lab_survives_its_hostile_submission",
+              "lecture-04", "test_lab07", "lectures-05-06",
+              "test_labs", "test_lab05_06", "test_coarrays", "test_lab03", "test_lab04",
+              "test_lab02", "lecture-03", "test_lab06_simulated", "test_netlab",
+              "test_lectures"]
+
+
+def group_of(nodeid: str) -> str:
+    """The group of the test `nodeid` (``tests/test_x.py::test_y[param]``)."""
+    path, _, name = nodeid.partition("::")
+    module = Path(path).stem
+    if module == "test_lectures" and "[" in name:
+        return LECTURE_GROUPS.get(name.split("[", 1)[1].rstrip("]"), module)
+    if module in SPLIT_MODULES:  # each test function a group of its own
+        return f"{module}::{name.split('[', 1)[0]}"
+    return MODULE_GROUPS.get(module, module)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest groups first (the order the workers take them in)."""
+    rank = {g: i for i, g in enumerate(LONG_FIRST)}
+    items.sort(key=lambda it: rank.get(group_of(it.nodeid), len(rank)))  # stable
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler by scope, the scope being :func:`group_of`'s group; the
+    groups in collection order (make test passes --no-loadscope-reorder)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_runtest_setup(item):
+    if not SIDE_BY_SIDE:
+        return
+    if item.get_closest_marker("measures"):
+        pytest.fail("a test marked `measures` must not run beside others: run it without "
+                    "pytest-xdist (make test runs these in its last phase)", pytrace=False)
+    if item.get_closest_marker("graded_timing") and not GRADED_PHASE:
+        pytest.fail("a test marked `graded_timing` runs beside its own kind only "
+                    "(MPILAB_TEST_PHASE=graded-timing: make test's second phase)",
+                    pytrace=False)
 
 
 def _has_mpi() -> str | None:

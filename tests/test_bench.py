@@ -31,6 +31,7 @@ def pingpong_json(tmp_path_factory):
     return out
 
 
+@pytest.mark.measures
 def test_json_shape(pingpong_json):
     doc = pingpong_json["shm"]
     for key in ("hostname", "cores", "mpi_library", "mpi_version", "transport", "ranks",
@@ -45,6 +46,7 @@ def test_json_shape(pingpong_json):
         assert len(r["times_us"]) == 6  # 3 repetitions x 2 rounds, pooled
 
 
+@pytest.mark.measures
 def test_ratios_are_sane(pingpong_json):
     # The minimum over repetitions: a preemption by another process on a 2-core machine
     # inflates medians of one implementation, never the best repetition of both.
@@ -92,6 +94,7 @@ def test_bad_arguments_fail_cleanly():
     assert res.returncode == 2 and "thread level must be one of" in res.stderr
 
 
+@pytest.mark.measures
 def test_cluster_lifecycle_benchmark(tmp_path):
     """Cold start, reconnect from a new process, restart and stop are each timed."""
     from mpilab import cluster
@@ -111,6 +114,7 @@ def test_cluster_lifecycle_benchmark(tmp_path):
     assert cluster.cluster_processes(cid) == [], "the benchmark left engines running"
 
 
+@pytest.mark.measures
 def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
     """python -m mpilab.bench buffers: every kind of buffer under both large-message paths,
     each record saying its kind, mechanism and how much of it sat on huge pages."""
@@ -197,6 +201,7 @@ def test_progress_iallreduce_case_is_checked_and_calibrated(tmp_path):
     assert bad.returncode == 2 and "must include 'allreduce'" in bad.stderr
 
 
+@pytest.mark.measures
 def test_pingpong_window_mode_runs_in_every_implementation(tmp_path):
     """--mode window (osu_bw: 64 MPI_Isend at a time, one acknowledgement per window) in
     the Cython kernel, the standalone C program and mpi4py: per-message times, sane."""
@@ -213,6 +218,7 @@ def test_pingpong_window_mode_runs_in_every_implementation(tmp_path):
     assert all(t[(i, 65536)] > t[(i, 8)] for i in ("kernel", "c-standalone", "mpi4py"))
 
 
+@pytest.mark.measures
 def test_forwarding_measures_a_resent_and_a_forwarded_array_side_by_side(tmp_path):
     """python -m mpilab.bench forwarding: per size one record per ping-pong, every round's
     time and ratio, the ratio computed from the same round's two times; sane, not fast."""
@@ -237,6 +243,7 @@ def test_forwarding_measures_a_resent_and_a_forwarded_array_side_by_side(tmp_pat
     assert bad.returncode == 2 and "size must be >= 8" in bad.stderr
 
 
+@pytest.mark.measures
 def test_contention_measures_pairs_side_by_side(tmp_path):
     """python -m mpilab.bench contention on this host: one pair alone beside two at once
     (oversubscribed on fewer than 4 cores, and said so), a record per size and pair count,

@@ -82,6 +82,7 @@ def test_a_benchmark_record_says_what_it_ran_under(binder_like, tmp_path):
     assert all(r["oversubscribed"] and r["t_us_median"] > 0 for r in data["records"])
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_lecture_02_and_lab_02_pass_in_one_cpu_and_2_gib(binder_like):
     """Their own tests, run inside the limits; the lecture picks its small sweeps itself.

@@ -129,6 +129,7 @@ def test_objects_that_are_not_plain_data_are_refused(lab):
         run_on_ranks(lambda comm: (i for i in range(3)), ranks=2)
 
 
+@pytest.mark.measures
 @mpi
 @pytest.mark.parametrize("size", [2, 3])
 def test_a_deadlock_times_out_with_the_stuck_lines_and_the_cluster_recovers(lab, size):
@@ -183,6 +184,7 @@ def test_an_exception_that_leaves_partners_waiting_is_reported(lab):
         run_on_ranks(half, ranks=2, timeout=2)
 
 
+@pytest.mark.measures
 @mpi
 def test_a_timed_out_function_fails_fast_later_even_renamed(lab):
     def stuck(comm):

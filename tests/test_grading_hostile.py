@@ -49,7 +49,7 @@ from mpilab.grading.course import (
 )
 from mpilab.grading.parallel import autograde
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.graded_timing]
 
 LAB0 = "lab00-mpi-basics"
 OTHER_LABS = ["lab01-pingpong", "lab02-halo", "lab03-one-sided", "lab05-collectives",
@@ -409,6 +409,10 @@ def lab0_cases(course: Path) -> dict[str, tuple[dict[str, str], dict[str, float]
             for s, (a, w, m) in cases.items()}
 
 
+# Alone (make test's last phase), not beside other gradings: once, graded beside two other
+# lab modules, the memory hog was not killed by its cgroup's limit within the cell's 30 s
+# (CellTimeoutError, not KernelDied). Not understood yet; the grade is the same (no marks).
+@pytest.mark.measures
 def test_lab00_hostile_corpus(course):
     cases = lab0_cases(course)
     before = course_state(course, LAB0)

@@ -147,6 +147,7 @@ def test_ring_hints_name_the_mistake():
 # -- the measurements, on real ranks ------------------------------------------------------
 
 
+@pytest.mark.measures
 def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatch):
     """On the tests' 4-rank cluster, one rank per core (2 on 2 cores): the hop, α/β, a lap, a shift, the broadcasts and
     the exchange are measured, positive, and within the labs' tolerances of the models
@@ -183,6 +184,7 @@ def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatc
             assert lo <= ag[f"{alg}_us"] / want <= hi, (alg, ag)
 
 
+@pytest.mark.measures
 def test_lab06_times_the_allgathers_beside_both_ping_pongs(lab):
     """Lab 06's try-it measurement: the course's ring and recursive doubling in the same
     loop as the resent and the forwarded ping-pong, on 4 ranks (a power of two)."""

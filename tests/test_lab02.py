@@ -361,6 +361,7 @@ def test_points_are_as_documented():
     assert full(LAB) == POINTS
 
 
+@pytest.mark.measures
 def test_source_notebook_validates(course):
     assert_source_validates(course, LAB)
 
@@ -377,6 +378,7 @@ def test_released_stubs_fail_every_test(course):
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "correct", lambda: solutions(LAB))
 def test_correct_gets_full_marks(request, course):
     nb, seconds = check_run(request, course, POINTS)
@@ -391,6 +393,7 @@ def test_correct_gets_full_marks(request, course):
     print(f"[wall] {LAB} correct submission autograded in {seconds:.1f} s")
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "alternative", ALTERNATIVES)
 def test_other_correct_styles_get_full_marks(request, course):
     _, seconds = check_run(request, course, POINTS)
@@ -429,6 +432,7 @@ def test_wrong_gets_partial_marks(request, course):
 @pytest.mark.submission(LAB, "wrong2", lambda: {
     **solutions(LAB), "exchange_nonblocking": NONBLOCKING_NO_COLUMNS,
     "step_overlap": OVERLAP_RING_TOO_EARLY, "exchange_fixed": FIXED_WITH_SENDRECV})
+@pytest.mark.graded_timing
 def test_wrong_ghosts_and_ring_are_named(request, course):
     want = {**POINTS, "test_exchange_nonblocking": 0.0, "test_step_overlap": 0.0,
             "test_exchange_fixed": 0.0}
@@ -443,6 +447,7 @@ def test_wrong_ghosts_and_ring_are_named(request, course):
 
 @pytest.mark.submission(LAB, "deadlock", lambda: {**solutions(LAB),
                                                   "exchange_fixed": FIXED_RECEIVES_FIRST})
+@pytest.mark.graded_timing
 def test_deadlock_loses_only_that_part(request, course):
     nb, seconds = check_run(request, course, {**POINTS, "test_exchange_fixed": 0.0})
     err = errors_of(nb, "test_exchange_fixed")

@@ -273,6 +273,7 @@ def test_epoch_hints_name_the_mistake(wrong, says):
     assert says in _epoch_hint(wrong(4096, 1.5, 10000.0), 4096, 1.5, 10000.0)
 
 
+@pytest.mark.measures
 def test_source_notebook_validates(course):
     assert_source_validates(course, LAB)
 
@@ -288,6 +289,7 @@ def test_released_stubs_fail_every_test(course):
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "correct", lambda: solutions(LAB))
 def test_correct_gets_full_marks(request, course):
     nb, seconds = check_run(request, course, POINTS)
@@ -306,6 +308,7 @@ def test_correct_gets_full_marks(request, course):
     print(f"[wall] {LAB} correct submission autograded in {seconds:.1f} s")
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "alternative", lambda: {**solutions(LAB), **ALTERNATIVES})
 def test_other_correct_styles_get_full_marks(request, course):
     _, seconds = check_run(request, course, POINTS)
@@ -331,6 +334,7 @@ def test_wrong_edge_and_unfixed_epoch_lose_their_parts(request, course):
 @pytest.mark.submission(LAB, "wrong2", lambda: {
     **solutions(LAB), "exchange_put": solution_with("exchange_put", *PUT_NO_FREE),
     "shared": solution_with("shared", *SHARED_WRONG_NEIGHBOUR)})
+@pytest.mark.graded_timing
 def test_leak_and_wrong_neighbour_lose_their_parts(request, course):
     want = {**POINTS, "test_exchange_put": 0.0, "test_shared": 0.0}
     nb, _ = check_run(request, course, want)
@@ -345,6 +349,7 @@ def test_leak_and_wrong_neighbour_lose_their_parts(request, course):
 
 @pytest.mark.submission(LAB, "stale", lambda: {
     **solutions(LAB), "shared": solution_with("shared", *SHARED_NO_OPENING_FENCE)})
+@pytest.mark.graded_timing
 def test_missing_synchronisation_loses_the_shared_part(request, course):
     nb, _ = check_run(request, course, {**POINTS, "test_shared": 0.0})
     err = errors_of(nb, "test_shared")
@@ -354,6 +359,7 @@ def test_missing_synchronisation_loses_the_shared_part(request, course):
 
 @pytest.mark.submission(LAB, "late", lambda: {
     **solutions(LAB), "shared": solution_with("shared", *SHARED_NO_CLOSING_FENCE)})
+@pytest.mark.graded_timing
 def test_missing_closing_synchronisation_loses_the_shared_part(request, course):
     nb, _ = check_run(request, course, {**POINTS, "test_shared": 0.0})
     err = errors_of(nb, "test_shared")

@@ -96,6 +96,7 @@ def test_push_hints_name_the_mistake(wrong, says):
     assert says in _push_hint(wrong(4096, 6.0, 40000.0), 4096, 6.0, 40000.0)
 
 
+@pytest.mark.measures
 def test_source_notebook_validates(course):
     assert_source_validates(course, LAB)
 
@@ -110,6 +111,7 @@ def test_released_stubs_fail_every_test(course):
     assert max(len(t.splitlines()) for t in tests) <= 10
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "correct", lambda: solutions(LAB))
 def test_correct_gets_full_marks(request, course):
     nb, seconds = check_run(request, course, POINTS)
@@ -161,6 +163,7 @@ def test_each_part_is_checked_for_its_structure():
             _structure(code, "f", stores=stores)
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB, "deadlock", lambda: {**solutions(LAB), "exchange_fixed": given()})
 def test_the_given_deadlock_loses_only_its_part(request, course):
     nb, seconds = check_run(request, course, {**POINTS, "test_exchange_fixed": 0.0})

@@ -80,6 +80,7 @@ class _Liar:
 # validate
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("lab", LABS)
 def test_source_notebook_validates(course, lab):
     assert_source_validates(course, lab)
@@ -167,6 +168,7 @@ def allreduce_butterfly(comm, sendbuf, recvbuf):
 needs5 = pytest.mark.skipif(LAB5 not in LABS, reason="lab 05 not written yet")
 
 
+@pytest.mark.graded_timing
 @needs5
 @pytest.mark.submission(LAB5, "correct", lambda: solutions(LAB5))
 def test_lab05_correct_gets_full_marks(request, course):
@@ -185,6 +187,7 @@ def bcast_us(alg, p, n_bytes, alpha_us, beta_MBps):
 @pytest.mark.submission(LAB5, "wrong", lambda: {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
                                                "allreduce_butterfly": ALLREDUCE_REBINDS,
                                                "bcast_us": BCAST_US_UNROUNDED})
+@pytest.mark.graded_timing
 def test_lab05_wrong_gets_partial_marks(request, course):
     want = {"test_bcast_binomial": 3.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0,
@@ -203,6 +206,7 @@ def test_lab05_wrong_gets_partial_marks(request, course):
 @needs5
 @pytest.mark.submission(LAB5, "deadlock", lambda: {
     **solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK, "allreduce_butterfly": ALLREDUCE_VIA_ROOT})
+@pytest.mark.graded_timing
 def test_lab05_deadlock_loses_only_that_part(request, course):
     want = {"test_bcast_binomial": 0.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0,
@@ -332,6 +336,7 @@ def choose_allgather(p, block_bytes, placement):
 needs6 = pytest.mark.skipif(LAB6 not in LABS, reason="lab 06 not written yet")
 
 
+@pytest.mark.graded_timing
 @needs6
 @pytest.mark.submission(LAB6, "correct", lambda: solutions(LAB6))
 def test_lab06_correct_gets_full_marks(request, course):
@@ -403,6 +408,7 @@ def test_lab06_wrong_gets_partial_marks(request, course):
 # a Python ring and a compiled one that send first: both hang past the eager limit
 @pytest.mark.submission(LAB6, "deadlock", lambda: {
     **solutions(LAB6), "allgather_ring": RING_SEND_FIRST, "allgather_pyx": PYX_SEND_FIRST})
+@pytest.mark.graded_timing
 def test_lab06_deadlocks_lose_only_their_parts(request, course):
     want = {**full(LAB6), "test_allgather_ring": 0.0, "test_ring_steps": 0.0,
             "test_allgather_cython": 0.0}

@@ -373,6 +373,7 @@ def course(tmp_path_factory) -> Path:
     return make_course(tmp_path_factory.mktemp("course6f"), [LAB6])
 
 
+@pytest.mark.graded_timing
 @pytest.mark.slow
 def test_wrong_and_hostile_choices_lose_only_this_part(course):
     for student, answer in (("wrong", WRONG), ("hostile", HOSTILE)):

@@ -49,15 +49,37 @@ def leftover_processes(course: Path, grace: float = 10.0) -> list:
         time.sleep(0.5)
 
 
+WORKER = "PYTEST_XDIST_WORKER"
+
+
+def _another_workers(p) -> bool:
+    """Whether `p` is part of another pytest-xdist worker's running tests (make test runs
+    test modules side by side): it, or the nearest ancestor whose environment can be read
+    (a sandbox clears its own), carries another worker's name. Such a process is that
+    worker's to check; an orphan (its test gone) is everybody's."""
+    import psutil
+
+    mine = os.environ.get(WORKER)
+    for q in [p, *p.parents()]:
+        try:
+            env = q.environ()
+        except (psutil.Error, OSError):
+            continue
+        if WORKER in env:
+            return env[WORKER] != mine
+    return False
+
+
 def _leftovers(course: Path) -> list:
     """What an autograde of this course copy left behind: processes of its MPI clusters
     (validate runs the notebook in its own kernel), processes of the grading sandboxes
     (anything of the sandbox user ``nobody``, ``bwrap``, the grader's kernel, the
-    sandboxed MPI ranks), and the sandboxes' cgroups and scratch folders."""
+    sandboxed MPI ranks), and the cgroups and scratch folders of gradings that ended.
+    Not the running gradings of other test modules beside this one (make test)."""
     import psutil
 
     from mpilab.cluster import cluster_processes
-    from mpilab.grading.sandbox import NOBODY, leftovers
+    from mpilab.grading.sandbox import NOBODY, unclaimed
 
     left = []
     for p in cluster_processes():
@@ -71,13 +93,14 @@ def _leftovers(course: Path) -> list:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue  # exited; this VM's init does not reap orphans
             cmd = " ".join(p.info["cmdline"] or [])
-            if (p.info["uids"].real == NOBODY or p.info["name"] == "bwrap"
+            if ((p.info["uids"].real == NOBODY or p.info["name"] == "bwrap"
                     or "mpilab.grading.worker" in cmd or "mpilab-sandbox" in cmd
-                    or "MPILAB_GRADER" in (p.environ() if p.pid != os.getpid() else {})):
+                    or "MPILAB_GRADER" in (p.environ() if p.pid != os.getpid() else {}))
+                    and not _another_workers(p)):
                 left.append(p)
         except (psutil.Error, OSError):
             pass
-    return left + leftovers()
+    return left + unclaimed()
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,6 +157,7 @@ def stubs_and_tests(release: nbformat.NotebookNode) -> tuple[list[str], list[str
     return stubs, tests
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("lab", LABS)
 def test_source_notebook_validates(course, lab):
     assert_source_validates(course, lab)
@@ -211,6 +235,7 @@ def ring_exchange(comm, data):
 LAB0 = "lab00-mpi-basics"
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB0, "correct", lambda: solutions(LAB0))
 def test_lab00_correct_gets_full_marks(request, course):
     _, seconds = check_run(request, course, full(LAB0))
@@ -234,6 +259,7 @@ def test_lab00_wrong_gets_partial_marks(request, course):
     assert "the lap of ring_times_us(2, 10.0)" in err and "p - 1 hops" in err, err
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB0, "deadlock", lambda: {**solutions(LAB0), "ring_pass": RING_DEADLOCK})
 def test_lab00_deadlock_loses_only_that_part(request, course):
     nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0,
@@ -247,6 +273,7 @@ def test_lab00_deadlock_loses_only_that_part(request, course):
 @pytest.mark.submission(LAB0, "loop", lambda: {
     **solutions(LAB0), "ring_pass": RING_LOOP,
     "ring_exchange": solutions(LAB0)["ring_exchange"] + "\n\nwhile True:\n    pass\n"})
+@pytest.mark.graded_timing
 def test_lab00_endless_loops_lose_only_their_part(request, course):
     nb, seconds = check_run(request, course, {"test_ring_pass": 0.0, "test_ring_exchange": 3.0,
                                               "test_ring_times": 2.0})
@@ -313,6 +340,7 @@ def half_bandwidth_bytes(alpha_us, beta_MBps):
 '''
 
 
+@pytest.mark.graded_timing
 @pytest.mark.submission(LAB1, "correct", lambda: solutions(LAB1))
 def test_lab01_correct_gets_full_marks(request, course):
     _, seconds = check_run(request, course, full(LAB1))
@@ -322,6 +350,7 @@ def test_lab01_correct_gets_full_marks(request, course):
 @pytest.mark.submission(LAB1, "wrong", lambda: {
     **solutions(LAB1), "pingpong": PINGPONG_TOTAL_SECONDS, "fit_alpha_beta": FIT_UNWEIGHTED,
     "predict": PREDICT_NO_ALPHA})
+@pytest.mark.graded_timing
 def test_lab01_wrong_gets_partial_marks(request, course):
     want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0}
     nb, _ = check_run(request, course, want)
@@ -338,6 +367,7 @@ def test_lab01_wrong_gets_partial_marks(request, course):
     "predict": HOSTILE_PATCH + "def predict_us(n, a, b):\n    return 0.0\n\n\n"
                "def half_bandwidth_bytes(a, b):\n    return 0.0\n",
 })
+@pytest.mark.graded_timing
 def test_lab01_hostile_gets_no_marks_for_wrong_answers(request, course):
     nb, seconds = check_run(request, course, {k: 0.0 for k in full(LAB1)})
     for gid, name in [("test_pingpong", "pingpong"), ("test_fit", "fit_alpha_beta"),
@@ -348,6 +378,7 @@ def test_lab01_hostile_gets_no_marks_for_wrong_answers(request, course):
     print(f"[wall] {LAB1} hostile submission autograded in {seconds:.1f} s (bar: 60 s)")
 
 
+@pytest.mark.graded_timing
 def test_feedback_is_generated(course):
     if not (course / "autograder" / "autograded" / "correct" / LAB0).exists():
         pytest.skip("needs the autograded correct submission")

@@ -17,7 +17,7 @@ from mpilab import halo, runtime
 
 STEM = "02-halo-exchange"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.measures]
 
 
 def has_png(cell) -> bool:

@@ -35,6 +35,7 @@ def test_default_jobs_follow_the_cores():
     assert parallel.default_jobs(64) == 8
 
 
+@pytest.mark.graded_timing
 def test_the_command_grades_every_submission_side_by_side(course):
     right = solutions(LAB)
     for student in ("ada", "bob", "cyd"):
@@ -65,6 +66,7 @@ def test_nothing_to_grade_is_said_not_failed(course):
     assert res.returncode == 0 and "nothing to grade" in res.stdout
 
 
+@pytest.mark.graded_timing
 def test_a_grading_past_its_time_is_killed_and_leaves_nothing(course):
     submit(course, LAB, "slow", solutions(LAB))
     t0 = time.perf_counter()

@@ -50,11 +50,13 @@ def _overlap(a: dict, b: dict) -> bool:
     return a["start"] < b["end"] and b["start"] < a["end"]
 
 
+@pytest.mark.measures
 def test_work_runs_side_by_side(tmp_path):
     got = _run(tmp_path, ("working", 0.8, "a", 0), ("working", 0.8, "b", 0.1))
     assert _overlap(got["a"], got["b"]), got
 
 
+@pytest.mark.measures
 def test_a_measurement_waits_for_running_work_and_holds_off_new_work(tmp_path):
     got = _run(tmp_path, ("working", 1.0, "busy", 0), ("measuring", 0.6, "measure", 0.3),
                ("working", 0.3, "later", 0.6))
@@ -87,6 +89,7 @@ def _hold_forever(where: str, ready):
         time.sleep(60)
 
 
+@pytest.mark.measures
 def test_a_killed_measurement_releases_the_cores(tmp_path):
     ready = CTX.Event()
     p = CTX.Process(target=_hold_forever, args=(str(tmp_path), ready))
@@ -102,6 +105,8 @@ def test_a_killed_measurement_releases_the_cores(tmp_path):
 
 def _make_once(tmp: str, log: str, measures: bool):
     tempfile.tempdir = tmp  # this process's grading folder: under tmp
+    # a sleep stands for the measurement: nothing is timed, whoever runs beside this test
+    os.environ.pop("MPILAB_MEASURING", None)
     measured._CACHE.clear()
 
     def make():
@@ -134,3 +139,22 @@ def test_gradings_side_by_side_share_one_simulation(tmp_path):
     """Not a measurement (a simulation, a trace): still made once for the gradings that
     start together, not once each."""
     assert _three_gradings(tmp_path, measures=False) == 1, "each grading made its own"
+
+
+def test_no_measurement_where_work_runs_beside_unseen(tmp_path, monkeypatch):
+    """MPILAB_MEASURING=forbidden (make test's side-by-side phase): the user's grading
+    folder refuses a measurement, in this process and in those it starts; a lock in a
+    folder of its own (these tests) is not a measurement of the cores."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("MPILAB_MEASURING", "forbidden")
+    with pytest.raises(RuntimeError, match="mark it"), quiet.measuring():
+        pass
+    with pytest.raises(RuntimeError, match="mark it"):
+        measured._CACHE.clear()
+        measured.cached("probe-forbidden", lambda: 1, measures=True)
+    (tmp_path / "own").mkdir()
+    with quiet.measuring(tmp_path / "own"):
+        pass
+    monkeypatch.delenv("MPILAB_MEASURING")
+    with quiet.measuring():
+        pass

@@ -184,6 +184,7 @@ def test_the_library_choice_is_open_mpis_rule_at_62_processes():
                                         "library:rdb", "library:ring", "library:bruck"}
 
 
+@pytest.mark.measures
 def test_a_simulation_past_its_timeout_is_killed_with_everything_it_started():
     t0 = time.monotonic()
     with pytest.raises(jobs.JobTimeout):
@@ -196,6 +197,7 @@ def test_a_simulation_past_its_timeout_is_killed_with_everything_it_started():
 # --- this machine ------------------------------------------------------------------------
 
 
+@pytest.mark.measures
 @needs_mpi
 def test_this_machine_is_calibrated_from_its_own_pingpong_within_25_percent():
     rows = sim.check_this_machine([8, 1 << 20], recalibrate=True)

@@ -205,6 +205,7 @@ def test_reference_exchange_alone_is_cheaper_nonblocking():
 # --- lecture 02 ---------------------------------------------------------------------------
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_lecture_02_k1_table_sets_the_paper_beside_the_simulation_at_32_81_169():
     nb = lecture("02-halo-exchange")
@@ -224,6 +225,7 @@ def test_lecture_02_k1_table_sets_the_paper_beside_the_simulation_at_32_81_169()
             assert cell != "—" and float(cell) > 0, (p, sub, cell)
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_lecture_02_live_simulations_are_labelled_and_checked():
     if not sim.available()[0]:
@@ -241,6 +243,7 @@ def test_lecture_02_live_simulations_are_labelled_and_checked():
     labelled(text, "coarray-paper")
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_lecture_02_simulated_speedup_table_and_its_shape():
     nb = lecture("02-halo-exchange")

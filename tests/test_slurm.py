@@ -141,6 +141,7 @@ def test_engines_form_one_mpi_comm_world(lab):
     assert {total for _r, _s, total, _j in got} == {sum(range(RANKS))}
 
 
+@pytest.mark.measures
 def test_pingpong_kernel_on_the_slurm_engines(lab):
     got = lab.run(_roundtrip, 4096, timeout=60)
     times = np.array([t for t, _ in got])

@@ -20,6 +20,7 @@ def test_summary_arithmetic():
         timing.summarize([1.0, float("nan")])
 
 
+@pytest.mark.measures
 def test_pingpong_records_on_the_cluster(lab):
     df = timing.pingpong(lab, [8, 65536], impls=("kernel", "mpi4py"), reps=3, min_time=0.002)
     assert sorted(df["impl"].unique()) == ["kernel", "mpi4py"]
@@ -53,6 +54,7 @@ def test_oneway_and_memcopy(lab):
     assert lab.healthy()
 
 
+@pytest.mark.measures
 def test_forwarding_times_on_the_cluster(lab):
     """Both ping-pongs and the allgathers run in one loop on every rank; a 1 MiB message
     takes longer than 8 B whichever array it is sent from; the record says where it ran."""

@@ -354,7 +354,8 @@ class IsolatedExecute(Execute):
             self.nb.metadata["language_info"] = info["content"]["language_info"]
         # the exporter, imported before any student cell and with the submission's own
         # files off the path: what the student's code replaces later does not reach it
-        self._student_run(_PREIMPORT, timeout=60)
+        with quiet.working():  # imports: seconds of a core, not while another grading measures
+            self._student_run(_PREIMPORT, timeout=60)
 
     def _restart_student(self, why: str) -> bool:
         """Start the student's kernel again and replay what ran; False when given up."""

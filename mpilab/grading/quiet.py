@@ -68,6 +68,13 @@ def _held(kind: str) -> Iterator[None]:
         _local.held = None
 
 
+#: ``MPILAB_MEASURING=forbidden`` in a process's environment: it and its children run side
+#: by side with other work that this lock does not see (the side-by-side phase of the test
+#: suite, pytest-xdist workers: tests/conftest.py), so a measurement there would time the
+#: others too. It is refused rather than made, whatever it would have waited for.
+FORBIDDEN = "forbidden"
+
+
 @contextlib.contextmanager
 def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
     """Hold the cores for a measurement: no other grading of this user works meanwhile."""
@@ -77,6 +84,11 @@ def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
         return
     if held == "working":
         raise RuntimeError("a measurement was started inside a grading's own work")
+    if where is None and os.environ.get("MPILAB_MEASURING") == FORBIDDEN:
+        raise RuntimeError(
+            "no measurement here: this process runs side by side with work the grading "
+            "lock does not see (MPILAB_MEASURING=forbidden; in the test suite, a test not "
+            "marked `measures`, which pytest-xdist runs beside others: mark it)")
     with _files(where) as (gate, cores), _held("measuring"):
         if gate is not None:  # (without a private folder there is nobody to share with)
             fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
