@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,33 @@ def mpirun(script: str, ranks: int, *args: str, transport: str = "shm",
     return jobs.run(runtime.launch(ranks, transport),
                     [sys.executable, str(ROOT / "tests" / "mpi" / script), *args],
                     timeout=timeout, check=False)
+
+
+def segments() -> set[str]:
+    """MPI shared-memory files in /dev/shm (Open MPI 4's vader, 5's sm, MPICH's)."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(runtime.SEGMENT_PREFIXES)}
+    except OSError:
+        return set()
+
+
+def shm_leaked(before: set[str], settle: float = 2.0) -> set[str]:
+    """Segments new since `before` that no live process maps or holds open: a leak.
+
+    Other test modules may run MPI jobs at the same time (make test): their live segments
+    are mapped and do not count. One whose job is ending may be unmapped for a moment
+    before its own clean-up removes it, so a suspect counts only if it stays unmapped for
+    `settle` seconds.
+    """
+    deadline, suspects = time.monotonic() + settle, None
+    while True:
+        busy = runtime._mapped_paths()  # what remove_stale_shm_segments keeps
+        now = {n for n in segments() - before
+               if f"/dev/shm/{n}" not in busy and os.path.exists(f"/dev/shm/{n}")}
+        suspects = now if suspects is None else suspects & now
+        if not suspects or time.monotonic() > deadline:
+            return suspects
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

@@ -16,16 +16,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import ROOT, needs_mpi
+from conftest import ROOT, needs_mpi, segments
+from conftest import shm_leaked as leaked
 
 from mpilab import jobs, runtime
 
 pytestmark = needs_mpi
 
-SHM = Path("/dev/shm")
 
 # Every rank joins the shared-memory transport, says so, then waits forever. With an
 # argument, rank 1 first starts a child that leaves the job's session (setsid): neither
@@ -48,29 +47,6 @@ print("ready", comm.rank, flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def segments() -> set[str]:
-    return {p.name for p in SHM.iterdir() if p.name.startswith(runtime.SEGMENT_PREFIXES)}
-
-
-def leaked(before: set[str], settle: float = 2.0) -> set[str]:
-    """Segments new since `before` that no live process maps or holds open: a leak.
-
-    Other test modules may run MPI jobs at the same time (pytest-xdist): their live
-    segments are mapped and do not count. One whose job is ending may be unmapped for a
-    moment before its own clean-up removes it, so a suspect counts only if it stays
-    unmapped for `settle` seconds.
-    """
-    deadline, suspects = time.monotonic() + settle, None
-    while True:
-        new = segments() - before
-        busy = runtime._mapped_paths()  # what remove_stale_shm_segments keeps
-        now = {n for n in new if f"{SHM}/{n}" not in busy and (SHM / n).exists()}
-        suspects = now if suspects is None else suspects & now
-        if not suspects or time.monotonic() > deadline:
-            return suspects
-        time.sleep(0.2)
 
 
 def mine() -> list:

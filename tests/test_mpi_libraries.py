@@ -13,42 +13,14 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
-from conftest import needs_mpi
+from conftest import needs_mpi, segments
+from conftest import shm_leaked as leaked
 
 from mpilab import jobs, runtime
 
 pytestmark = needs_mpi
-
-
-def segments() -> set[str]:
-    """MPI shared-memory files in /dev/shm (Open MPI 4's vader, 5's sm, MPICH's)."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(runtime.SEGMENT_PREFIXES)}
-    except OSError:
-        return set()
-
-
-def leaked(before: set[str], settle: float = 2.0) -> set[str]:
-    """Segments new since `before` that no live process maps or holds open: a leak.
-
-    Other test modules may run MPI jobs at the same time (pytest-xdist): their live
-    segments are mapped and do not count. One whose job is ending may be unmapped for a
-    moment before its own clean-up removes it, so a suspect counts only if it stays
-    unmapped for `settle` seconds.
-    """
-    deadline, suspects = time.monotonic() + settle, None
-    while True:
-        new = segments() - before
-        busy = runtime._mapped_paths()  # what remove_stale_shm_segments keeps
-        now = {n for n in new if f"/dev/shm/{n}" not in busy
-               and os.path.exists(f"/dev/shm/{n}")}
-        suspects = now if suspects is None else suspects & now
-        if not suspects or time.monotonic() > deadline:
-            return suspects
-        time.sleep(0.2)
 
 
 def _libmpi_mapped() -> str:
