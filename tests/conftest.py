@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpilab import jobs, runtime
+from mpilab.grading import quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,10 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #     links, the wall time of its own run; and nbgrader validate, whose solution cells do
 #     not take the lock): one process, nothing beside it.
 # MPILAB_TEST_PHASE=graded-timing (make test, phase 2) says which of 1 and 2 a worker runs.
-SIDE_BY_SIDE = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+XDIST_WORKER = "PYTEST_XDIST_WORKER"  # a worker's name (gw0, ...), in its environment
+SIDE_BY_SIDE = bool(os.environ.get(XDIST_WORKER))
 GRADED_PHASE = os.environ.get("MPILAB_TEST_PHASE") == "graded-timing"
 if SIDE_BY_SIDE and not GRADED_PHASE:
-    os.environ["MPILAB_MEASURING"] = "forbidden"
+    os.environ["MPILAB_MEASURING"] = quiet.FORBIDDEN
 
 # A worker runs a whole group at a time: a test module, or the modules that execute the same
 # lecture (tests/test_lectures.py `executed`, once per process), the lecture's tests of

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import XDIST_WORKER
 from grading_batch import check_run, graded_notebook  # noqa: F401 - other modules import it here
 
 from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
@@ -49,9 +50,6 @@ def leftover_processes(course: Path, grace: float = 10.0) -> list:
         time.sleep(0.5)
 
 
-WORKER = "PYTEST_XDIST_WORKER"
-
-
 def _another_workers(p) -> bool:
     """Whether `p` is part of another pytest-xdist worker's running tests (make test runs
     test modules side by side): it, or the nearest ancestor whose environment can be read
@@ -59,14 +57,14 @@ def _another_workers(p) -> bool:
     worker's to check; an orphan (its test gone) is everybody's."""
     import psutil
 
-    mine = os.environ.get(WORKER)
+    mine = os.environ.get(XDIST_WORKER)
     for q in [p, *p.parents()]:
         try:
             env = q.environ()
         except (psutil.Error, OSError):
             continue
-        if WORKER in env:
-            return env[WORKER] != mine
+        if XDIST_WORKER in env:
+            return env[XDIST_WORKER] != mine
     return False
 
 
