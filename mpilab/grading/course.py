@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from .. import paths
+from . import quiet
 
 __all__ = ["REPO", "LABS", "nbgrader", "make_course", "solutions", "submit", "full",
            "scores", "checks_of", "hostile", "PATCH_EVERYTHING", "graded_seconds"]
@@ -63,7 +64,8 @@ def make_course(root: Path, labs, repo: Path = REPO) -> Path:
                     ignore=shutil.ignore_patterns("release", "submitted", "autograded",
                                                   "feedback", "gradebook.db", "__pycache__"))
     for lab in labs:
-        res = nbgrader(root, "generate_assignment", lab, "--force")
+        with quiet.working():  # seconds of a core: not while a grading beside it measures
+            res = nbgrader(root, "generate_assignment", lab, "--force")
         if res.returncode != 0 or not (root / "autograder" / "release" / lab).is_dir():
             raise RuntimeError(f"nbgrader generate_assignment {lab} failed:\n"
                                f"{res.stdout}{res.stderr}")

@@ -283,12 +283,14 @@ class IsolatedExecute(Execute):
                 "traceback": [f"CellTimeoutError: the checks took longer than "
                               f"{self.test_timeout} s"]},
             resources=resources)
-        run_sync(km.start_kernel)(env=env, cwd=self._nb_dir,
-                                  extra_arguments=self._gclient.extra_arguments)
-        self._gclient.start_new_kernel_client()
-        self._grader_exec("import warnings\nwarnings.simplefilter('ignore')\n"
-                          "import matplotlib\nmatplotlib.use('Agg')\n"
-                          "import mpilab.grading.isolated  # mpilab.build compiles in the sandbox")
+        # a kernel's start and imports: seconds of a core, not while another grading measures
+        with quiet.working():
+            run_sync(km.start_kernel)(env=env, cwd=self._nb_dir,
+                                      extra_arguments=self._gclient.extra_arguments)
+            self._gclient.start_new_kernel_client()
+            self._grader_exec("import warnings\nwarnings.simplefilter('ignore')\n"
+                              "import matplotlib\nmatplotlib.use('Agg')\n"
+                              "import mpilab.grading.isolated  # mpilab.build compiles in the sandbox")
 
     # -- the main loop ------------------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):
@@ -347,14 +349,15 @@ class IsolatedExecute(Execute):
     def _start_student(self) -> None:
         if self.km is None:
             self.create_kernel_manager()
-        self.start_new_kernel()
-        self.start_new_kernel_client()
-        info = self.wait_for_reply(self.kc.kernel_info())
-        if info and "language_info" in info.get("content", {}):
-            self.nb.metadata["language_info"] = info["content"]["language_info"]
-        # the exporter, imported before any student cell and with the submission's own
-        # files off the path: what the student's code replaces later does not reach it
-        with quiet.working():  # imports: seconds of a core, not while another grading measures
+        # the kernel's start and imports: seconds of a core, not while another grading measures
+        with quiet.working():
+            self.start_new_kernel()
+            self.start_new_kernel_client()
+            info = self.wait_for_reply(self.kc.kernel_info())
+            if info and "language_info" in info.get("content", {}):
+                self.nb.metadata["language_info"] = info["content"]["language_info"]
+            # the exporter, imported before any student cell and with the submission's own
+            # files off the path: what the student's code replaces later does not reach it
             self._student_run(_PREIMPORT, timeout=60)
 
     def _restart_student(self, why: str) -> bool:

@@ -7,17 +7,21 @@ with a measurement made now (:mod:`mpilab.grading.measured`), and another gradin
 spinning on the same cores would change that measurement. So the gradings of one user
 share a reader-writer lock:
 
-* :func:`working` (shared): anything of a grading that keeps cores busy, i.e. every
-  request to its MPI ranks and every compile. Many gradings work at once.
+* :func:`working` (shared): anything of a grading that keeps cores busy: every request
+  to its MPI ranks, every compile, its kernels' and rank pool's start and imports, a
+  course's generation. Many gradings work at once.
 * :func:`measuring` (exclusive): a measurement waits until every running piece of work
   has ended, and no new one starts until it is done. It comes first: a measurement
   waiting for the lock stops new work from starting (no starving behind a busy class).
 
 Both are ``flock`` locks on files in this user's private grading folder, so a grading
 that dies releases what it held. Inside :func:`measuring`, this process's own work (the
-measurement's ranks) does not wait for itself. What the lock does not hold back: the
-kernels and the nbgrader processes themselves (their start-up is a burst of a second or
-two, which a measurement's best-of-repetitions rides out).
+measurement's ranks) does not wait for itself. What the lock does not hold back: nbgrader's
+own bookkeeping between kernels (its processes are forked with nbgrader imported:
+:mod:`mpilab.grading.parallel`) and the ending of kernels and pools, bursts of a fraction
+of a second that a measurement's best-of-repetitions rides out. Beside three other lab
+modules' gradings, a grader's ping-pong once measured three times slow while kernels
+started unheld; their start is held since.
 """
 
 from __future__ import annotations
