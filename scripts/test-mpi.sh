@@ -16,44 +16,69 @@
 # which the main run makes), the grading tests and tests/test_mpi_libraries.py; with
 # openmpi also tests/test_packaging.py (the installed package's data, kernels and run-time
 # builds, from a folder outside every tree: they need the non-editable install made here).
+#
+# TEST_MPI_PART (make test-mpi PART=...) splits it as make test's phases are split:
+#   all           set-up, then every selected test in one process (the default);
+#   prepare       set-up only (venv, wheel, tree);
+#   side-by-side  the unmarked tests only, measurements refused (MPILAB_MEASURING=forbidden):
+#                 safe beside other work, as CI runs it beside make test's first phase;
+#   alone         the tests marked `measures` or `graded_timing` only, with nothing beside.
+# The last two run on the set-up `prepare` made (nothing rebuilt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MPI="${1:?usage: scripts/test-mpi.sh openmpi|mpich [pytest arguments]}"
 shift
 case "$MPI" in openmpi|mpich) ;; *) echo "test-mpi: openmpi or mpich, got '$MPI'" >&2; exit 2 ;; esac
 
+PART="${TEST_MPI_PART:-all}"
+case "$PART" in all|prepare|side-by-side|alone) ;;
+  *) echo "test-mpi: TEST_MPI_PART is all, prepare, side-by-side or alone, got '$PART'" >&2; exit 2 ;;
+esac
+
 base=.alt/pypi-$MPI
 venv=$base/venv
 tree=$base/tree
 say() { printf 'test-mpi (%s): %s\n' "$MPI" "$*"; }
 
-# A clean copy of the tree (tracked and new files; no build/, no built kernels): the
-# package is built from it, with this MPI only, then removed from it for the tests.
-say "copying the tree to $tree"
-rm -rf "$tree"
-mkdir -p "$tree"
-git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$tree"
+prepare() {
+  # A clean copy of the tree (tracked and new files; no build/, no built kernels): the
+  # package is built from it, with this MPI only, then removed from it for the tests.
+  say "copying the tree to $tree"
+  rm -rf "$tree"
+  mkdir -p "$tree"
+  git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$tree"
 
-if [[ ! -x $venv/bin/python ]]; then
-  say "creating $venv"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
+  if [[ ! -x $venv/bin/python ]]; then
+    say "creating $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
+  PY=$PWD/$venv/bin/python
+  PIN=(-c "$PWD/constraints.txt")
+  say "installing the $MPI wheel, mpi4py and the course (non-editable)"
+  $PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
+  $PY -m pip install -q "${PIN[@]}" "$MPI" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
+  # One wheel, built once (--no-build-isolation: setup.py builds the kernels with this venv's
+  # mpicc, the wheel's), installed over any earlier one, then its test extras beside it.
+  rm -rf "$base/dist"
+  (cd "$tree" && MPILAB_MPI=$MPI $PY -m pip wheel -q --no-deps --no-build-isolation \
+     -w "$PWD/../dist" .)
+  whl=$(ls "$base"/dist/mpilab-*.whl)
+  $PY -m pip install -q "${PIN[@]}" --force-reinstall --no-deps "$whl"
+  $PY -m pip install -q "${PIN[@]}" "$whl[test]"
+  install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
+  rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
+  touch "$base/prepared"
+}
+
+if [[ $PART == all || $PART == prepare ]]; then
+  rm -f "$base/prepared"
+  prepare
+  [[ $PART == prepare ]] && exit 0
+else
+  [[ -f $base/prepared ]] || { say "no set-up to run on: run TEST_MPI_PART=prepare first" >&2; exit 2; }
 fi
 PY=$PWD/$venv/bin/python
-PIN=(-c "$PWD/constraints.txt")
-say "installing the $MPI wheel, mpi4py and the course (non-editable)"
-$PY -m pip install -q "${PIN[@]}" pip "setuptools>=77" wheel
-$PY -m pip install -q "${PIN[@]}" "$MPI" "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
-# One wheel, built once (--no-build-isolation: setup.py builds the kernels with this venv's
-# mpicc, the wheel's), installed over any earlier one, then its test extras beside it.
-rm -rf "$base/dist"
-(cd "$tree" && MPILAB_MPI=$MPI $PY -m pip wheel -q --no-deps --no-build-isolation \
-   -w "$PWD/../dist" .)
-whl=$(ls "$base"/dist/mpilab-*.whl)
-$PY -m pip install -q "${PIN[@]}" --force-reinstall --no-deps "$whl"
-$PY -m pip install -q "${PIN[@]}" "$whl[test]"
-install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
-rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
 
 export MPILAB_MPI=$MPI MPILAB_MPI_FROM=pypi
 # The installed mpilab only: no script folder or working directory on sys.path, in this
@@ -80,11 +105,22 @@ if [[ $# -eq 0 ]]; then
     tests/test_mpi_libraries.py
   if [[ $MPI == openmpi ]]; then set -- "$@" tests/test_packaging.py; fi
 fi
+case "$PART" in
+  side-by-side) set -- "$@" -m "not measures and not graded_timing"
+                export MPILAB_MEASURING=forbidden MPILAB_TEST_PHASE=side-by-side ;;
+  alone) set -- "$@" -m "measures or graded_timing" ;;
+esac
+say "tests ($PART)"
 status=0
 hydra_files() { ls /tmp | grep '^hydra_hwloc_xmlfile_' || true; }
 hydra_before=$(hydra_files)
+# segments: the ones new since now that no live process maps (other work may run beside)
+shm_before=$("$PY" -c 'from mpilab import runtime; print(*sorted(runtime.shm_segments()), sep="\n")')
 "$PY" -m pytest "$@" || status=$?
-left=$(ls /dev/shm | grep -E '^(sm_segment|vader_segment|mpich_shm_)' || true)
+left=$(printf '%s\n' "$shm_before" | "$PY" -c '
+import sys
+from mpilab import runtime
+print(*sorted(runtime.leaked_shm_segments({l.strip() for l in sys.stdin if l.strip()})), sep="\n")')
 if [[ -n $left ]]; then
   say "shared-memory segments left in /dev/shm:"; echo "$left"; status=1
 fi

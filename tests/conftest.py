@@ -24,17 +24,60 @@ ROOT = Path(__file__).resolve().parent.parent
 #     so a test that measures without its mark fails instead of timing its neighbours;
 #  2. `graded_timing`: gradings scored against a measurement the grader makes itself,
 #     under the grading lock (mpilab.grading.quiet: the measurement waits for the others'
-#     gradings to pause), side by side with each other only, as a class is graded (make
-#     test runs them one module at a time for now: TEST_JOBS_GRADED in the Makefile);
+#     gradings to pause), side by side with each other only, as a class is graded
+#     (TEST_JOBS_GRADED modules at once: the Makefile);
 #  3. `measures` (timings compared by the test itself: benchmarks, lectures, emulated
 #     links, the wall time of its own run; and nbgrader validate, whose solution cells do
 #     not take the lock): one process, nothing beside it.
 # MPILAB_TEST_PHASE=graded-timing (make test, phase 2) says which of 1 and 2 a worker runs.
 XDIST_WORKER = "PYTEST_XDIST_WORKER"  # a worker's name (gw0, ...), in its environment
 SIDE_BY_SIDE = bool(os.environ.get(XDIST_WORKER))
+# Which pytest process runs a test: every process a test starts inherits it, so a check for
+# leftovers can tell its own processes from those of tests running beside it (other
+# xdist workers, CI's side-by-side suites of the MPIs from PyPI).
+TEST_PROCESS = "MPILAB_TEST_PROCESS"
+os.environ[TEST_PROCESS] = str(os.getpid())
 GRADED_PHASE = os.environ.get("MPILAB_TEST_PHASE") == "graded-timing"
 if SIDE_BY_SIDE and not GRADED_PHASE:
     os.environ["MPILAB_MEASURING"] = quiet.FORBIDDEN
+
+# Work that runs beside the whole suite (CI's set-ups and side-by-side tests of the stock
+# roots and the MPIs from PyPI: .ci/run) holds the file MPILAB_CORES_LOCK shared
+# (`flock -s`). A session that may measure, i.e. any but a side-by-side one
+# (MPILAB_TEST_PHASE=side-by-side, make test's first phase, and its xdist workers), takes
+# it exclusively before its first test: it waits for that work to end, then has the cores.
+# Taken out of the environment: a pytest a test starts (the container test's) must not
+# wait for the lock its parent holds.
+CORES_LOCK = os.environ.pop("MPILAB_CORES_LOCK", None)
+MEASURE_FREE = SIDE_BY_SIDE or os.environ.get("MPILAB_TEST_PHASE") == "side-by-side"
+_held_cores = []
+
+
+def pytest_sessionstart(session):
+    if not CORES_LOCK or MEASURE_FREE:
+        return
+    import fcntl
+
+    f = open(CORES_LOCK, "a")  # noqa: SIM115 (held until this process ends)
+    start = time.monotonic()
+    patience = float(os.environ.get("MPILAB_CORES_LOCK_WAIT", 3600))
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() - start > patience:
+                pytest.exit(f"the work beside this suite still holds {CORES_LOCK} after "
+                            f"{patience:.0f} s: no measurement can be made alone",
+                            returncode=3)
+            time.sleep(1)
+    _held_cores.append(f)
+    waited = time.monotonic() - start
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(f"cores: held alone (MPILAB_CORES_LOCK={CORES_LOCK}), after waiting "
+                      f"{waited:.0f} s for the work beside this suite to end")
+
 
 # A worker runs a whole group at a time: a test module, or the modules that execute the same
 # lecture (tests/test_lectures.py `executed`, once per process), the lecture's tests of
@@ -130,30 +173,14 @@ def mpirun(script: str, ranks: int, *args: str, transport: str = "shm",
 
 
 def segments() -> set[str]:
-    """MPI shared-memory files in /dev/shm (Open MPI 4's vader, 5's sm, MPICH's)."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(runtime.SEGMENT_PREFIXES)}
-    except OSError:
-        return set()
+    """MPI shared-memory files in /dev/shm now."""
+    return runtime.shm_segments()
 
 
 def shm_leaked(before: set[str], settle: float = 2.0) -> set[str]:
-    """Segments new since `before` that no live process maps or holds open: a leak.
-
-    Other test modules may run MPI jobs at the same time (make test): their live segments
-    are mapped and do not count. One whose job is ending may be unmapped for a moment
-    before its own clean-up removes it, so a suspect counts only if it stays unmapped for
-    `settle` seconds.
-    """
-    deadline, suspects = time.monotonic() + settle, None
-    while True:
-        busy = runtime._mapped_paths()  # what remove_stale_shm_segments keeps
-        now = {n for n in segments() - before
-               if f"/dev/shm/{n}" not in busy and os.path.exists(f"/dev/shm/{n}")}
-        suspects = now if suspects is None else suspects & now
-        if not suspects or time.monotonic() > deadline:
-            return suspects
-        time.sleep(0.2)
+    """Segments new since `before` that no live process maps: a leak
+    (:func:`mpilab.runtime.leaked_shm_segments`; other modules' jobs run meanwhile)."""
+    return runtime.leaked_shm_segments(before, settle)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import XDIST_WORKER
+from conftest import TEST_PROCESS
 from grading_batch import check_run, graded_notebook  # noqa: F401 - other modules import it here
 
 from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
@@ -51,20 +51,22 @@ def leftover_processes(course: Path, grace: float = 10.0) -> list:
 
 
 def _another_workers(p) -> bool:
-    """Whether `p` is part of another pytest-xdist worker's running tests (make test runs
-    test modules side by side): it, or the nearest ancestor whose environment can be read
-    (a sandbox clears its own), carries another worker's name. Such a process is that
-    worker's to check; an orphan (its test gone) is everybody's."""
+    """Whether `p` is part of tests that another pytest process runs beside this one (make
+    test runs test modules side by side in xdist workers; CI runs the MPIs' suites beside
+    them): it, or the nearest ancestor whose environment can be read (a sandbox clears its
+    own), carries another test process's mark. Such a process is that one's to check; an
+    orphan (its test gone) is everybody's."""
     import psutil
 
-    mine = os.environ.get(XDIST_WORKER)
+    mine = os.environ.get(TEST_PROCESS)
     for q in [p, *p.parents()]:
         try:
             env = q.environ()
         except (psutil.Error, OSError):
             continue
-        if XDIST_WORKER in env:
-            return env[XDIST_WORKER] != mine
+        if TEST_PROCESS in env:
+            owner = env[TEST_PROCESS]
+            return owner != mine and owner.isdigit() and psutil.pid_exists(int(owner))
     return False
 
 
