@@ -65,23 +65,24 @@ instructor: setup
 # timings measured now, one after another with nothing beside them. Every phase runs; any
 # failing fails. (Plain `pytest` runs them all in one process.)
 TEST_JOBS ?= 3
-# Phase 2 side by side too, as a class is graded: the grading lock (mpilab.grading.quiet)
-# holds every grading's work, its kernels' and rank pools' start included, while one
-# grading measures. (Before the kernels' start was held, a grader's ping-pong beside two
-# other lab modules once measured 3 times slow.) TEST_JOBS_GRADED=1: one module at a time.
-TEST_JOBS_GRADED ?= 3
+# Phase 2 one module at a time (each module still grades its submissions three side by
+# side, as a class is graded). Three modules at once passed twice, then failed once in CI:
+# a correct lab 01's 4 MiB ping-pong measured 2.7 times its prediction (the grading lock
+# holds every grading's MPI work and its kernels' start; what else of the other modules'
+# tests ran beside the measurement is not known yet). TEST_JOBS_GRADED=3 runs them so.
+TEST_JOBS_GRADED ?= 1
 XDIST := --dist loadscope --no-loadscope-reorder
 test: setup-test
 	@rc=0; \
 	echo "=== make test 1/3: unmarked tests, $(TEST_JOBS) modules side by side"; \
-	MPILAB_TEST_PHASE=side-by-side $(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) \
+	$(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) \
 	  $(XDIST) -m "not measures and not graded_timing" || rc=1; \
 	echo "=== make test 2/3: graded_timing, $(TEST_JOBS_GRADED) module(s) at a time"; \
 	MPILAB_TEST_PHASE=graded-timing $(PY) -m pytest -v --durations=20 \
 	  -n $(TEST_JOBS_GRADED) $(XDIST) \
 	  -m "graded_timing and not measures" || rc=1; \
 	echo "=== make test 3/3: measures, alone on the cores"; \
-	MPILAB_TEST_PHASE=measures $(PY) -m pytest -v --durations=20 -m measures || rc=1; \
+	$(PY) -m pytest -v --durations=20 -m measures || rc=1; \
 	exit $$rc
 
 test-fast: setup-test

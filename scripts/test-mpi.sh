@@ -107,7 +107,7 @@ if [[ $# -eq 0 ]]; then
 fi
 case "$PART" in
   side-by-side) set -- "$@" -m "not measures and not graded_timing"
-                export MPILAB_MEASURING=forbidden MPILAB_TEST_PHASE=side-by-side ;;
+                export MPILAB_MEASURING=forbidden ;;
   alone) set -- "$@" -m "measures or graded_timing" ;;
 esac
 say "tests ($PART)"

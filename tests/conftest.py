@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #     so a test that measures without its mark fails instead of timing its neighbours;
 #  2. `graded_timing`: gradings scored against a measurement the grader makes itself,
 #     under the grading lock (mpilab.grading.quiet: the measurement waits for the others'
-#     gradings to pause), side by side with each other only, as a class is graded
-#     (TEST_JOBS_GRADED modules at once: the Makefile);
+#     gradings to pause), side by side with each other only (TEST_JOBS_GRADED modules
+#     at once: the Makefile says why one);
 #  3. `measures` (timings compared by the test itself: benchmarks, lectures, emulated
 #     links, the wall time of its own run; and nbgrader validate, whose solution cells do
 #     not take the lock): one process, nothing beside it.
@@ -41,42 +40,16 @@ GRADED_PHASE = os.environ.get("MPILAB_TEST_PHASE") == "graded-timing"
 if SIDE_BY_SIDE and not GRADED_PHASE:
     os.environ["MPILAB_MEASURING"] = quiet.FORBIDDEN
 
-# Work that runs beside the whole suite (CI's set-ups and side-by-side tests of the stock
-# roots and the MPIs from PyPI: .ci/run) holds the file MPILAB_CORES_LOCK shared
-# (`flock -s`). A session that may measure, i.e. any but a side-by-side one
-# (MPILAB_TEST_PHASE=side-by-side, make test's first phase, and its xdist workers), takes
-# it exclusively before its first test: it waits for that work to end, then has the cores.
-# Taken out of the environment: a pytest a test starts (the container test's) must not
-# wait for the lock its parent holds.
-CORES_LOCK = os.environ.pop("MPILAB_CORES_LOCK", None)
-MEASURE_FREE = SIDE_BY_SIDE or os.environ.get("MPILAB_TEST_PHASE") == "side-by-side"
-_held_cores = []
-
-
 def pytest_sessionstart(session):
-    if not CORES_LOCK or MEASURE_FREE:
+    """Each session measures afresh: the measurements graders keep for 15 minutes
+    (mpilab.grading.measured) are removed, so one phase never grades against another's."""
+    if SIDE_BY_SIDE:
         return
-    import fcntl
+    from mpilab.grading import measured
 
-    f = open(CORES_LOCK, "a")  # noqa: SIM115 (held until this process ends)
-    start = time.monotonic()
-    patience = float(os.environ.get("MPILAB_CORES_LOCK_WAIT", 3600))
-    while True:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() - start > patience:
-                pytest.exit(f"the work beside this suite still holds {CORES_LOCK} after "
-                            f"{patience:.0f} s: no measurement can be made alone",
-                            returncode=3)
-            time.sleep(1)
-    _held_cores.append(f)
-    waited = time.monotonic() - start
-    tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(f"cores: held alone (MPILAB_CORES_LOCK={CORES_LOCK}), after waiting "
-                      f"{waited:.0f} s for the work beside this suite to end")
+    d = measured.cache_dir()
+    for f in d.glob("*" + measured.MEASURED_SUFFIX) if d else ():
+        f.unlink(missing_ok=True)
 
 
 # A worker runs a whole group at a time: a test module, or the modules that execute the same

@@ -1,16 +1,15 @@
-"""The phases `make test` runs the suite in (tests/conftest.py): the groups a worker takes
-whole, and the cores lock that keeps CI's background work off the measuring phases."""
+"""The phases `make test` runs the suite in (tests/conftest.py): the groups a pytest-xdist
+worker takes whole."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
 
 from conftest import ROOT, group_of
 
-SELF = "tests/test_phases.py::test_a_module_is_its_own_group"
+from mpilab.grading import measured
 
 
 def test_a_module_is_its_own_group():
@@ -31,25 +30,19 @@ def test_a_split_module_is_a_group_per_function():
     assert a == b != c
 
 
-def _pytest(env: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_XDIST_WORKER", "MPILAB_TEST_PHASE")} | env
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           SELF], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-
-
-def test_a_measuring_session_waits_for_the_work_beside_it(tmp_path):
-    """While something holds the lock shared (CI's background), a session that may measure
-    does not start its tests; one of the side-by-side phase does."""
-    lock = tmp_path / "cores.lock"
-    with open(lock, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_SH)
-        waits = _pytest({"MPILAB_CORES_LOCK": str(lock), "MPILAB_CORES_LOCK_WAIT": "2"})
-        assert waits.returncode == 3, waits.stdout + waits.stderr
-        assert "still holds" in waits.stdout + waits.stderr
-        side = _pytest({"MPILAB_CORES_LOCK": str(lock), "MPILAB_TEST_PHASE": "side-by-side"})
-        assert side.returncode == 0, side.stdout + side.stderr
-    alone = _pytest({"MPILAB_CORES_LOCK": str(lock)})  # let go: it gets the cores
-    assert alone.returncode == 0, alone.stdout + alone.stderr
-    assert "cores: held alone" in alone.stdout
+def test_a_session_measures_afresh(tmp_path):
+    """A session that may measure removes the measurements graders keep (a phase never
+    grades against another's), and keeps what is not a measurement (simulations)."""
+    folder = tmp_path / f"mpilab-grading-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    kept = folder / "sim-x.json"
+    gone = folder / f"held-out-x{measured.MEASURED_SUFFIX}"
+    for f in (kept, gone):
+        f.write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    env["TMPDIR"] = str(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_phases.py::test_a_module_is_its_own_group"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert kept.exists() and not gone.exists()

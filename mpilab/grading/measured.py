@@ -62,11 +62,20 @@ def cache_dir() -> Path | None:
 _MISSING = object()
 
 
-def _lookup(name: str):
+#: what a kept measurement's file name ends with (a simulation's or a trace's: ``.json``):
+#: a test session that measures removes these first (tests/conftest.py)
+MEASURED_SUFFIX = ".measured.json"
+
+
+def _file(d: Path, name: str, measures: bool) -> Path:
+    return d / f"{name}{MEASURED_SUFFIX if measures else '.json'}"
+
+
+def _lookup(name: str, measures: bool = False):
     if name in _CACHE:
         return _CACHE[name]
     d = cache_dir()
-    path = d / f"{name}.json" if d else None
+    path = _file(d, name, measures) if d else None
     if path is not None and path.exists() and time.time() - path.stat().st_mtime < CACHE_SECONDS:
         try:
             _CACHE[name] = json.loads(path.read_text())
@@ -97,7 +106,7 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     `make` times something: it runs with the cores held
     (:func:`mpilab.grading.quiet.measuring`); otherwise it shares them
     (:func:`~mpilab.grading.quiet.working`)."""
-    got = _lookup(name)
+    got = _lookup(name, measures)
     if got is not _MISSING:
         return got
     # a measurement holds the cores; a simulation or a trace, one maker at a time, shares
@@ -105,14 +114,14 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     one_maker, cores = ((quiet.measuring(), contextlib.nullcontext()) if measures
                         else (_making(name), quiet.working()))
     with one_maker:
-        got = _lookup(name)  # made meanwhile by a grading beside this one
+        got = _lookup(name, measures)  # made meanwhile by a grading beside this one
         if got is not _MISSING:
             return got
         with cores:
             value = make()
         d = cache_dir()  # kept before the cores are let go: a grading waiting reads it
         if d is not None:
-            path = d / f"{name}.json"
+            path = _file(d, name, measures)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(value))
             tmp.replace(path)
@@ -367,7 +376,9 @@ def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7
 #: Lab 01: the held-out 4 MiB message may take this many times the model's prediction
 #: from α (8 B) and β (1 MiB): the Hockney line is straight, the machine is not (pages,
 #: caches and the single-copy path change the cost per byte between the sizes).
-HELD_OUT_TOLERANCE = (0.5, 2.0)
+#: Alone on the course's 2-core VM a correct model's ratio was 1.16-1.99 in four runs in a
+#: row (2026-11-27), and 2.7 once beside other gradings' start: the ceiling is 3.
+HELD_OUT_TOLERANCE = (0.5, 3.0)
 HELD_OUT_BYTES = 4 << 20
 
 
