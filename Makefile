@@ -65,7 +65,7 @@ instructor: setup
 # timings measured now, one after another with nothing beside them. Every phase runs; any
 # failing fails. (Plain `pytest` runs them all in one process.)
 TEST_JOBS ?= 3
-# Phase 2 side by side too, as a class is graded: the grading lock (mpilab.grading.quiet)
+# Phase 2 side by side too, as a class is graded: the grading lock (mpilab.autograder.quiet)
 # holds every grading's work, its kernels' and rank pools' start included, while one
 # grading measures. (Before the kernels' start was held, a grader's ping-pong beside two
 # other lab modules once measured 3 times slow.) TEST_JOBS_GRADED=1: one module at a time.
@@ -144,11 +144,12 @@ lab-collect: setup
 	  "each notebook to autograder/submitted/<student>/<lab>/<lab>.ipynb"; exit 2; }
 	for l in $(LAB_IDS); do ($(NBG) collect $$l $(NBG_EXCHANGE) --update $(NBFLAGS)) || exit 1; done
 # side by side: one nbgrader per submission, JOBS at a time (default: cores + 1), each in
-# its own sandbox; measured checks hold the cores while they measure (mpilab/grading/parallel.py)
+# its own sandbox; measured checks hold the cores while they measure
+# (mpilab/autograder/parallel.py)
 JOBS ?=
 lab-autograde: setup
 	@for l in $(LAB_IDS); do (cd autograder && PATH="$(abspath $(dir $(PY))):$$PATH" \
-	  $(abspath $(PY)) -m mpilab.grading.parallel $$l $(if $(JOBS),--jobs $(JOBS),) $(NBFLAGS)) \
+	  $(abspath $(PY)) -m mpilab.autograder.parallel $$l $(if $(JOBS),--jobs $(JOBS),) $(NBFLAGS)) \
 	  || exit 1; done
 lab-feedback: setup
 	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)

@@ -21,12 +21,15 @@ Teaching API (one module per topic)
     ``collectives`` (collective algorithms: run, trace, time, predict), ``tuning`` (the
     library's choice: measure every algorithm, compare, tune), ``coarrays`` (Coarray
     Fortran and MPI Fortran programs); ``plots.<topic>`` (the lectures' figures);
-    ``grading`` (the graded-check policy and the autograder) with ``grading.<topic>``
-    (the labs' checks: ``halo``, ``onesided``, ``collectives``, ``allgather``).
+    ``grading`` (the graded-check policy) with ``grading.<topic>`` (the labs' checks:
+    ``halo``, ``onesided``, ``collectives``, ``allgather``); ``autograder`` (the sandbox,
+    the grader's MPI ranks, the grader kernel's view of a student's objects, the grading
+    lock), which the checks use at autograde time.
 Front ends
     ``bench`` (``python -m mpilab.bench <name>``: every experiment as JSON from the
-    command line, all with the same arguments, timeout and exit codes), ``grading.course`` and ``grading.bench`` (a course to autograde, and
-    what autograding costs).
+    command line, all with the same arguments, timeout and exit codes),
+    ``autograder.course``, ``autograder.bench`` and ``autograder.parallel`` (a course to
+    autograde, what autograding costs, gradings side by side).
 """
 
 __version__ = "0.1.0"

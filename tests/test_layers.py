@@ -25,12 +25,13 @@ LAYERS: list[tuple[str, list[str]]] = [
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks"]),
-    # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
+    # topics, their figures (plots/<topic>) and their checks (grading/<topic>); the
+    # autograder the checks run through at autograde time
     ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning", "mpilab.network",
                       "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
-                      "mpilab.plots.collectives", "mpilab.grading"]),
-    ("front ends", ["mpilab.bench", "mpilab.grading.bench", "mpilab.grading.course",
-                    "mpilab.doctor"]),
+                      "mpilab.plots.collectives", "mpilab.grading", "mpilab.autograder"]),
+    ("front ends", ["mpilab.bench", "mpilab.autograder.bench", "mpilab.autograder.course",
+                    "mpilab.autograder.parallel", "mpilab.doctor"]),
 ]
 
 
