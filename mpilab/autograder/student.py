@@ -29,9 +29,10 @@ from typing import Any
 
 import cloudpickle
 
-from ..grading import _fingerprint, _plain
+from ..grading import _fingerprint
 from ..sources import SourceMap
 from . import wire
+from .wire import _plain
 
 __all__ = ["export"]
 

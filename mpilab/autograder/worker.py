@@ -80,7 +80,7 @@ def _raised(exc: BaseException, skip: int = 1) -> tuple:
 
 
 def _result(value) -> tuple:
-    from mpilab.grading import _plain
+    from mpilab.autograder.wire import _plain
 
     try:
         return ("ok", _plain(value, "the value"))
