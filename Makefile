@@ -145,11 +145,12 @@ lab-collect: setup
 	  "each notebook to autograder/submitted/<student>/<lab>/<lab>.ipynb"; exit 2; }
 	for l in $(LAB_IDS); do ($(NBG) collect $$l $(NBG_EXCHANGE) --update $(NBFLAGS)) || exit 1; done
 # side by side: one nbgrader per submission, JOBS at a time (default: cores + 1), each in
-# its own sandbox; measured checks hold the cores while they measure (mpilab/grading/parallel.py)
+# its own sandbox; measured checks hold the cores while they measure
+# (mpilab/autograder/parallel.py)
 JOBS ?=
 lab-autograde: setup
 	@for l in $(LAB_IDS); do (cd autograder && PATH="$(abspath $(dir $(PY))):$$PATH" \
-	  $(abspath $(PY)) -m mpilab.grading.parallel $$l $(if $(JOBS),--jobs $(JOBS),) $(NBFLAGS)) \
+	  $(abspath $(PY)) -m mpilab.autograder.parallel $$l $(if $(JOBS),--jobs $(JOBS),) $(NBFLAGS)) \
 	  || exit 1; done
 lab-feedback: setup
 	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)

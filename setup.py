@@ -120,8 +120,8 @@ class BuildWithPrograms(build_ext):
             subprocess.run(cmd, check=True, cwd=HERE)
 
 
-PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.plots",
-            "mpilab.platforms"]  # the last holds data only
+PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.autograder",
+            "mpilab.plots", "mpilab.platforms"]  # the last holds data only
 KERNEL_SOURCES = ["*.c", "*.h", "*.pyx", "*.pxd", "*.pxi", "*.f90"]
 SOURCE_FOLDERS = sorted(p.name for p in (HERE / "kernels").iterdir()
                         if p.is_dir() and any(next(p.glob(g), None) for g in KERNEL_SOURCES))

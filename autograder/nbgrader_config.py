@@ -19,7 +19,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from mpilab.grading.nbgrader import HideHiddenTests, IsolatedExecute
+from mpilab.autograder.nbgrader import HideHiddenTests, IsolatedExecute
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,7 +30,7 @@ c.CourseDirectory.root = HERE
 # nbgrader joins root and source_directory, so a relative step out of the course works:
 # sources are read from ../labs/<assignment>/ and nothing is copied there.
 c.CourseDirectory.source_directory = os.path.join("..", "labs")
-# gradings side by side (python -m mpilab.grading.parallel) share the gradebook: one that
+# gradings side by side (python -m mpilab.autograder.parallel) share the gradebook: one that
 # finds another writing waits up to 120 s for it instead of failing "database is locked"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db") + "?timeout=120"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
@@ -60,7 +60,7 @@ c.Validator.width = 100
 
 # Autograde: the student's cells run in a sandboxed kernel (bubblewrap, as nobody, with
 # memory and process limits), the test cells in a grader kernel that never runs student
-# code (mpilab/grading/nbgrader.py). The sandbox hides the course directory and the lab
+# code (mpilab/autograder/nbgrader.py). The sandbox hides the course directory and the lab
 # sources from student code; everything a submission starts is killed when it is graded.
 c.IsolatedExecute.hide = [HERE, os.path.normpath(os.path.join(HERE, "..", "labs"))]
 # The student's cells only define functions once the checks run elsewhere (the notebook's

@@ -159,7 +159,7 @@ _SANDBOXED: list[SandboxedCompiler] = []
 def use_sandboxed_compiler(compiler: SandboxedCompiler) -> None:
     """Compile through `compiler` from now on in this process (the grader's kernel).
 
-    :mod:`mpilab.grading.isolated` calls this when it is imported in the grader: this
+    :mod:`mpilab.autograder.isolated` calls this when it is imported in the grader: this
     module, below the grading layer, never imports it.
     """
     _SANDBOXED[:] = [compiler]
@@ -168,7 +168,7 @@ def use_sandboxed_compiler(compiler: SandboxedCompiler) -> None:
 def _sandboxed() -> SandboxedCompiler:
     if not _SANDBOXED:
         raise RuntimeError("autograding (MPILAB_GRADER is set) without the sandboxed "
-                           "compiler: import mpilab.grading.isolated in the grader first")
+                           "compiler: import mpilab.autograder.isolated in the grader first")
     return _SANDBOXED[0]
 
 

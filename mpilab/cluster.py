@@ -967,7 +967,7 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
                    map_by=map_by, launcher=launcher, partition=partition,
                    time_limit=time_limit, sbatch_args=sbatch_args)
     if os.environ.get("MPILAB_GRADING"):
-        # At autograde time the tests run elsewhere (mpilab.grading.isolated): the
+        # At autograde time the tests run elsewhere (mpilab.autograder.isolated): the
         # notebook's own engines start only if one of its cells uses them.
         c.lazy = True
     else:

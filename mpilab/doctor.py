@@ -172,7 +172,7 @@ def _slurm(timeout: float) -> dict:
 
 
 def _sandbox() -> str | None:
-    from .grading import sandbox
+    from .autograder import sandbox
 
     return sandbox.available()
 

@@ -7,9 +7,9 @@ through here: the benchmarks (``python -m mpilab.bench``), the Fortran/coarray p
 (:mod:`mpilab.coarrays`), the tuner's jobs (:mod:`mpilab.collectives`), the tests'
 ``mpirun`` and the ipyparallel cluster (:mod:`mpilab.cluster`, whose engines
 ipyparallel starts under the same launcher and which ends them with :func:`end`).
-The one exception is the autograder's pool of ranks (:mod:`mpilab.grading.pool`): it
+The one exception is the autograder's pool of ranks (:mod:`mpilab.autograder.pool`): it
 starts the same launch inside a sandbox, whose PID namespace and cgroup end everything in
-it at once (:mod:`mpilab.grading.sandbox`).
+it at once (:mod:`mpilab.autograder.sandbox`).
 
 The kill policy, the same on every path:
 

@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from mpilab import jobs, runtime
-from mpilab.grading import quiet
+from mpilab.autograder import quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # --- three phases (make test): side by side, graded timings side by side, then alone ------
 # Most tests wait (nbgrader, kernels, engines, deadlock timeouts), so `make test` runs the
 # suite in pytest-xdist workers, a test module (or group) at a time per worker:
-#  1. every test not marked: nothing may measure. mpilab.grading.quiet refuses a
+#  1. every test not marked: nothing may measure. mpilab.autograder.quiet refuses a
 #     measurement (MPILAB_MEASURING=forbidden, inherited by every process a test starts),
 #     so a test that measures without its mark fails instead of timing its neighbours;
 #  2. `graded_timing`: gradings scored against a measurement the grader makes itself,
-#     under the grading lock (mpilab.grading.quiet: the measurement waits for the others'
+#     under the grading lock (mpilab.autograder.quiet: the measurement waits for the others'
 #     gradings to pause), side by side with each other only (TEST_JOBS_GRADED modules
 #     at once: the Makefile says why one);
 #  3. `measures` (timings compared by the test itself: benchmarks, lectures, emulated
@@ -189,7 +189,7 @@ def _no_stale_gradings():
     the tests check that a grading leaves nothing, so they must not see an older one's
     scratch folder or cgroup. The course's own clean-up does it, as the next autograde
     would."""
-    from mpilab.grading.sandbox import remove_stale_cgroups, remove_stale_scratch
+    from mpilab.autograder.sandbox import remove_stale_cgroups, remove_stale_scratch
 
     remove_stale_scratch()
     if os.geteuid() == 0:

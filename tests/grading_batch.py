@@ -1,7 +1,7 @@
 """A lab's submissions autograded together, as an instructor grades a class.
 
 An instructor grades a lab's submissions together, and so do the lab tests: side by side
-(:mod:`mpilab.grading.parallel`, :data:`JOBS` at a time, one ``nbgrader autograde
+(:mod:`mpilab.autograder.parallel`, :data:`JOBS` at a time, one ``nbgrader autograde
 --student`` each), where one student's deadlock, endless loop or hostile code must cost
 nobody graded beside it a mark, and no measurement may change. A module that sets
 ``GRADING_JOBS = 1`` grades its submissions one after another instead (test_labs.py:
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import nbformat
 
-from mpilab.grading.course import nbgrader, submit
-from mpilab.grading.parallel import autograde
+from mpilab.autograder.course import nbgrader, submit
+from mpilab.autograder.parallel import autograde
 
 HANG_CEILING = 240  # s per submission: beyond it the run hangs (the bench has the bars)
-#: gradings at once, as an instructor grades a class (mpilab.grading.parallel): side by
+#: gradings at once, as an instructor grades a class (mpilab.autograder.parallel): side by
 #: side they must score as they would alone
 JOBS = 3
 

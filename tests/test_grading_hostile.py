@@ -36,7 +36,7 @@ import nbformat
 import pytest
 from test_labs import RING_LOOP, errors_of, graded_notebook, leftover_processes, printed_by
 
-from mpilab.grading.course import (
+from mpilab.autograder.course import (
     PATCH_EVERYTHING,
     REPO,
     checks_of,
@@ -47,7 +47,7 @@ from mpilab.grading.course import (
     solutions,
     submit,
 )
-from mpilab.grading.parallel import autograde
+from mpilab.autograder.parallel import autograde
 
 pytestmark = [pytest.mark.slow, pytest.mark.graded_timing]
 
@@ -55,7 +55,7 @@ LAB0 = "lab00-mpi-basics"
 OTHER_LABS = ["lab01-pingpong", "lab02-halo", "lab03-one-sided", "lab05-collectives",
               "lab06-allgather"]
 HANG_CEILING = 240  # s per submission: a hang, not a slow grade (the bench has the bars)
-JOBS = 3  # gradings side by side (mpilab.grading.parallel), as a class is graded
+JOBS = 3  # gradings side by side (mpilab.autograder.parallel), as a class is graded
 
 
 @pytest.fixture(scope="module")

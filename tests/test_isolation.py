@@ -1,13 +1,13 @@
 """The parts the autograder's isolation is built from, each on its own.
 
-* :mod:`mpilab.grading.wire`: what a student's process sends decodes to plain data or
+* :mod:`mpilab.autograder.wire`: what a student's process sends decodes to plain data or
   raises :class:`WireError`, and never runs anything;
-* :class:`mpilab.grading.sandbox.Sandbox`: a sandboxed process cannot read what is hidden,
+* :class:`mpilab.autograder.sandbox.Sandbox`: a sandboxed process cannot read what is hidden,
   cannot write outside its folders, runs as ``nobody`` (as root), sees none of the host's
   processes, has no network, is held to its limits, and leaves nothing behind;
-* :class:`mpilab.grading.pool.Pool`: real sandboxed MPI ranks give results, stuck lines,
+* :class:`mpilab.autograder.pool.Pool`: real sandboxed MPI ranks give results, stuck lines,
   deaths and garbled replies as the grader's own data;
-* :mod:`mpilab.grading.isolated`: the grader binds the student's exports without reading
+* :mod:`mpilab.autograder.isolated`: the grader binds the student's exports without reading
   through links and without unpickling the student's bytes.
 
 The whole path (nbgrader, kernels, hostile notebooks) is in test_grading_hostile.py.
@@ -28,9 +28,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from mpilab.grading import isolated, sandbox, wire
-from mpilab.grading.pool import Pool
-from mpilab.grading.sandbox import Limits, Sandbox
+from mpilab.autograder import isolated, sandbox, wire
+from mpilab.autograder.pool import Pool
+from mpilab.autograder.sandbox import Limits, Sandbox
 
 # the functions below travel to the sandboxed ranks by value: the repository (and so this
 # module) is hidden there
@@ -366,7 +366,7 @@ def test_scratch_of_a_killed_grading_is_removed_by_the_next(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import sys, tempfile, time
 tempfile.tempdir = {str(base)!r}
-from mpilab.grading.sandbox import make_scratch
+from mpilab.autograder.sandbox import make_scratch
 claims = []  # held open: a claim lasts while its file is open
 for keep in (False, True):
     root, claim = make_scratch(keep=keep)
@@ -526,7 +526,7 @@ def test_the_sandbox_can_be_switched_off_or_required(tmp_path, monkeypatch):
 def test_every_top_level_folder_but_the_systems_is_hidden(tmp_path):
     """Another copy of the course may sit anywhere (/work, /srv, /opt): only the system's
     folders stay readable; links such as /bin -> usr/bin are left alone."""
-    from mpilab.grading import sandbox
+    from mpilab.autograder import sandbox
 
     for d in ("usr", "etc", "var", "work", "srv", "opt"):
         (tmp_path / d).mkdir()

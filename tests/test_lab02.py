@@ -29,7 +29,7 @@ from test_labs import (
     stubs_and_tests,
 )
 
-from mpilab.grading.course import full, make_course, solutions
+from mpilab.autograder.course import full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 

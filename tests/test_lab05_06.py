@@ -24,7 +24,7 @@ from test_labs import (
     released_failing_every_test,
 )
 
-from mpilab.grading.course import REPO, full, make_course, solutions
+from mpilab.autograder.course import REPO, full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 

@@ -31,9 +31,9 @@ import pytest
 from test_labs import errors_of, graded_notebook, leftover_processes, printed_by
 
 from mpilab import collectives, grading, sim
+from mpilab.autograder.course import REPO, full, make_course, nbgrader, scores, solutions, submit
 from mpilab.grading import measured
 from mpilab.grading import simulated as S
-from mpilab.grading.course import REPO, full, make_course, nbgrader, scores, solutions, submit
 
 LAB6 = "lab06-allgather"
 NOTEBOOK = REPO / "labs" / LAB6 / f"{LAB6}.ipynb"

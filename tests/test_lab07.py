@@ -27,7 +27,7 @@ from test_labs import (
 from test_netlab import OwnFabrics
 
 from mpilab import netlab
-from mpilab.grading.course import full, make_course, solutions
+from mpilab.autograder.course import full, make_course, solutions
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import pytest
 from conftest import TEST_PROCESS
 from grading_batch import check_run, graded_notebook  # noqa: F401 - other modules import it here
 
-from mpilab.grading.course import REPO, full, make_course, nbgrader, solutions
+from mpilab.autograder.course import REPO, full, make_course, nbgrader, solutions
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +78,8 @@ def _leftovers(course: Path) -> list:
     Not the running gradings of other test modules beside this one (make test)."""
     import psutil
 
+    from mpilab.autograder.sandbox import NOBODY, unclaimed
     from mpilab.cluster import cluster_processes
-    from mpilab.grading.sandbox import NOBODY, unclaimed
 
     left = []
     for p in cluster_processes():
@@ -94,7 +94,7 @@ def _leftovers(course: Path) -> list:
                 continue  # exited; this VM's init does not reap orphans
             cmd = " ".join(p.info["cmdline"] or [])
             if ((p.info["uids"].real == NOBODY or p.info["name"] == "bwrap"
-                    or "mpilab.grading.worker" in cmd or "mpilab-sandbox" in cmd
+                    or "mpilab.autograder.worker" in cmd or "mpilab-sandbox" in cmd
                     or "MPILAB_GRADER" in (p.environ() if p.pid != os.getpid() else {}))
                     and not _another_workers(p)):
                 left.append(p)

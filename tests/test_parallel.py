@@ -1,4 +1,4 @@
-"""mpilab.grading.parallel: a lab's submissions autograded side by side, from the command
+"""mpilab.autograder.parallel: a lab's submissions autograded side by side, from the command
 line an instructor uses, on one gradebook; a grading past its time is killed and leaves
 nothing behind. (Every lab module's batch grades side by side too: grading_batch.py.)"""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_labs import leftover_processes
 
-from mpilab.grading import parallel
-from mpilab.grading.course import full, make_course, scores, solutions, submit
+from mpilab.autograder import parallel
+from mpilab.autograder.course import full, make_course, scores, solutions, submit
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_the_command_grades_every_submission_side_by_side(course):
         submit(course, LAB, student, right)
     submit(course, LAB, "dan", {**right, "ring_pass": WRONG_RING})
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "mpilab.grading.parallel", LAB, "--jobs", "3",
+    res = subprocess.run([sys.executable, "-m", "mpilab.autograder.parallel", LAB, "--jobs", "3",
                           "--force"], cwd=course / "autograder", capture_output=True,
                          text=True, timeout=600)
     wall = time.perf_counter() - t0
@@ -60,7 +60,7 @@ def test_the_command_grades_every_submission_side_by_side(course):
 
 
 def test_nothing_to_grade_is_said_not_failed(course):
-    res = subprocess.run([sys.executable, "-m", "mpilab.grading.parallel", "lab09-none"],
+    res = subprocess.run([sys.executable, "-m", "mpilab.autograder.parallel", "lab09-none"],
                          cwd=course / "autograder", capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and "nothing to grade" in res.stdout

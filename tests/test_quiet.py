@@ -1,4 +1,4 @@
-"""mpilab.grading.quiet: measurements hold the cores, gradings' work shares them.
+"""mpilab.autograder.quiet: measurements hold the cores, gradings' work shares them.
 
 Real processes, real flock locks; each process writes when it held the lock, and the
 tests check the order of those intervals.
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mpilab.grading import measured, quiet
+from mpilab.autograder import quiet
+from mpilab.grading import measured
 
 CTX = mp.get_context("fork")
 

@@ -29,7 +29,7 @@ BENCHMARKS = {
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",
     "coarray": "mpilab.bench.coarray",
-    "autograde": "mpilab.grading.bench",  # the grader's costs live with the grader
+    "autograde": "mpilab.autograder.bench",  # the grader's costs live with the grader
 }
 
 

@@ -35,16 +35,16 @@ Where the verdicts are decided
 ------------------------------
 While a student works, the checks run in their own kernel: they can see what they
 patched, and that is fine. At autograde time nbgrader runs each notebook through
-:class:`mpilab.grading.nbgrader.IsolatedExecute`, and no verdict is computed where the
+:class:`mpilab.autograder.nbgrader.IsolatedExecute`, and no verdict is computed where the
 student's code runs:
 
-* the student's cells run in a sandboxed kernel (:mod:`mpilab.grading.sandbox`: no view
+* the student's cells run in a sandboxed kernel (:mod:`mpilab.autograder.sandbox`: no view
   of the course, unprivileged, limited), and the checked functions run on fresh sandboxed
-  MPI ranks (:mod:`mpilab.grading.pool`);
+  MPI ranks (:mod:`mpilab.autograder.pool`);
 * the test cells run in a second kernel, the grader's, which never runs student code:
   the names a test cell uses are exported from the student's kernel (functions as the
   bytes it pickled, never unpickled by the grader; values as plain data in
-  :mod:`mpilab.grading.wire`'s format) and this module, in the grader's kernel, runs the
+  :mod:`mpilab.autograder.wire`'s format) and this module, in the grader's kernel, runs the
   functions on the ranks and compares what came back.
 
 So a submission that patches this module, NumPy, ``importlib`` or builtins in its kernel
@@ -71,10 +71,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..autograder.quiet import measuring
+from ..autograder.wire import _SCALARS, _plain
 from ..sources import MessageOnly, SourceMap, stuck_hint_at
 from ..sources import describe_frame as _describe_frame
 from ..sources import parse_stack as _parse_stack
-from .quiet import measuring
 
 __all__ = [
     "CheckFailed",
@@ -245,46 +246,7 @@ def _remember_timeout(keys: Sequence[str], message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# plain data
-
-
-_SCALARS = (type(None), bool, int, float, complex, str, bytes)
-
-
-def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
-    """`x` as plain data, or raise TypeError naming what is not."""
-    t = type(x)
-    if t in _SCALARS:
-        return x
-    if depth > 20:
-        raise TypeError(f"{where or 'the result'} is nested more than 20 levels deep")
-    if isinstance(x, np.generic):
-        if x.dtype.kind in "biufc":
-            return x.item()
-        raise TypeError(f"{where or 'the result'} is a NumPy {x.dtype} scalar")
-    if isinstance(x, np.ndarray):
-        if x.dtype.kind in "biufc" and x.dtype.fields is None:
-            return x.item() if x.ndim == 0 else np.array(x, copy=True, subok=False)
-        if x.dtype.kind == "O":
-            return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
-        raise TypeError(f"{where or 'the result'} is a NumPy array of {x.dtype}")
-    if t in (bytearray, memoryview):
-        return bytes(x)
-    if t is list:
-        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
-    if t is tuple:
-        return tuple(_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
-    if t is dict:
-        return {_plain(k, f"{where} key", depth + 1): _plain(v, f"{where}[{k!r}]", depth + 1)
-                for k, v in x.items()}
-    what = t.__name__
-    if t.__module__ not in ("builtins", "__main__"):
-        what = f"{t.__module__}.{t.__qualname__}"
-    base = next((b.__name__ for b in _SCALARS[1:] + (list, tuple, dict) if isinstance(x, b)),
-                None)
-    hint = (f" (a subclass of {base}; return a plain {base})" if base else
-            "; return numbers, strings, lists, tuples or NumPy arrays")
-    raise TypeError(f"{where or 'the result'} is an object of type {what}{hint}")
+# plain data (what it is: mpilab.autograder.wire._plain)
 
 
 def _verify_plain(x: Any, depth: int = 0) -> bool:
@@ -539,8 +501,8 @@ def _run_on_cluster(func, args, ranks, timeout, name) -> _Ran:
 def _run_isolated(func, args, ranks, timeout, name) -> _Ran:
     """At autograde time: on sandboxed ranks started by the grader (never in its process)."""
     __tracebackhide__ = True
-    from . import isolated
-    from .pool import PoolError
+    from ..autograder import isolated
+    from ..autograder.pool import PoolError
 
     n = DEFAULT_RANKS if ranks is None else ranks
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -625,7 +587,7 @@ def _verdict(ran: _Ran, name: str, keys: Sequence[str], smap: SourceMap,
 def source_of(func: Any) -> str:
     """The source text of `func` ("" when it cannot be found).
 
-    At autograde time a student's function is a handle (:mod:`mpilab.grading.isolated`)
+    At autograde time a student's function is a handle (:mod:`mpilab.autograder.isolated`)
     that carries the text their kernel read; elsewhere :func:`inspect.getsource`.
     """
     src = getattr(func, "source", None)
@@ -644,7 +606,7 @@ def not_while_grading() -> bool:
 
     Code that only shows a student what their function does (:func:`try_on_ranks`, the
     labs' ``show_*`` and ``compare_*``) earns no points and is skipped while grading: the
-    graded checks run in the grader's kernel (:mod:`mpilab.grading.isolated`).
+    graded checks run in the grader's kernel (:mod:`mpilab.autograder.isolated`).
     """
     if os.environ.get("MPILAB_GRADING") and not _isolated():
         print("(not run while grading: trying code out earns no points; the graded "
@@ -739,8 +701,8 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
 def _call_isolated(func, args, kwargs, timeout, name, keys) -> Any:
     """call_local at autograde time: on one sandboxed rank, never in the grader."""
     __tracebackhide__ = True
-    from . import isolated
-    from .pool import PoolError
+    from ..autograder import isolated
+    from ..autograder.pool import PoolError
 
     smap = SourceMap.of(func, *args, *kwargs.values())
     smap.files = False

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from .. import runtime
+from ..autograder import quiet
 from ..timing import doubles, pinned, round_trip  # noqa: F401 - used by the labs' measurements
-from . import CheckFailed, _fail, _fmt, _is_num, _trusted, quiet
+from . import CheckFailed, _fail, _fmt, _is_num, _trusted
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
            "expect_model"]
@@ -104,8 +105,8 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     same value waits for it instead of making its own (three gradings of lab 06 starting
     together each ran the same simulations: 120 s each instead of 26). With `measures`,
     `make` times something: it runs with the cores held
-    (:func:`mpilab.grading.quiet.measuring`); otherwise it shares them
-    (:func:`~mpilab.grading.quiet.working`)."""
+    (:func:`mpilab.autograder.quiet.measuring`); otherwise it shares them
+    (:func:`~mpilab.autograder.quiet.working`)."""
     got = _lookup(name, measures)
     if got is not _MISSING:
         return got

@@ -1,14 +1,14 @@
 """One MPI rank of the job that runs a student's functions for the grader (inside the sandbox).
 
-Started by :class:`mpilab.grading.pool.Pool` as::
+Started by :class:`mpilab.autograder.pool.Pool` as::
 
-    mpiexec -n N python -P -m mpilab.grading.worker SOCKET WORKDIR
+    mpiexec -n N python -P -m mpilab.autograder.worker SOCKET WORKDIR
 
 Each rank connects to the grader's Unix socket, says who it is, then serves requests until
 the socket closes. A request is a pickle made by the grader (trusted); inside it, the
 student's functions are still the bytes the student's kernel pickled, and are loaded here,
 inside the timed region, where loading them may run the student's code. A reply is plain
-data in :mod:`mpilab.grading.wire`'s format, so the grader never unpickles anything a
+data in :mod:`mpilab.autograder.wire`'s format, so the grader never unpickles anything a
 student's process wrote:
 
 * ``("ok", value)``, ``("raised", name, message, frames)``, ``("bad", why)``: what the
@@ -80,7 +80,7 @@ def _raised(exc: BaseException, skip: int = 1) -> tuple:
 
 
 def _result(value) -> tuple:
-    from mpilab.grading import _plain
+    from mpilab.autograder.wire import _plain
 
     try:
         return ("ok", _plain(value, "the value"))
@@ -126,7 +126,7 @@ def _serve(world, rank: int, workdir: str, request: tuple) -> tuple | None:
 def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
-    from mpilab.grading import wire
+    from mpilab.autograder import wire
 
     sock_path, workdir = (argv or sys.argv[1:])[:2]
     world = MPI.COMM_WORLD

@@ -13,6 +13,10 @@ What can travel is what :func:`mpilab.grading.run_on_ranks` accepts as a result:
 them, and NumPy arrays of numbers (kinds ``b i u f c``). :func:`decode` checks every
 part of what it is given (sizes, nesting, dtypes) and raises :class:`WireError`, never
 anything else, for bytes that do not fit.
+
+A value becomes plain data before it travels (:func:`_plain`: NumPy scalars become Python
+numbers, a ``bytearray`` bytes; anything else is refused with a ``TypeError`` that says
+what it is); the checks convert their own results with it too (:mod:`mpilab.grading`).
 """
 
 from __future__ import annotations
@@ -189,3 +193,46 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Any:
         return _value(tree, bufs, 0)
     except RecursionError:
         raise WireError("nested too deeply") from None
+
+
+# ---------------------------------------------------------------------------------------
+# plain data: what a value becomes before it travels (the checks' results too)
+
+
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
+    """`x` as plain data, or raise TypeError naming what is not."""
+    t = type(x)
+    if t in _SCALARS:
+        return x
+    if depth > 20:
+        raise TypeError(f"{where or 'the result'} is nested more than 20 levels deep")
+    if isinstance(x, np.generic):
+        if x.dtype.kind in "biufc":
+            return x.item()
+        raise TypeError(f"{where or 'the result'} is a NumPy {x.dtype} scalar")
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind in "biufc" and x.dtype.fields is None:
+            return x.item() if x.ndim == 0 else np.array(x, copy=True, subok=False)
+        if x.dtype.kind == "O":
+            return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
+        raise TypeError(f"{where or 'the result'} is a NumPy array of {x.dtype}")
+    if t in (bytearray, memoryview):
+        return bytes(x)
+    if t is list:
+        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
+    if t is tuple:
+        return tuple(_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
+    if t is dict:
+        return {_plain(k, f"{where} key", depth + 1): _plain(v, f"{where}[{k!r}]", depth + 1)
+                for k, v in x.items()}
+    what = t.__name__
+    if t.__module__ not in ("builtins", "__main__"):
+        what = f"{t.__module__}.{t.__qualname__}"
+    base = next((b.__name__ for b in _SCALARS[1:] + (list, tuple, dict) if isinstance(x, b)),
+                None)
+    hint = (f" (a subclass of {base}; return a plain {base})" if base else
+            "; return numbers, strings, lists, tuples or NumPy arrays")
+    raise TypeError(f"{where or 'the result'} is an object of type {what}{hint}")

@@ -1,10 +1,10 @@
 """The grader's MPI job: ranks in the sandbox that run a student's functions on request.
 
-:class:`Pool` starts ``mpiexec -n N python -m mpilab.grading.worker`` inside a
-:class:`~mpilab.grading.sandbox.Sandbox`, accepts one Unix-socket connection per rank and
+:class:`Pool` starts ``mpiexec -n N python -m mpilab.autograder.worker`` inside a
+:class:`~mpilab.autograder.sandbox.Sandbox`, accepts one Unix-socket connection per rank and
 sends each request to every rank (``call``: ``func(comm, *args)`` on a sub-communicator of
 the first `nranks` ranks) or to rank 0 (``local``: ``func(*args)``). Replies are decoded
-with :mod:`mpilab.grading.wire` only. A call that does not finish in time, or a rank that
+with :mod:`mpilab.autograder.wire` only. A call that does not finish in time, or a rank that
 dies, ends the job (its whole PID namespace); the next request starts a fresh one, so a
 check never inherits the state of a failed one.
 
@@ -140,7 +140,7 @@ class Pool:
         # the workers run faulthandler's watchdog thread beside the one that calls MPI
         launch = runtime.launch(self.size, thread_level="funneled")
         env = {**self.env, **launch.env}
-        argv = launch.argv([sys.executable, "-P", "-m", "mpilab.grading.worker", path,
+        argv = launch.argv([sys.executable, "-P", "-m", "mpilab.autograder.worker", path,
                             self.workdir])
         self.proc = self.box.popen(argv, cwd=self.cwd, env=env, rw=[self.workdir, *self.rw],
                                    ro=self.ro, stdin=open(os.devnull, "rb"),  # noqa: SIM115

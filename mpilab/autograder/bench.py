@@ -2,9 +2,9 @@
 
     python -m mpilab.bench autograde [--labs lab00-mpi-basics,lab02-halo] [--json OUT]
 
-For each lab, in a throw-away copy of the course (:mod:`mpilab.grading.course`), two
+For each lab, in a throw-away copy of the course (:mod:`mpilab.autograder.course`), two
 submissions are autograded by nbgrader with the course's configuration, one at a time:
-the lab's solutions (``correct``) and :func:`mpilab.grading.course.hostile` (patches
+the lab's solutions (``correct``) and :func:`mpilab.autograder.course.hostile` (patches
 everything in its kernel, leaves a part unanswered, kills its kernel in a third). Each record carries the
 wall time of the whole ``nbgrader autograde`` command (``t_s``: start-up, gradebook,
 sandbox, both kernels, MPI ranks, clean-up) and of the notebook alone as the
@@ -17,7 +17,7 @@ the grader's ranks were oversubscribed. Needs a checkout of the repository (the 
 
 grades a class instead: `students` submissions of each lab (every fifth the hostile one,
 the others correct) autograded side by side, `jobs` at a time
-(:mod:`mpilab.grading.parallel`). One record per submission (``impl`` correct or hostile,
+(:mod:`mpilab.autograder.parallel`). One record per submission (``impl`` correct or hostile,
 as above, ``t_s`` its own nbgrader's wall time) and one per lab (``impl`` "class":
 ``wall_s``, ``per_minute``, the median and 95th percentile of the submissions' times, and
 the course's bar for a class of 30 on 2 cores: lab 00 in 6 minutes, lab 06 in 12).

@@ -43,7 +43,7 @@ def _read(lab: str, repo: Path = REPO):
 
 def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
     """``nbgrader ARGS`` in the course copy's autograder/ folder (forked from a process
-    with nbgrader imported: :func:`mpilab.grading.parallel.nbgrader`); a run past
+    with nbgrader imported: :func:`mpilab.autograder.parallel.nbgrader`); a run past
     `timeout` seconds is killed and returns status 124."""
     from .parallel import nbgrader as run
 

@@ -7,9 +7,9 @@ into its timeout. So this runs one ``nbgrader autograde LAB --student=ID`` per s
 `jobs` of them at once, on the course's one gradebook:
 
 * each grading has its own sandbox, cgroup and PID namespace already
-  (:mod:`mpilab.grading.sandbox`), so side by side they cannot see or kill each other;
+  (:mod:`mpilab.autograder.sandbox`), so side by side they cannot see or kill each other;
 * a graded prediction's measurement holds the cores while it measures
-  (:mod:`mpilab.grading.quiet`), is made once and shared by every grading of the session
+  (:mod:`mpilab.autograder.quiet`), is made once and shared by every grading of the session
   (:func:`mpilab.grading.measured.cached`), so grading side by side changes no
   measurement;
 * the gradebook is SQLite: the course's ``nbgrader_config.py`` gives it a busy timeout,
@@ -23,7 +23,7 @@ most of what a grading spends on the cores.
 
 From the course directory (``autograder/``)::
 
-    python -m mpilab.grading.parallel lab00-mpi-basics --jobs 2 [--force] [--student ID ...]
+    python -m mpilab.autograder.parallel lab00-mpi-basics --jobs 2 [--force] [--student ID ...]
 
 (``make lab-autograde JOBS=2`` does this). Each student's nbgrader output is kept whole
 and printed after the run, student by student, with the time each took.
@@ -82,7 +82,7 @@ def submitted(course: str | os.PathLike, lab: str) -> list[str]:
 def _context():
     """The fork server nbgrader's children come from (it starts with the first child)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["nbgrader.apps.nbgraderapp", "mpilab.grading.nbgrader"])
+    ctx.set_forkserver_preload(["nbgrader.apps.nbgraderapp", "mpilab.autograder.nbgrader"])
     return ctx
 
 
@@ -208,7 +208,7 @@ def autograde(course: str | os.PathLike, lab: str, students: list[str] | None = 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m mpilab.grading.parallel",
+        prog="python -m mpilab.autograder.parallel",
         description="nbgrader autograde, one process per student, several at once "
                     "(run it from the course directory, autograder/)")
     ap.add_argument("lab")

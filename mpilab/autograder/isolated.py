@@ -1,12 +1,12 @@
 """Grading outside the student's process: the grader kernel's side.
 
-At autograde time (:mod:`mpilab.grading.nbgrader`) two kernels run one notebook. The
+At autograde time (:mod:`mpilab.autograder.nbgrader`) two kernels run one notebook. The
 student's kernel, in a sandbox, runs the student's cells. The grader's kernel, outside it,
 runs the test cells, with the instructor's imports and definitions from the locked cells,
 and never runs a line of student code:
 
 * a name the test cells use that only the student's notebook defines is bound here by
-  :func:`bind`, from what the student's kernel exported (:mod:`mpilab.grading.student`):
+  :func:`bind`, from what the student's kernel exported (:mod:`mpilab.autograder.student`):
   plain data as decoded values, a function as a :class:`StudentFunction`, a handle on
   bytes this process never unpickles;
 * :func:`mpilab.grading.run_on_ranks` and :func:`~mpilab.grading.call_local` send such
@@ -125,7 +125,7 @@ class StudentFunction:
         return (student_object, (self.payload,))
 
     def __call__(self, *args, **kwargs):
-        from . import call_local
+        from ..grading import call_local
 
         return call_local(self, *args, **kwargs)
 
@@ -140,7 +140,7 @@ class StudentObject:
         self._name, self._what = name, what
 
     def _refuse(self, *args, **kwargs):
-        from . import CheckFailed, _fail
+        from ..grading import CheckFailed, _fail
 
         _fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
                           "functions and plain data (numbers, strings, lists, arrays) from "

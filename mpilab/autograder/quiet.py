@@ -1,6 +1,6 @@
 """Quiet cores for the grader's measurements while gradings run side by side.
 
-Several gradings may run at once (:mod:`mpilab.grading.parallel`), and they share the
+Several gradings may run at once (:mod:`mpilab.autograder.parallel`), and they share the
 machine's cores. Most of a grading does not care: a student's halo is right or wrong
 however busy the machine is. A graded *prediction* does: it compares the student's model
 with a measurement made now (:mod:`mpilab.grading.measured`), and another grading's ranks
@@ -18,7 +18,7 @@ Both are ``flock`` locks on files in this user's private grading folder, so a gr
 that dies releases what it held. Inside :func:`measuring`, this process's own work (the
 measurement's ranks) does not wait for itself. What the lock does not hold back: nbgrader's
 own bookkeeping between kernels (its processes are forked with nbgrader imported:
-:mod:`mpilab.grading.parallel`) and the ending of kernels and pools, bursts of a fraction
+:mod:`mpilab.autograder.parallel`) and the ending of kernels and pools, bursts of a fraction
 of a second that a measurement's best-of-repetitions rides out. Beside three other lab
 modules' gradings, a grader's ping-pong once measured three times slow while kernels
 started unheld; their start is held since.

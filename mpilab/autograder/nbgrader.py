@@ -3,14 +3,14 @@
 :class:`IsolatedExecute` replaces nbgrader's ``Execute`` preprocessor at autograde time
 (``autograder/nbgrader_config.py``). It runs one notebook in two kernels:
 
-* the **student's kernel**, in a :class:`~mpilab.grading.sandbox.Sandbox` (bubblewrap, as
+* the **student's kernel**, in a :class:`~mpilab.autograder.sandbox.Sandbox` (bubblewrap, as
   ``nobody``, with memory, process and file limits), runs every cell a student could have
   written and the locked cells, as nbgrader would;
 * the **grader's kernel**, an ordinary kernel of the course's Python, runs the test cells
   (nbgrader has restored them, hidden tests included) after the imports, functions and
   classes of the locked cells. It never runs student code: a name a test uses that only
   the student's notebook defines is exported by the student's kernel and bound in the
-  grader's as data or as a handle (:mod:`mpilab.grading.isolated`); the checks run the
+  grader's as data or as a handle (:mod:`mpilab.autograder.isolated`); the checks run the
   student's functions on sandboxed MPI ranks and decide here.
 
 What nbgrader records is unchanged in form: each test cell's outputs (an error means no
@@ -73,7 +73,7 @@ import os as _os, sys as _sys
 _path = _sys.path[:]
 _sys.path[:] = [p for p in _sys.path if p not in ("", ".", _os.getcwd())]
 try:
-    import mpilab.grading.student
+    import mpilab.autograder.student
 finally:
     _sys.path[:] = _path
 del _os, _sys, _path
@@ -290,7 +290,8 @@ class IsolatedExecute(Execute):
             self._gclient.start_new_kernel_client()
             self._grader_exec("import warnings\nwarnings.simplefilter('ignore')\n"
                               "import matplotlib\nmatplotlib.use('Agg')\n"
-                              "import mpilab.grading.isolated  # mpilab.build compiles in the sandbox")
+                              "import mpilab.autograder.isolated"
+                              "  # mpilab.build compiles in the sandbox")
 
     # -- the main loop ------------------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):
@@ -329,7 +330,7 @@ class IsolatedExecute(Execute):
         for client in (getattr(self, "_gclient", None),):
             if client is not None and client.km is not None:
                 try:
-                    self._grader_exec("__import__('mpilab.grading.isolated', "
+                    self._grader_exec("__import__('mpilab.autograder.isolated', "
                                       "fromlist=['_']).shutdown()", timeout=10)
                 except Exception:  # noqa: BLE001 - it is killed below anyway
                     pass
@@ -446,7 +447,7 @@ class IsolatedExecute(Execute):
             return None
         self._exports_made += 1
         folder = str(self._box.folder(f"exports/{self._exports_made}"))
-        code = (f"__import__('sys').modules['mpilab.grading.student'].export("
+        code = (f"__import__('sys').modules['mpilab.autograder.student'].export("
                 f"{names!r}, {folder!r})")
         try:
             self._student_run(code, timeout=30)
@@ -474,7 +475,7 @@ class IsolatedExecute(Execute):
         return ast.literal_eval(value["data"]["text/plain"])
 
     def _run_test(self, cell, index) -> None:
-        mod = "__import__('mpilab.grading.isolated', fromlist=['_'])"
+        mod = "__import__('mpilab.autograder.isolated', fromlist=['_'])"
         try:
             names = self._grader_eval(f"{mod}.missing(globals(), {free_names(cell.source)!r})")
             if names:

@@ -4,7 +4,7 @@ The grader's kernel runs the test cells; when one names something the student's 
 defined (``ring_pass``, ``PINGPONG_PYX``), the autograde preprocessor asks the student's
 kernel, in the sandbox, to :func:`export` it into a folder the grader reads:
 
-* plain data (numbers, strings, lists, NumPy arrays ...) in :mod:`mpilab.grading.wire`'s
+* plain data (numbers, strings, lists, NumPy arrays ...) in :mod:`mpilab.autograder.wire`'s
   format, which the grader decodes without running anything;
 * a function (or anything else callable) as the bytes ``cloudpickle`` makes of it, which
   the grader never opens: it hands them to the sandboxed MPI ranks, the only place they
@@ -14,7 +14,7 @@ kernel, in the sandbox, to :func:`export` it into a folder the grader reads:
 * for anything else, only what it is.
 
 Everything written here comes from a process the student controls and is treated as
-such by the grader (:mod:`mpilab.grading.isolated`). The preprocessor imports this module
+such by the grader (:mod:`mpilab.autograder.isolated`). The preprocessor imports this module
 when the kernel starts, before any student cell, with the notebook's folder off
 ``sys.path``; so what it uses is bound here, and a student who replaces
 ``mpilab.grading`` or ships a module named ``mpilab`` still has their functions graded.
@@ -29,8 +29,10 @@ from typing import Any
 
 import cloudpickle
 
+from ..grading import _fingerprint
 from ..sources import SourceMap
-from . import _fingerprint, _plain, wire
+from . import wire
+from .wire import _plain
 
 __all__ = ["export"]
 

@@ -1,0 +1,24 @@
+"""The autograder: nbgrader's autograde with the student's code outside the grader.
+
+The machinery every lab shares, which a new lab does not touch (its checks go in
+:mod:`mpilab.grading`; see ARCHITECTURE.md and autograder/README.md):
+
+* :mod:`~mpilab.autograder.nbgrader`: the autograde preprocessors (``IsolatedExecute``,
+  ``HideHiddenTests``) that ``autograder/nbgrader_config.py`` names;
+* :mod:`~mpilab.autograder.sandbox`: bubblewrap, cgroups and scratch folders;
+* :mod:`~mpilab.autograder.pool` and :mod:`~mpilab.autograder.worker`: the sandboxed MPI
+  ranks that run a student's functions for the grader;
+* :mod:`~mpilab.autograder.wire`: the data format between a student's process and the
+  grader;
+* :mod:`~mpilab.autograder.student`: what the student's kernel runs to hand its objects
+  over; :mod:`~mpilab.autograder.isolated`: the grader kernel's view of them;
+* :mod:`~mpilab.autograder.quiet`: the grading lock (measurements hold the cores);
+* :mod:`~mpilab.autograder.parallel`: gradings side by side
+  (``python -m mpilab.autograder.parallel``);
+* :mod:`~mpilab.autograder.course` and :mod:`~mpilab.autograder.bench`: a throw-away
+  course with submissions, and what autograding costs (``python -m mpilab.bench
+  autograde``).
+
+This package imports nothing: the sandboxed ranks and the student's kernel import modules
+of it, and pay only for what those need.
+"""
