@@ -75,8 +75,8 @@ XDIST := --dist loadscope --no-loadscope-reorder
 test: setup-test
 	@rc=0; \
 	echo "=== make test 1/3: unmarked tests, $(TEST_JOBS) modules side by side"; \
-	$(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) \
-	  $(XDIST) -m "not measures and not graded_timing" || rc=1; \
+	$(PY) -m pytest -v --durations=40 -n $(TEST_JOBS) $(XDIST) \
+	  -m "not measures and not graded_timing" || rc=1; \
 	echo "=== make test 2/3: graded_timing, $(TEST_JOBS_GRADED) module(s) at a time"; \
 	MPILAB_TEST_PHASE=graded-timing $(PY) -m pytest -v --durations=20 \
 	  -n $(TEST_JOBS_GRADED) $(XDIST) \

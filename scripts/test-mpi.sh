@@ -21,7 +21,7 @@
 #   all           set-up, then every selected test in one process (the default);
 #   prepare       set-up only (venv, wheel, tree);
 #   side-by-side  the unmarked tests only, measurements refused (MPILAB_MEASURING=forbidden):
-#                 safe beside other work, as CI runs it beside make test's first phase;
+#                 safe beside other work (CI runs both MPIs' at once);
 #   alone         the tests marked `measures` or `graded_timing` only, with nothing beside.
 # The last two run on the set-up `prepare` made (nothing rebuilt).
 set -euo pipefail

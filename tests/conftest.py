@@ -145,17 +145,6 @@ def mpirun(script: str, ranks: int, *args: str, transport: str = "shm",
                     timeout=timeout, check=False)
 
 
-def segments() -> set[str]:
-    """MPI shared-memory files in /dev/shm now."""
-    return runtime.shm_segments()
-
-
-def shm_leaked(before: set[str], settle: float = 2.0) -> set[str]:
-    """Segments new since `before` that no live process maps: a leak
-    (:func:`mpilab.runtime.leaked_shm_segments`; other modules' jobs run meanwhile)."""
-    return runtime.leaked_shm_segments(before, settle)
-
-
 @pytest.fixture(scope="session")
 def _lab_session():
     if NO_MPI:

@@ -18,10 +18,11 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, needs_mpi, segments
-from conftest import shm_leaked as leaked
+from conftest import ROOT, needs_mpi
 
 from mpilab import jobs, runtime
+from mpilab.runtime import leaked_shm_segments as leaked
+from mpilab.runtime import shm_segments as segments
 
 pytestmark = needs_mpi
 

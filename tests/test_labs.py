@@ -50,7 +50,7 @@ def leftover_processes(course: Path, grace: float = 10.0) -> list:
         time.sleep(0.5)
 
 
-def _another_workers(p) -> bool:
+def _another_tests(p) -> bool:
     """Whether `p` is part of tests that another pytest process runs beside this one (make
     test runs test modules side by side in xdist workers; CI runs the MPIs' suites beside
     them): it, or the nearest ancestor whose environment can be read (a sandbox clears its
@@ -96,7 +96,7 @@ def _leftovers(course: Path) -> list:
             if ((p.info["uids"].real == NOBODY or p.info["name"] == "bwrap"
                     or "mpilab.autograder.worker" in cmd or "mpilab-sandbox" in cmd
                     or "MPILAB_GRADER" in (p.environ() if p.pid != os.getpid() else {}))
-                    and not _another_workers(p)):
+                    and not _another_tests(p)):
                 left.append(p)
         except (psutil.Error, OSError):
             pass
