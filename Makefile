@@ -13,7 +13,7 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
 .PHONY: setup setup-test kernels lab instructor test test-fast test-latest test-mpi lock lint clean help \
-        lab-generate lab-release lab-autograde lab-feedback
+        lab-generate lab-release lab-autograde lab-feedback student-edition
 
 help:
 	@echo "make lab        set up (MPI, .venv, kernels) and start JupyterLab on the course"
@@ -26,6 +26,7 @@ help:
 	@echo "make kernels    (re)build the compiled kernels"
 	@echo "make lint       ruff, cython-lint, codespell, notebook cleanliness"
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
+	@echo "make student-edition DEST=dir  the course students may see (no solutions, hidden tests)"
 	@echo "MPILAB_MPI=mpich selects MPICH instead of Open MPI"
 
 setup:
@@ -156,6 +157,15 @@ lab-feedback: setup
 	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)
 	@if [ -n "$(EXCHANGE)" ]; then \
 	  for l in $(LAB_IDS); do ($(NBG) release_feedback $$l $(NBG_EXCHANGE)) || exit 1; done; fi
+
+# The students' edition: lectures, released labs, reference data, the package, binder/ (no
+# solution, hidden test or hidden case; scanned). What Binder builds and what is published;
+# this repository, the instructors' edition, stays private (autograder/README.md).
+DEST ?=
+FORCE ?=
+student-edition: setup
+	@test -n "$(DEST)" || { echo "make student-edition DEST=dir (a folder outside the checkout)"; exit 2; }
+	PATH="$(abspath $(dir $(PY))):$$PATH" $(PY) -m mpilab.autograder.edition "$(DEST)" $(if $(FORCE),--force,)
 
 clean:
 	rm -rf build mpilab/kernels/*.so mpilab/kernels/_bin autograder/release \

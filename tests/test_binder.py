@@ -15,9 +15,9 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import repo2docker_probe
 from conftest import ROOT, needs_mpi
 
 from mpilab import runtime
@@ -92,54 +92,13 @@ def test_start_lets_open_mpi_run_more_ranks_than_cores():
     assert f"ranks {[(i, ranks) for i in range(ranks)]}" in r.stdout, r.stdout
 
 
-def _repo2docker_python() -> str | None:
-    # scripts/setup.sh --test installs it into .venv/alt/repo2docker (root or not)
-    local = ROOT / ".venv" / "alt" / "repo2docker" / "bin" / "repo2docker"
-    exe = (os.environ.get("MPILAB_REPO2DOCKER") or shutil.which("repo2docker")
-           or (str(local) if local.exists() else None))
-    if not exe or not Path(exe).exists():
-        return None
-    first = Path(exe).read_text(errors="replace").splitlines()[0]
-    return first[2:].strip() if first.startswith("#!") else None
-
-
-PROBE = """
-import json, os, sys
-from repo2docker.app import Repo2Docker
-
-os.chdir(sys.argv[1])
-app = Repo2Docker()
-for BuildPack in app.buildpacks:
-    bp = BuildPack(base_image=app.base_image)
-    if bp.detect():
-        break
-bp.platform = app.platform or "linux/amd64"
-print(json.dumps({
-    "buildpack": type(bp).__name__,
-    "binder_dir": bp.binder_dir,
-    "environment": getattr(bp, "environment_yaml_path", None),
-    "post_build": bp.get_post_build_scripts(),
-    "start": bp.get_start_script(),
-    "preassemble": [script for _user, script in bp.get_preassemble_scripts()],
-    "dockerfile": bp.render(),
-}))
-"""
-
-
 def test_repo2docker_reads_binder_as_a_conda_environment(tmp_path):
     """repo2docker picks its conda buildpack from binder/environment.yml (not the root one),
     installs apt.txt, runs postBuild once and start at every launch."""
-    python = _repo2docker_python()
-    if python is None:
-        pytest.skip("repo2docker is not installed (pip install jupyter-repo2docker into a "
-                    "venv, put it on PATH or set MPILAB_REPO2DOCKER)")
     repo = tmp_path / "repo"  # what Binder clones: binder/ and the root environment.yml
     shutil.copytree(BINDER, repo / "binder")
     shutil.copy(ROOT / "environment.yml", repo / "environment.yml")
-    r = subprocess.run([python, "-c", PROBE, str(repo)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = repo2docker_probe.read(repo)
     assert got["buildpack"] == "CondaBuildPack", got["buildpack"]
     assert got["binder_dir"] == "binder"
     assert got["environment"] == "binder/environment.yml"

@@ -20,6 +20,7 @@ that never returns is cut by call_local's timeout, in the sandbox as in lab 07's
 from __future__ import annotations
 
 import ast
+import json
 import math
 import os
 import re
@@ -32,14 +33,16 @@ from test_labs import errors_of, graded_notebook, leftover_processes, printed_by
 
 from mpilab import collectives, grading, sim
 from mpilab.autograder.course import REPO, full, make_course, nbgrader, scores, solutions, submit
+from mpilab.autograder.edition import hidden_cases
 from mpilab.grading import measured
 from mpilab.grading import simulated as S
 
 LAB6 = "lab06-allgather"
 NOTEBOOK = REPO / "labs" / LAB6 / f"{LAB6}.ipynb"
 HAS_SIM, WHY_NOT = sim.available()
-VISIBLE = {case: s for case, s in S.GRADED.items() if case[0] == 64}
-HIDDEN = {case: s for case, s in S.GRADED.items() if case[0] != 64}
+VISIBLE = S.VISIBLE
+HIDDEN = hidden_cases()  # written only in the source notebook's hidden tests
+GRADED = {**VISIBLE, **HIDDEN}
 
 
 def _cell(grade_id: str) -> str:
@@ -84,15 +87,20 @@ def test_the_notebook_grades_exactly_the_cases_the_reference_holds():
     assert _cases_in(shown) == [VISIBLE] and _cases_in(hidden) == [HIDDEN]
     assert {pl for _, pl in VISIBLE} == {pl for _, pl in HIDDEN} == {"cyclic", "block"}
     assert {p for p, _ in HIDDEN}.isdisjoint({p for p, _ in VISIBLE})
-    recs = sim.load_reference(S.REFERENCE)["records"]
-    for (p, placement), sizes in S.GRADED.items():
+    recs = S._reference_records()
+    shown = {(r["ranks"], r["map_by"]) for r in sim.load_reference(S.REFERENCE)["records"]}
+    assert shown == {(p, S.PLACEMENTS[pl]) for p, pl in VISIBLE}  # what students get
+    saved = json.loads((REPO / S.HIDDEN_REFERENCE).read_text())
+    assert {(r["ranks"], r["map_by"]) for r in saved["records"]} == {
+        (p, S.PLACEMENTS[pl]) for p, pl in HIDDEN}  # the instructors' side
+    for (p, placement), sizes in GRADED.items():
         for n in sizes:
             have = {r["impl"] for r in recs if r["ranks"] == p and r["size_bytes"] == n
                     and r["map_by"] == S.PLACEMENTS[placement]}
             want = {f"mpilab:{a}" for a in S.admissible(p)} | {"library:ompi"}
             assert have == want, (p, placement, n, have ^ want)
     assert len(recs) == sum(len(s) * (len(S.admissible(p)) + 1)
-                            for (p, _), s in S.GRADED.items())
+                            for (p, _), s in GRADED.items())
     assert all(r["label"] == sim.label("allgather-paper") for r in recs)
     assert S.PLACEMENTS == {"cyclic": "node", "block": "slot"}
 
@@ -100,7 +108,7 @@ def test_the_notebook_grades_exactly_the_cases_the_reference_holds():
 def test_at_block_placement_the_winner_changes_with_the_size(no_simgrid):
     """Every graded set at block placement has two sizes whose fastest algorithms differ,
     each more than the tolerance ahead of the other's winner: no constant answer holds."""
-    for (p, placement), sizes in S.GRADED.items():
+    for (p, placement), sizes in GRADED.items():
         times = S.simulated(p, sizes, placement)[0]
         ours = {n: {a: t for a, t in times[n].items() if a != "library"} for n in sizes}
         best = {n: min(ours[n], key=ours[n].get) for n in sizes}
@@ -154,7 +162,7 @@ def test_the_reference_is_what_the_simulator_gives_now():
     """Deterministic (computation off): the saved numbers to the last digit. Through the
     grader's per-session cache, so the lab's autogrades in the same run reuse it."""
     t0 = time.perf_counter()
-    for (p, placement), sizes in S.GRADED.items():
+    for (p, placement), sizes in GRADED.items():
         now, source = S.simulated(p, sizes, placement)
         assert "simulated with SimGrid" in source, source
         saved = {}
@@ -189,15 +197,15 @@ def no_simgrid(monkeypatch):
 
 
 def test_the_model_choice_gets_the_points(no_simgrid):
-    got = S.check_choose_allgather(model_choice(), S.GRADED)
+    got = S.check_choose_allgather(model_choice(), GRADED)
     logarithmic = {p: "recursive_doubling" if p in (64, 128) else "bruck" for p in (62, 64, 128)}
-    want = {(p, pl, n): logarithmic[p] for (p, pl), sizes in S.GRADED.items() for n in sizes
+    want = {(p, pl, n): logarithmic[p] for (p, pl), sizes in GRADED.items() for n in sizes
             if pl == "cyclic"}
     want |= {(64, "block", 32): "recursive_doubling", (64, "block", 2048): "neighbor_exchange",
              (64, "block", 131072): "neighbor_exchange",  # ties with the ring (1.003 times)
-             (62, "block", 512): "bruck", (62, "block", 8192): "neighbor_exchange",
-             (62, "block", 32768): "neighbor_exchange",
-             (128, "block", 128): "recursive_doubling", (128, "block", 8192): "neighbor_exchange"}
+             (62, "block", 256): "bruck", (62, "block", 4096): "neighbor_exchange",
+             (62, "block", 16384): "neighbor_exchange",
+             (128, "block", 256): "recursive_doubling", (128, "block", 4096): "neighbor_exchange"}
     assert {k: v[0] for k, v in got["chosen"].items()} == want
     assert all(v[1] <= 1.01 * v[3] for v in got["chosen"].values()), got["chosen"]
     # the rule, not a table: it answers at ranks and sizes the lab never grades
@@ -209,7 +217,7 @@ def test_the_model_choice_gets_the_points(no_simgrid):
 
 
 def test_a_constant_answer_fails_at_block_placement(no_simgrid):
-    S.check_choose_allgather(always_bruck, {c: s for c, s in S.GRADED.items()
+    S.check_choose_allgather(always_bruck, {c: s for c, s in GRADED.items()
                                             if c[1] == "cyclic"})  # right there
     for cases in (VISIBLE, HIDDEN):
         with pytest.raises(grading.CheckFailed) as exc:
@@ -220,7 +228,7 @@ def test_a_constant_answer_fails_at_block_placement(no_simgrid):
         assert "Count, step by step, the messages that cross the link" in msg, msg
         assert "reference data" in msg, msg
     msg = str(exc.value)  # the hidden cases
-    assert "on 62 ranks placed in blocks (node 0 first), blocks of 8,192 B (8 KiB): " \
+    assert "on 62 ranks placed in blocks (node 0 first), blocks of 4,096 B (4 KiB): " \
            "you chose bruck" in msg, msg
     assert "the fastest, neighbor_exchange" in msg and "the fastest, recursive_doubling" in msg
     for const in ("recursive_doubling", "neighbor_exchange", "ring"):
@@ -253,7 +261,7 @@ def test_hostile_choices_fail_with_their_own_message(no_simgrid, monkeypatch):
 
     cases = [(raises, grading.RaisedError, "raised RuntimeError: no idea"),
              (lambda p, n, pl: "recursive_doubling", grading.CheckFailed,
-              "choose_allgather(62, 128, 'cyclic') returned 'recursive_doubling', which "
+              "choose_allgather(62, 256, 'cyclic') returned 'recursive_doubling', which "
               "cannot run on 62 ranks"),
              (lambda p, n, pl: ["bruck"], grading.CheckFailed, "not list"),
              (lambda p, n, pl: object(), grading.BadResult, "object"),
@@ -268,7 +276,7 @@ def test_hostile_choices_fail_with_their_own_message(no_simgrid, monkeypatch):
         grading.forget_timeouts()
     # the power of two is fine for recursive doubling, which ties with Bruck there
     got = S.check_choose_allgather(lambda p, n, pl: "recursive_doubling",
-                                   {(128, "cyclic"): S.GRADED[(128, "cyclic")]})
+                                   {(128, "cyclic"): GRADED[(128, "cyclic")]})
     assert all(alg == "recursive_doubling" for alg, *_ in got["chosen"].values())
     with pytest.raises(ValueError, match="placement must be one of cyclic, block"):
         S.check_choose_allgather(always_bruck, {(64, "slot"): (32,)})
@@ -311,7 +319,7 @@ def test_simulated_once_per_session_in_a_private_folder(private_cache, monkeypat
         return S._reference(p, sizes, placement)
 
     monkeypatch.setattr(S, "_simulate", simulate)
-    sizes = S.GRADED[(64, "cyclic")]
+    sizes = GRADED[(64, "cyclic")]
     first, source = S.simulated(64, sizes)
     assert made == [(64, "cyclic")] and "simulated with SimGrid" in source
     files = list(private_cache.glob("*.json"))  # (beside it, the lock its makers share)
@@ -334,10 +342,10 @@ def test_a_failing_simulation_falls_back_to_the_reference_and_says_why(private_c
         raise RuntimeError("simulated mpilab-coll on 64 ranks (allgather-paper) failed")
 
     monkeypatch.setattr(S, "_simulate", broken)
-    times, source = S.simulated(64, S.GRADED[(64, "cyclic")])
+    times, source = S.simulated(64, GRADED[(64, "cyclic")])
     assert "reference data" in source and "the simulation failed here" in source
     assert min(times[2048], key=times[2048].get) == "bruck"
-    times, source = S.simulated(64, S.GRADED[(64, "block")], "block")
+    times, source = S.simulated(64, GRADED[(64, "block")], "block")
     assert "reference data" in source
     assert min(times[2048], key=times[2048].get) == "neighbor_exchange"
 
@@ -394,7 +402,7 @@ def test_wrong_and_hostile_choices_lose_only_this_part(course):
     nb = graded_notebook(course, LAB6, "hostile")
     err = errors_of(nb, "test_choose_allgather")
     assert "returned 'recursive_doubling', which cannot run on 62 ranks" in err, err
-    assert "choose_allgather(62, 128, 'cyclic')" in err, err
+    assert "choose_allgather(62, 256, 'cyclic')" in err, err
     # the visible check passed (the grader's check, not the patched one), then the hidden
     assert "within 1.25 times the fastest algorithm on 64 ranks" in printed_by(
         nb, "test_choose_allgather")

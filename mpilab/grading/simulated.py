@@ -28,7 +28,12 @@ block size (how many flows share that link in a step, and how many latencies cro
 runs, so they are deterministic: they are made once per grading session (kept in the
 grader's private cache folder for :data:`mpilab.grading.measured.CACHE_SECONDS`), and where
 SimGrid is missing (or fails) the check reads the same simulation saved with the course,
-``reference/simulated/lab06-allgather-paper.json`` (:func:`write_reference`), and says so.
+and says so: the visible cases from ``reference/simulated/lab06-allgather-paper.json``
+(what the students' edition holds), the hidden ones from
+``autograder/reference/lab06-allgather-hidden.json`` (the instructors' side only:
+:data:`HIDDEN_REFERENCE`). The hidden cases themselves are written in one place, the
+hidden tests of the lab's source notebook; this module knows only the visible ones
+(:func:`write_reference` makes either file, given its cases).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from mpilab import collectives, grading, sim
+from mpilab import collectives, grading, paths, sim
 from mpilab.grading.measured import cached
 
 __all__ = [
@@ -47,8 +52,9 @@ __all__ = [
     "TOLERANCE",
     "ALPHA_US",
     "BETA_MBPS",
-    "GRADED",
+    "VISIBLE",
     "REFERENCE",
+    "HIDDEN_REFERENCE",
     "admissible",
     "simulated",
     "choice_problem",
@@ -69,14 +75,15 @@ TOLERANCE = 1.25
 #: 7.5 µs each way (assumed, typical of MPI over TCP), 40 Gb/s Ethernet (the paper's).
 ALPHA_US = 15.0
 BETA_MBPS = 5000.0
-#: Every ((ranks, placement), block sizes) the lab grades, visible (64 ranks) and hidden;
-#: the reference JSON holds these simulations (and the library's choice beside them), job
-#: by job as graded. At block placement each set has sizes where different algorithms win
-#: by more than the tolerance (a constant answer fails there).
-GRADED = {(64, "cyclic"): (32, 2048, 131072), (64, "block"): (32, 2048, 131072),
-          (62, "cyclic"): (128, 8192, 32768), (62, "block"): (512, 8192, 32768),
-          (128, "cyclic"): (512, 32768), (128, "block"): (128, 8192)}
+#: The ((ranks, placement), block sizes) of the lab's visible check and try-it table; the
+#: hidden ones (other ranks, other sizes) are only in the source notebook's hidden tests.
+#: reference/simulated/ holds these simulations (and the library's choice beside them),
+#: job by job as graded. At block placement each set has sizes where different algorithms
+#: win by more than the tolerance (a constant answer fails there).
+VISIBLE = {(64, "cyclic"): (32, 2048, 131072), (64, "block"): (32, 2048, 131072)}
 REFERENCE = "lab06-allgather-paper"
+#: The hidden cases' saved simulation, relative to the course root: the instructors' side.
+HIDDEN_REFERENCE = "autograder/reference/lab06-allgather-hidden.json"
 SIM_TIMEOUT = 240  # seconds per simulated job (a few seconds each on a 2-core machine)
 CALL_TIMEOUT = 10  # seconds per call of the student's function
 
@@ -119,18 +126,28 @@ def _key(p: int, sizes: Sequence[int], placement: str) -> str:
             f"{'-'.join(map(str, sizes))}-{digest}")
 
 
+def _reference_records() -> list[dict]:
+    recs = list(sim.load_reference(REFERENCE)["records"])
+    try:
+        hidden = paths.course_root() / HIDDEN_REFERENCE
+    except paths.CourseNotFound:
+        return recs
+    if hidden.exists():  # the instructors' side: absent from the students' edition
+        recs += json.loads(hidden.read_text())["records"]
+    return recs
+
+
 def _reference(p: int, sizes: Sequence[int], placement: str) -> list[dict]:
-    doc = sim.load_reference(REFERENCE)
     map_by = _placement(placement)
-    recs = [r for r in doc["records"]
+    recs = [r for r in _reference_records()
             if r["ranks"] == p and r["map_by"] == map_by and r["size_bytes"] in sizes]
     have = {r["size_bytes"] for r in recs}
     missing = [n for n in sizes if n not in have]
     if missing:
-        raise RuntimeError(f"reference/simulated/{REFERENCE}.json has no simulation of "
-                           f"{p} ranks ({placement} placement) at {missing} B: regenerate "
-                           "it where SimGrid runs "
-                           "(mpilab.grading.simulated.write_reference())")
+        raise RuntimeError(f"the saved simulations (reference/simulated/{REFERENCE}.json, "
+                           f"{HIDDEN_REFERENCE}) have none of {p} ranks ({placement} "
+                           f"placement) at {missing} B: regenerate them where SimGrid runs "
+                           "(mpilab.grading.simulated.write_reference(cases, path))")
     return recs
 
 
@@ -293,7 +310,7 @@ def check_choose_allgather(choose: Callable, cases, *,
 
 
 def show_choices(choose: Callable, p: int = 64,
-                 sizes: Sequence[int] = GRADED[(64, "cyclic")],
+                 sizes: Sequence[int] = VISIBLE[(64, "cyclic")],
                  placements: Sequence[str] = tuple(PLACEMENTS), *,
                  tolerance: float = TOLERANCE) -> None:
     """Not graded: per placement, a table of every algorithm's simulated time, your choice
@@ -374,21 +391,26 @@ def _show_one(choose: Callable, p: int, sizes: tuple[int, ...], placement: str,
 # the reference for machines without SimGrid
 
 
-def reference_records(progress=True) -> list[dict]:
-    """Every simulation of :data:`GRADED`, made now (SimGrid needed): the records of the
-    reference JSON."""
+def reference_records(cases: Mapping[tuple[int, str], Sequence[int]] = VISIBLE,
+                      progress=True) -> list[dict]:
+    """Every simulation of `cases` (``{(ranks, placement): sizes}``), made now (SimGrid
+    needed): the records of a reference JSON."""
     recs = []
-    for (p, placement), sizes in GRADED.items():
+    for (p, placement), sizes in cases.items():
         recs += _simulate(p, sizes, placement, progress)
     return recs
 
 
-def write_reference(path: str | Path | None = None, progress=True) -> Path:
-    """Simulate :data:`GRADED` and write ``reference/simulated/lab06-allgather-paper.json``."""
+def write_reference(cases: Mapping[tuple[int, str], Sequence[int]] = VISIBLE,
+                    path: str | Path | None = None, progress=True) -> Path:
+    """Simulate `cases` and write them to `path`: by default the visible cases to
+    ``reference/simulated/lab06-allgather-paper.json``. The hidden cases (from the source
+    notebook's hidden tests) go to :data:`HIDDEN_REFERENCE`, never to reference/, which
+    students get."""
     path = Path(path) if path else sim.reference_dir() / f"{REFERENCE}.json"
-    recs = reference_records(progress)
+    recs = reference_records(cases, progress)
     meta = sim.meta(PLATFORM, placements=PLACEMENTS,
-                    cases={f"{p} {pl}": list(s) for (p, pl), s in GRADED.items()},
+                    cases={f"{p} {pl}": list(s) for (p, pl), s in cases.items()},
                     reps=1, library="ompi", purpose="lab 06, Part F: the grader's "
                     "verdicts where SimGrid is missing, and the try-it table")
     path.write_text(json.dumps({"meta": meta, "records": recs}, indent=1) + "\n")
