@@ -34,9 +34,13 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent.resolve()
-spec = importlib.util.spec_from_file_location("_runtime", HERE / "mpilab" / "runtime.py")
+# the runtime package, read from its files without importing mpilab (its modules import
+# one another only)
+spec = importlib.util.spec_from_file_location(
+    "_runtime", HERE / "mpilab" / "runtime" / "__init__.py",
+    submodule_search_locations=[str(HERE / "mpilab" / "runtime")])
 runtime = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = runtime  # dataclasses look their module up there
+sys.modules[spec.name] = runtime  # its submodules (and dataclasses) look it up there
 spec.loader.exec_module(runtime)
 
 MPICC = runtime.mpicc()
@@ -45,7 +49,8 @@ os.environ["CC"] = MPICC
 os.environ["LDSHARED"] = f"{MPICC} -shared"
 
 # the one list of kernels lives in the package (mpilab/kernels/__init__.py), read from the
-# file as runtime.py is, before anything is built; a kernel whose folder is absent is skipped
+# file as the runtime package is, before anything is built; a kernel whose folder is
+# absent is skipped
 _spec = importlib.util.spec_from_file_location("_kernels", HERE / "mpilab" / "kernels" /
                                                "__init__.py")
 _kernels = importlib.util.module_from_spec(_spec)
@@ -121,7 +126,7 @@ class BuildWithPrograms(build_ext):
 
 
 PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.autograder",
-            "mpilab.plots", "mpilab.platforms"]  # the last holds data only
+            "mpilab.runtime", "mpilab.plots", "mpilab.platforms"]  # the last holds data only
 KERNEL_SOURCES = ["*.c", "*.h", "*.pyx", "*.pxd", "*.pxi", "*.f90"]
 SOURCE_FOLDERS = sorted(p.name for p in (HERE / "kernels").iterdir()
                         if p.is_dir() and any(next(p.glob(g), None) for g in KERNEL_SOURCES))

@@ -153,28 +153,42 @@ class SandboxedCompiler(Protocol):
         """Compile `source` into the folder `final`; exit status and the report."""
 
 
+# How this process compiles, as the autograder sets it (this module never asks the
+# environment): the grader's compiler, and whether compiles wait until first use.
 _SANDBOXED: list[SandboxedCompiler] = []
+_DEFER: list[bool] = [False]
 
 
 def use_sandboxed_compiler(compiler: SandboxedCompiler) -> None:
     """Compile through `compiler` from now on in this process (the grader's kernel).
 
     :mod:`mpilab.autograder.isolated` calls this when it is imported in the grader: this
-    module, below the grading layer, never imports it.
+    module, below the grading layer, never imports it. From then on a source is compiled
+    in the sandbox, never here, and :func:`load` refuses to load a module.
     """
     _SANDBOXED[:] = [compiler]
 
 
-def _sandboxed() -> SandboxedCompiler:
-    if not _SANDBOXED:
-        raise RuntimeError("autograding (MPILAB_GRADER is set) without the sandboxed "
-                           "compiler: import mpilab.autograder.isolated in the grader first")
-    return _SANDBOXED[0]
+def defer_compiles(defer: bool = True) -> None:
+    """Compile a source only when one of its functions is first used, from now on in this
+    process (the student's kernel at autograde, and the grader's ranks beside it).
+
+    :mod:`mpilab.autograder.student` calls this when the student's kernel starts: the
+    checks compile their own copy in the grader's sandbox, so the student's is compiled
+    only if their kernel uses it (a function called or sent to ranks, ``load()``). Has no
+    effect in the grader's kernel (:func:`use_sandboxed_compiler`).
+    """
+    _DEFER[0] = bool(defer)
+
+
+def _sandboxed() -> SandboxedCompiler | None:
+    """The grader's compiler, in the grader's kernel; None elsewhere."""
+    return _SANDBOXED[0] if _SANDBOXED else None
 
 
 def load(path: str, module_name: str):
     """Import the extension module at `path` (once per process)."""
-    if os.environ.get("MPILAB_GRADER"):
+    if _sandboxed() is not None:
         raise RuntimeError("the grader never loads a student's compiled module: pass its "
                            "functions to mpilab.grading.run_on_ranks, which runs them on "
                            "the sandboxed MPI ranks")
@@ -311,20 +325,21 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
     digest = _digest(source, name, mpicc)
     module_name = f"{name}_{digest[:12]}"
     root = Path(cache) if cache is not None else cache_dir()
-    if os.environ.get("MPILAB_GRADER"):  # autograde: compiled in the sandbox, never here
-        root = Path(_sandboxed().folder())
+    grader = _sandboxed()
+    if grader is not None:  # autograde: compiled in the sandbox, never here
+        root = Path(grader.folder())
     final = root / digest[:16]
     so = final / f"{module_name}{_ext_suffix()}"
     if so.exists():
         return CythonModule(so, module_name, digest, source, cached=True, seconds=0.0)
-    if os.environ.get("MPILAB_GRADING") and not os.environ.get("MPILAB_GRADER"):
+    if _DEFER[0] and grader is None:
         # the student's kernel at autograde: the checks compile their own copy in the
         # grader's sandbox, so this one is compiled only if this kernel uses it
         return CythonModule(so, module_name, digest, source, cached=False, seconds=0.0,
                             deferred=(name, root, final, timeout))
     t0 = time.perf_counter()
-    if os.environ.get("MPILAB_GRADER"):
-        status, report = _sandboxed().compile(source, module_name, str(final), timeout)
+    if grader is not None:
+        status, report = grader.compile(source, module_name, str(final), timeout)
         if not so.exists():
             raise CompileError(report.strip() or f"the compiler exited with {status}")
     else:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import cloudpickle
 import numpy as np
@@ -387,8 +389,8 @@ def test_build_defers_the_compile_in_the_students_kernel_at_autograde(tmp_path, 
     what it uses itself (a pickled or called function, load())."""
     import pickle
 
-    monkeypatch.setenv("MPILAB_GRADING", "1")
-    monkeypatch.delenv("MPILAB_GRADER", raising=False)
+    monkeypatch.setattr(build, "_DEFER", [False])  # this process's setting, restored after
+    build.defer_compiles()  # as mpilab.autograder.student does in the student's kernel
     mod = build.cython(PYX, name="shift", cache=tmp_path)
     assert not mod.path.exists() and "compiled when first used" in repr(mod)
     fn = mod.shift
@@ -400,6 +402,17 @@ def test_build_defers_the_compile_in_the_students_kernel_at_autograde(tmp_path, 
                           name="shift", cache=tmp_path)
     with pytest.raises(build.CompileError, match="shift.pyx:10:"):
         broken.load()
+
+
+def test_build_defers_only_where_the_autograder_says_so():
+    """build reads no grading switch: the student's kernel defers because the autograder's
+    student module, imported there first, says so; importing build alone does not."""
+    assert "MPILAB_GRAD" not in Path(build.__file__).read_text()
+    code = ("import sys; from mpilab import build; a = build._DEFER[0]; "
+            "import mpilab.autograder.student; print(a, build._DEFER[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "MPILAB_GRADING": "1"})
+    assert out.stdout.split() == ["False", "True"], out.stderr
 
 
 def test_build_compile_error_is_the_compilers_message(cache):

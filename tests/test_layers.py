@@ -116,6 +116,18 @@ def test_a_module_without_a_layer_is_named():
     assert layer_of("mpilab.plots") < layer_of("mpilab.plots.halo")
 
 
+def test_runtime_imports_only_itself():
+    """``setup.py`` loads the runtime package from its files, before mpilab is built: its
+    modules (discovery, machine, launching, cleanup) import one another, nothing else."""
+    runtime = sorted((PKG / "runtime").glob("*.py"))
+    assert {p.stem for p in runtime} >= {"__init__", "discovery", "machine", "launching",
+                                         "cleanup"}
+    bad = [f"{module_name(p)} imports {m}" for p in runtime for _, m in imports(p)
+           if not m.startswith("mpilab.runtime.")]
+    assert not bad, "\n".join(bad)
+    assert all(layer_of(module_name(p)) == layer_of("mpilab.kernels") for p in runtime)
+
+
 def test_the_checks_sit_on_the_autograder():
     """A lab's checks use the autograder's machinery, which never imports a check; nbgrader's
     preprocessors and the course tools sit on top of both."""
