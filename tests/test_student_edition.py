@@ -66,8 +66,8 @@ def test_nothing_of_the_instructors_side_is_in_it(built):
 
 
 def test_the_scan_finds_only_the_known_list(built):
-    """The known list is issue 26's open part: three graded models whose reference (the
-    solution's one line) the students' own check cells use."""
+    """The known list: three graded models the lab's text states in full, whose reference
+    the students' own check cells use."""
     assert edition.leaks(built) == list(edition.KNOWN)
 
 
