@@ -155,3 +155,14 @@ def test_no_teaching_module_imports_the_bench():
            if layer_of(module_name(p)) < layer_of("mpilab.bench")
            for _, m in imports(p) if m == "mpilab.bench" or m.startswith("mpilab.bench.")]
     assert not bad, "\n".join(bad)
+
+
+def test_the_cluster_does_not_import_its_magics():
+    """``%%mpi`` (mpilab.magics) uses the cluster; the cluster loads it as an IPython
+    extension by its name, so no import goes back (in a function either): no circle."""
+    package = sorted((PKG / "cluster").rglob("*.py"))
+    assert len(package) > 1
+    back = [f"{module_name(p)}:{line}" for p in package for line, m in imports(p)
+            if m == "mpilab.magics"]
+    assert not back, f"{back} import mpilab.magics"
+    assert "mpilab.cluster" in [m for _, m in imports(PKG / "magics.py")]
