@@ -30,10 +30,12 @@ from .core import (
     current,
     default_cluster_id,
     start,
+    start_engines_on_first_use,
 )
 from .diagnostics import cluster_processes, kill_cluster_processes
 from .errors import ClusterDied, ClusterError, MPITimeout, RankError
 
 __all__ = ["DEFAULT_TIMEOUT", "LAUNCHERS", "ClusterDied", "ClusterError", "MPICluster",
            "MPITimeout", "RankError", "cluster_processes", "connect", "current",
-           "default_cluster_id", "kill_cluster_processes", "start"]
+           "default_cluster_id", "kill_cluster_processes", "start",
+           "start_engines_on_first_use"]

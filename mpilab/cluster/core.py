@@ -29,6 +29,8 @@ DEFAULT_TIMEOUT = 30.0
 # (two batch jobs: the controller, and the engines as one MPI job in their allocation).
 LAUNCHERS = ("local", "slurm")
 _current: MPICluster | None = None
+# start() leaves the engines to start at first use (start_engines_on_first_use)
+_ON_FIRST_USE: list[bool] = [False]
 
 
 # ---------------------------------------------------------------------------------------
@@ -322,6 +324,21 @@ def _set_current(c: MPICluster) -> None:
     _current = c
 
 
+def start_engines_on_first_use(on: bool = True) -> None:
+    """From now on in this process, :func:`start` leaves a cluster's engines to start when
+    code first runs on them (the student's kernel at autograde time).
+
+    :mod:`mpilab.autograder.student` calls this when it is imported in the student's
+    kernel: this package, below the grading layer, never imports it.
+
+    Parameters
+    ----------
+    on : bool
+        False: :func:`start` starts the engines at once again (the default).
+    """
+    _ON_FIRST_USE[0] = bool(on)
+
+
 def current() -> MPICluster | None:
     """The cluster this process started or connected to last, if any."""
     return _current
@@ -355,7 +372,7 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
     c = MPICluster(n, transport, cid, start_timeout=start_timeout, nodes=nodes, link=link,
                    map_by=map_by, launcher=launcher, partition=partition,
                    time_limit=time_limit, sbatch_args=sbatch_args)
-    if os.environ.get("MPILAB_GRADING"):
+    if _ON_FIRST_USE[0]:
         # At autograde time the tests run elsewhere (mpilab.autograder.isolated): the
         # notebook's own engines start only if one of its cells uses them.
         c.lazy = True
