@@ -72,6 +72,11 @@ def default_cluster_id() -> str:
 class MPICluster(Launchers, SlurmJobs, Diagnostics):
     """ipyparallel engines forming one MPI job (``MPI.COMM_WORLD`` of size `n`).
 
+    Its methods live by concern: starting, reconnecting and ending its processes in
+    :class:`~.launchers.Launchers`, the Slurm jobs in :class:`~.slurm.SlurmJobs`, stack
+    dumps and what a timeout says in :class:`~.diagnostics.Diagnostics`; running code,
+    health, stop and restart here.
+
     Parameters
     ----------
     n : int
