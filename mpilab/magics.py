@@ -50,11 +50,10 @@ def mpi(line: str, cell: str):
     c.execute(cell, timeout=timeout, restart_on_timeout=restart, line_offset=1)
 
 
-def register(c) -> None:
-    """Make ``%%mpi`` available in this IPython session."""
-    from IPython import get_ipython
+def load_ipython_extension(ipython) -> None:
+    """Make ``%%mpi`` available in this IPython session (``%load_ext mpilab.magics``).
 
-    ip = get_ipython()
-    if ip is None:
-        return
-    ip.register_magic_function(mpi, magic_kind="cell", magic_name="mpi")
+    The cluster loads this extension when its engines are wired up in a notebook
+    (:class:`mpilab.cluster.MPICluster`), so ``%%mpi`` comes with ``%px``.
+    """
+    ipython.register_magic_function(mpi, magic_kind="cell", magic_name="mpi")

@@ -150,6 +150,29 @@ def test_cluster_ids_are_per_notebook(monkeypatch):
     assert cluster.default_cluster_id() != a
 
 
+def test_at_autograde_the_engines_start_when_first_used(monkeypatch):
+    """In the student's kernel at autograde, importing mpilab.autograder.student sets the
+    cluster's hook: start() starts nothing until code runs on the ranks."""
+    from mpilab.cluster import core
+
+    probe = ("import mpilab.autograder.student; from mpilab.cluster import core; "
+             "print(core._ON_FIRST_USE)")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                         text=True).stdout
+    assert out.split() == ["[True]"]
+    monkeypatch.setattr(core, "_ON_FIRST_USE", [False])  # this process's hook, restored
+    monkeypatch.setattr(core, "_current", None)
+    cluster.start_engines_on_first_use()
+    c = cluster.start(2, cluster_id=f"mpilab-pytest-lazy-{os.getpid()}")
+    try:
+        assert c.lazy and c.client is None and cluster.cluster_processes(c.cluster_id) == []
+        assert c.run(lambda: 3, timeout=20) == [3, 3]
+    finally:
+        c.stop()
+    assert cluster.cluster_processes(c.cluster_id) == []
+
+
 def test_tcp_cluster_and_stop_leaves_nothing():
     c = cluster.MPICluster(2, "tcp", cluster_id=f"mpilab-pytest-tcp-{os.getpid()}").start()
     try:

@@ -168,3 +168,18 @@ def test_no_teaching_module_imports_the_bench():
            if layer_of(module_name(p)) < layer_of("mpilab.bench")
            for _, m in imports(p) if m == "mpilab.bench" or m.startswith("mpilab.bench.")]
     assert not bad, "\n".join(bad)
+
+
+def test_the_cluster_neither_imports_its_magics_nor_reads_the_graders_switch():
+    """``%%mpi`` (mpilab.magics) uses the cluster; the cluster loads it as an IPython
+    extension by its name, so no import goes back (in a function either): no circle. The
+    autograder tells the cluster it grades through a hook
+    (``cluster.start_engines_on_first_use``), not through its environment."""
+    package = sorted((PKG / "cluster").rglob("*.py"))
+    assert len(package) > 1
+    back = [f"{module_name(p)}:{line}" for p in package for line, m in imports(p)
+            if m == "mpilab.magics"]
+    assert not back, f"{back} import mpilab.magics"
+    assert "mpilab.cluster" in [m for _, m in imports(PKG / "magics.py")]
+    switches = [module_name(p) for p in package if "MPILAB_GRADING" in p.read_text()]
+    assert not switches, f"{switches} read MPILAB_GRADING"

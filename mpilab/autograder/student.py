@@ -18,6 +18,10 @@ such by the grader (:mod:`mpilab.autograder.isolated`). The preprocessor imports
 when the kernel starts, before any student cell, with the notebook's folder off
 ``sys.path``; so what it uses is bound here, and a student who replaces
 ``mpilab.grading`` or ships a module named ``mpilab`` still has their functions graded.
+
+Imported, it also tells :mod:`mpilab.cluster` that this kernel's cluster starts its engines
+only if a cell uses them (:func:`mpilab.cluster.start_engines_on_first_use`): the graded
+checks run in the grader's kernel, not on this notebook's engines.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from .. import build
+from .. import build, cluster
 from ..grading import _fingerprint
 from ..sources import SourceMap
 from . import wire
@@ -39,9 +43,11 @@ __all__ = ["export"]
 
 MAX_PAYLOAD = 64 << 20
 
-# the student's kernel at autograde: the checks compile their own copy of a Cython source
-# in the grader's sandbox, so this kernel compiles one only if it uses it
+# At autograde time the tests run elsewhere (mpilab.autograder.isolated): the checks
+# compile their own copy of a Cython source in the grader's sandbox, so this kernel
+# compiles one only if it uses it, and its own engines start only if a cell uses them.
 build.defer_compiles()
+cluster.start_engines_on_first_use()
 
 
 def _write(path: str, data: bytes) -> None:
