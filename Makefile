@@ -13,7 +13,7 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
 .PHONY: setup setup-test kernels lab instructor test test-fast test-latest test-mpi lock lint clean help \
-        lab-generate lab-release lab-autograde lab-feedback student-edition
+        lab-generate lab-release lab-autograde lab-feedback lab-ungradable student-edition
 
 help:
 	@echo "make lab        set up (MPI, .venv, kernels) and start JupyterLab on the course"
@@ -26,6 +26,7 @@ help:
 	@echo "make kernels    (re)build the compiled kernels"
 	@echo "make lint       ruff, cython-lint, codespell, notebook cleanliness"
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
+	@echo "make lab-ungradable  the parts the grader could not check (no score yet): grade them again"
 	@echo "make student-edition DEST=dir  the course students may see (no solutions, hidden tests)"
 	@echo "MPILAB_MPI=mpich selects MPICH instead of Open MPI"
 
@@ -153,6 +154,9 @@ lab-autograde: setup
 	@for l in $(LAB_IDS); do (cd autograder && PATH="$(abspath $(dir $(PY))):$$PATH" \
 	  $(abspath $(PY)) -m mpilab.autograder.parallel $$l $(if $(JOBS),--jobs $(JOBS),) $(NBFLAGS)) \
 	  || exit 1; done
+# the parts the grader could not check (no score yet, not a zero): grade them again
+lab-ungradable: setup
+	cd autograder && $(abspath $(PY)) -m mpilab.autograder.ungradable $(if $(filter *,$(LAB)),,$(LAB))
 lab-feedback: setup
 	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)
 	@if [ -n "$(EXCHANGE)" ]; then \

@@ -16,10 +16,10 @@ from nbgrader.preprocessors import (
     GetGrades,
     IgnorePattern,
     LimitOutput,
-    SaveAutoGrades,
 )
 
 from mpilab.autograder.nbgrader import HideHiddenTests, IsolatedExecute
+from mpilab.autograder.ungradable import SaveGrades
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,7 +73,7 @@ c.Autograde.autograde_preprocessors = [
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
-    SaveAutoGrades,
+    SaveGrades,  # SaveAutoGrades, but a part the grader failed gets no score, not 0
     AssignLatePenalties,
     CheckCellMetadata,
 ]

@@ -39,6 +39,9 @@ base=.alt/pypi-$MPI
 venv=$base/venv
 tree=$base/tree
 say() { printf 'test-mpi (%s): %s\n' "$MPI" "$*"; }
+# What the copy was made from: the content of every tracked file (tests may add files, never
+# change tracked ones), so a later part can tell a copy older than the checkout.
+source_digest() { git ls-files -z --cached | xargs -0 sha1sum 2>/dev/null | sha1sum | cut -c1-16; }
 
 prepare() {
   # A clean copy of the tree (tracked and new files; no build/, no built kernels): the
@@ -68,15 +71,21 @@ prepare() {
   $PY -m pip install -q "${PIN[@]}" "$whl[test]"
   install -D -m 644 binder/overrides.json "$venv/share/jupyter/lab/settings/overrides.json"
   rm -rf "$tree/mpilab" "$tree/build" "$tree/setup.py" "$tree/pyproject.toml" "$tree"/*.egg-info
-  touch "$base/prepared"
+  echo "$digest" > "$base/prepared"
 }
 
 if [[ $PART == all || $PART == prepare ]]; then
   rm -f "$base/prepared"
+  digest=$(source_digest)
   prepare
   [[ $PART == prepare ]] && exit 0
 else
   [[ -f $base/prepared ]] || { say "no set-up to run on: run TEST_MPI_PART=prepare first" >&2; exit 2; }
+  if [[ "$(cat "$base/prepared")" != "$(source_digest)" ]]; then
+    say "the prepared copy ($tree) is older than the checkout (tracked files changed since" \
+        "TEST_MPI_PART=prepare): prepare again, or these tests would test the old files" >&2
+    exit 2
+  fi
 fi
 PY=$PWD/$venv/bin/python
 

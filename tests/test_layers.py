@@ -36,7 +36,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # nbgrader's preprocessors (autograder/nbgrader_config.py) are a door in, as the CLIs
     ("front ends", ["mpilab.bench", "mpilab.autograder.nbgrader", "mpilab.autograder.bench",
                     "mpilab.autograder.course", "mpilab.autograder.parallel",
-                    "mpilab.autograder.edition", "mpilab.doctor"]),
+                    "mpilab.autograder.edition", "mpilab.autograder.ungradable",
+                    "mpilab.doctor"]),
 ]
 
 

@@ -486,7 +486,9 @@ class IsolatedExecute(Execute):
                                        execution_count=self.code_cells_executed + 1)
         except (DeadKernelError, _Unresponsive, CellTimeoutError, RuntimeError) as exc:
             cell.outputs = [_error("GraderError", f"the checks of this part could not run "
-                                   f"({type(exc).__name__}: {exc}); tell your instructor")]
+                                   f"({type(exc).__name__}: {exc}). The grader's problem, "
+                                   "not yours: no points counted until your instructor "
+                                   "grades it again")]
             self.log.error("Test cell %s: %s", index, exc)
             self._restart_grader()
         for out in cell.outputs:  # the check's message only: a traceback shows hidden tests
