@@ -482,17 +482,16 @@ def frame(records: list[dict], ctx: dict):
     return df
 
 
-def _on_world(fn_name, *args, **kwargs):
+def _on_world(fn, *args, **kwargs):
+    """``fn(COMM_WORLD, *args, **kwargs)`` on an engine (`fn` travels by its module's name)."""
     from mpi4py import MPI
 
-    from . import timing
-
-    return getattr(timing, fn_name)(MPI.COMM_WORLD, *args, **kwargs)
+    return fn(MPI.COMM_WORLD, *args, **kwargs)
 
 
 def pingpong(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
     """Run :func:`measure_pingpong` on the cluster; a DataFrame with context columns."""
-    recs = cluster.run(_on_world, "measure_pingpong", list(sizes), timeout=timeout, **kwargs)[0]
+    recs = cluster.run(_on_world, measure_pingpong, list(sizes), timeout=timeout, **kwargs)[0]
     return frame(recs, {**context(cluster), **cluster.info})
 
 
@@ -501,7 +500,7 @@ def forwarding(cluster, nbytes: int = 1 << 20, *, reps: int = 15,
     """Run :func:`forwarding_times` on the cluster: rank 0's times, with the context
     (machine, library, ranks, whether they were oversubscribed) and ``ratio``, the
     forwarded message's time over the resent one's."""
-    got = cluster.run(_on_world, "forwarding_times", int(nbytes), int(reps),
+    got = cluster.run(_on_world, forwarding_times, int(nbytes), int(reps),
                       timeout=timeout)[0]
     got["ratio"] = got["forwarded_us"] / got["resent_us"]
     return {**context(cluster), **cluster.info, **got}
