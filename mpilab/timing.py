@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from . import runtime, validate
+from .buffers import BUFFER_KINDS, doubles, huge_page_share, send_and_receive
 
 IMPLS = ("kernel", "mpi4py")
 MODES = ("roundtrip", "oneway", "window")
@@ -56,128 +57,6 @@ def record(times_s: Sequence[float], *, size_bytes: int, **fields) -> dict:
     r["reps"] = len(times_s)
     r["times_us"] = [float(t) * 1e6 for t in times_s]  # the raw repetitions
     return r
-
-
-HUGE_FROM = 1 << 22  # buffers from 4 MiB up sit on transparent huge pages
-_HUGEPAGE = 1 << 21
-
-
-def message_buffer(nbytes: int) -> np.ndarray:
-    """A zeroed ``uint8`` buffer laid out as the standalone C programs lay theirs out.
-
-    From :data:`HUGE_FROM` bytes up it is 2 MiB aligned and advised to use transparent
-    huge pages (``MADV_HUGEPAGE``). This matters for large messages: Open MPI's
-    single-copy transfer (``process_vm_readv``) walks the other process's page table,
-    and a 4 MiB message on 4 KiB pages moved at about a third of the speed measured on
-    huge pages. NumPy advises huge pages for large arrays too, but its allocation is
-    rarely 2 MiB aligned, so the advice covers only part of it.
-    """
-    n = max(int(nbytes), 1)
-    if n < HUGE_FROM:
-        return np.zeros(n, dtype=np.uint8)
-    return _huge_aligned(n, n)
-
-
-def _huge_aligned(n: int, advised: int) -> np.ndarray:
-    """`n` zeroed bytes from a 2 MiB boundary, the first `advised` of them (from the
-    boundary) advised ``MADV_HUGEPAGE``."""
-    import mmap
-
-    # private: a shared anonymous mapping is shmem, which takes no transparent huge pages
-    region = mmap.mmap(-1, max(n, advised) + _HUGEPAGE,
-                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(region, dtype=np.uint8)  # keeps the mapping alive
-    start = -whole.ctypes.data % _HUGEPAGE
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            region.madvise(mmap.MADV_HUGEPAGE, start, advised)
-        except OSError:  # no transparent huge pages here: ordinary pages
-            pass
-    return whole[start:start + n]
-
-
-#: The buffers :func:`buffer` makes: the course's own (2 MiB aligned, huge pages asked
-#: for), what a user's NumPy array gets, and ordinary 4 KiB pages only.
-BUFFER_KINDS = ("huge-pages", "numpy", "4k-pages")
-
-
-def buffer(kind: str, nbytes: int) -> np.ndarray:
-    """A ``uint8`` buffer of `nbytes` of one of :data:`BUFFER_KINDS`, every page touched.
-
-    ``huge-pages`` starts on a 2 MiB boundary and asks for transparent huge pages over
-    whole 2 MiB extents (``MADV_HUGEPAGE``), so even a 1 MiB message sits inside one;
-    ``numpy`` is ``np.ones`` as any user writes it (NumPy asks for huge pages only from
-    4 MiB up, from its first 4 KiB boundary: numpy/_core/src/multiarray/alloc.c, so the
-    kernel backs the whole 2 MiB extents inside it and not its edges); ``4k-pages`` is an
-    anonymous mapping advised ``MADV_NOHUGEPAGE``. What the kernel really did:
-    :func:`huge_page_share`.
-    """
-    import mmap
-
-    n = max(int(nbytes), 1)
-    if kind == "huge-pages":
-        out = _huge_aligned(n, -(-n // _HUGEPAGE) * _HUGEPAGE)  # whole 2 MiB extents
-    elif kind == "numpy":
-        return np.ones(n, dtype=np.uint8)
-    elif kind == "4k-pages":
-        region = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_NOHUGEPAGE"):
-            try:
-                region.madvise(mmap.MADV_NOHUGEPAGE)
-            except OSError:
-                pass
-        out = np.frombuffer(region, dtype=np.uint8)
-    else:
-        raise ValueError(f"buffer kind must be one of {BUFFER_KINDS}, got {kind!r}")
-    out[:] = 1
-    return out
-
-
-def huge_page_share(a: np.ndarray) -> float | None:
-    """Share of the memory mappings that hold `a` which the kernel backs with transparent
-    huge pages (their ``AnonHugePages / Rss`` in /proc/self/smaps; a buffer advised in
-    part is split into several mappings); None where the file cannot be read."""
-    lo_a = a.ctypes.data
-    hi_a = lo_a + max(a.nbytes, 1)
-    rss = huge = 0
-    inside = False
-    try:
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split()
-                if not head:
-                    continue
-                if "-" in head[0] and not head[0].endswith(":"):
-                    lo, hi = (int(x, 16) for x in head[0].split("-"))
-                    inside = lo < hi_a and lo_a < hi
-                elif inside and head[0] == "Rss:":
-                    rss += int(head[1])
-                elif inside and head[0] == "AnonHugePages:":
-                    huge += int(head[1])
-    except (OSError, ValueError):
-        return None
-    return min(1.0, huge / rss) if rss else None
-
-
-def transparent_hugepages() -> str | None:
-    """This kernel's transparent huge page mode: "always", "madvise" or "never"."""
-    try:
-        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
-    except OSError:
-        return None
-    return text[text.index("[") + 1:text.index("]")] if "[" in text else None
-
-
-def doubles(n: int, value: float = 1.0) -> np.ndarray:
-    """`n` float64 (at least one) for a measurement, on memory of a known kind: 2 MiB
-    aligned and advised to use huge pages (:func:`buffer`), every page touched. A NumPy
-    array's pages depend on what was allocated before it (4 KiB pages, or huge pages an
-    earlier array left advised), and a large message from 4 KiB pages moves at a third of
-    the speed (lecture 01): two buffers of one measurement that got different pages would
-    make a model look wrong by that factor."""
-    out = buffer("huge-pages", 8 * max(1, int(n))).view(np.float64)
-    out[:] = value
-    return out
 
 
 def round_trip(comm, out, into, times: int = 1):
@@ -276,16 +155,6 @@ def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
     return {**got, "nbytes": int(nbytes), "ranks": p}
 
 
-def _buffers(nbytes: int, rank: int, kind: str = "huge-pages"):
-    # Separate send and receive buffers (receiving into the buffer one sends from costs
-    # 1.5-2.5x at 8 KiB-1 MiB), at least one byte so an empty message has an address.
-    make = message_buffer if kind == "huge-pages" else (lambda n: buffer(kind, n))
-    s = make(nbytes)
-    s[:] = (rank + 1) & 0xFF
-    r = make(nbytes)
-    return s, r
-
-
 def _mpi4py_pingpong(comm, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, iters, reps):
     """The kernel's protocol with mpi4py's buffer Send/Recv (NumPy, no pickling)."""
     from mpi4py import MPI
@@ -362,7 +231,7 @@ def calibrate_iters(comm, nbytes: int, *, min_time: float = 0.01, mode: str = "r
 
     Every rank gets the same answer, because the kernel returns the slowest rank's time.
     """
-    s, r = _buffers(nbytes, comm.Get_rank())
+    s, r = send_and_receive(nbytes, comm.Get_rank())
     iters = 1
     while True:
         # best of 3: one preemption must not make the count tiny
@@ -385,8 +254,8 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
     every implementation for `reps` repetitions, and their timings are pooled.
     `iters` fixes the timed iterations (per size with a dict); by default they are
     calibrated so one repetition lasts about `min_time` seconds. `buffers` is the kind
-    of memory the messages live in (:data:`BUFFER_KINDS`); records say it, and from
-    64 KiB up how much of the sender's buffer sits on huge pages (:func:`huge_page_share`).
+    of memory the messages live in (:data:`mpilab.buffers.BUFFER_KINDS`); records say it, and from
+    64 KiB up how much of the sender's buffer sits on huge pages (:func:`mpilab.buffers.huge_page_share`).
     """
     if buffers not in BUFFER_KINDS:
         raise ValueError(f"buffers must be one of {BUFFER_KINDS}, got {buffers!r}")
@@ -400,7 +269,7 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
         n = int(n)
         if n < 0:
             raise ValueError(f"message sizes must be >= 0, got {n}")
-        s, r = _buffers(n, comm.Get_rank(), buffers)
+        s, r = send_and_receive(n, comm.Get_rank(), buffers)
         share = huge_page_share(s) if n >= (1 << 16) else None
         it = (iters.get(n) if isinstance(iters, dict) else iters) or calibrate_iters(
             comm, n, min_time=min_time, mode=mode, rank_a=rank_a, rank_b=rank_b)

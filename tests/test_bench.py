@@ -118,7 +118,7 @@ def test_cluster_lifecycle_benchmark(tmp_path):
 def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
     """python -m mpilab.bench buffers: every kind of buffer under both large-message paths,
     each record saying its kind, mechanism and how much of it sat on huge pages."""
-    from mpilab import runtime, timing
+    from mpilab import buffers, runtime
 
     path = tmp_path / "buffers.json"
     res = bench("buffers", "--sizes", "4M", "--reps", "3", "--rounds", "2", "--min-time",
@@ -126,16 +126,16 @@ def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
     assert res.returncode == 0, res.stderr
     doc = json.loads(path.read_text())
     settings = doc["meta"]["settings"]
-    assert settings["transparent_hugepages"] == timing.transparent_hugepages()
+    assert settings["transparent_hugepages"] == buffers.transparent_hugepages()
     mechanisms = ["copy-in-out"] + (["single-copy"] if runtime.cma_works() else [])
     assert sorted(settings["mechanisms"]) == ["copy-in-out", "single-copy"]
     got = {(r["mechanism"], r["buffer"]): r for r in doc["records"]}
-    assert set(got) == {(m, k) for m in mechanisms for k in timing.BUFFER_KINDS}
+    assert set(got) == {(m, k) for m in mechanisms for k in buffers.BUFFER_KINDS}
     for r in got.values():
         assert r["size_bytes"] == 4 << 20 and len(r["times_us"]) == 6  # 3 reps x 2 rounds
         assert 0 < r["t_us_min"] <= r["t_us_median"] and r["mode"] == "oneway"
     assert "copy-in-out/4k-pages" in res.stdout and "transparent huge pages" in res.stdout
-    if timing.transparent_hugepages() in ("madvise", "always"):
+    if buffers.transparent_hugepages() in ("madvise", "always"):
         assert got[("copy-in-out", "huge-pages")]["huge_page_share"] > 0.9
     assert got[("copy-in-out", "4k-pages")]["huge_page_share"] == 0
     # sane, not timed: 4 MiB really moved in every case (faster than memory could copy it

@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parent.parent / "mpilab"
 # longer name says otherwise ("mpilab" is the package's __init__ alone)
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.netlab",
-                     "mpilab.papers", "mpilab.paths",
+                     "mpilab.papers", "mpilab.paths", "mpilab.buffers",
                      "mpilab.validate", "mpilab.sources",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
     # with the autograder's machinery (sandbox, rank pool, its wire format, grading lock):

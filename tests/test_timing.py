@@ -74,24 +74,3 @@ def test_bad_arguments_are_python_errors(lab):
     with pytest.raises(cluster.RankError, match="sizes must be >= 0"):
         timing.pingpong(lab, [-8])
     assert lab.healthy()
-
-
-@pytest.mark.parametrize("kind", timing.BUFFER_KINDS)
-def test_buffer_kinds_are_what_they_say(kind):
-    """Every page touched, the right size; huge pages where asked for and the kernel gives
-    them, never where 4 KiB pages were asked for. (A NumPy array's share is its mappings':
-    below 4 MiB it asks for none itself, but may sit in a heap that has some.)"""
-    mode = timing.transparent_hugepages()
-    for n in (1 << 20, 4 << 20):
-        a = timing.buffer(kind, n)
-        assert a.dtype == np.uint8 and a.nbytes == n and a.min() == 1
-        share = timing.huge_page_share(a)
-        if mode is None:
-            continue  # not Linux: nothing to read
-        assert 0.0 <= share <= 1.0
-        if kind == "4k-pages":
-            assert share == 0.0
-        elif kind == "huge-pages" and mode in ("madvise", "always"):
-            assert share > 0.9, (n, share)
-    with pytest.raises(ValueError, match="buffer kind"):
-        timing.buffer("gigantic", 8)

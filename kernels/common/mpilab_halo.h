@@ -136,7 +136,7 @@ static inline void halo_split(int n, int parts, int c, int *start, int *count)
 }
 
 /* n zeroed doubles, to be released with free(). From 4 MiB up the array is 2 MiB aligned
- * and advised to use transparent huge pages, as mpilab.timing.message_buffer lays out
+ * and advised to use transparent huge pages, as mpilab.buffers.message_buffer lays out
  * the arrays it is compared with: on 4 KiB pages the hardware prefetcher stops at every
  * page boundary and a 4096^2 sweep ran ~10 % slower. Every page is written here, so the
  * first timed step does not pay for faulting the array in. */

@@ -3,7 +3,7 @@
     python -m mpilab.bench buffers --sizes 1M,4M,16M --json OUT
 
 Two ranks ping-pong the same Cython kernel (one-way time: half a round trip) with three
-kinds of buffer (:data:`mpilab.timing.BUFFER_KINDS`): the course's own (2 MiB aligned,
+kinds of buffer (:data:`mpilab.buffers.BUFFER_KINDS`): the course's own (2 MiB aligned,
 transparent huge pages asked for), ``np.ones`` as any user's array, and ordinary 4 KiB
 pages only; and with the shared-memory transport's two ways of moving a large message:
 
@@ -28,8 +28,9 @@ import json
 import sys
 
 from .. import runtime, validate
+from ..buffers import BUFFER_KINDS, transparent_hugepages
 from ..jobs import python_worker
-from ..timing import BUFFER_KINDS, record, run_meta, transparent_hugepages
+from ..timing import record, run_meta
 from . import finish, parser
 
 MECHANISMS = ("single-copy", "copy-in-out")

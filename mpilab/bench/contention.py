@@ -55,8 +55,9 @@ def default_pairs(cores: int) -> list[int]:
 def _worker(args_path: str, out_path: str) -> int:
     from mpi4py import MPI
 
+    from ..buffers import send_and_receive
     from ..kernels import pingpong as kernel
-    from ..timing import _buffers, calibrate_iters
+    from ..timing import calibrate_iters
 
     a = json.loads(open(args_path).read())
     world = MPI.COMM_WORLD
@@ -65,7 +66,7 @@ def _worker(args_path: str, out_path: str) -> int:
     times: dict[str, dict[str, list[float]]] = {}
     iters = {}
     for n in a["sizes"]:
-        bufs = _buffers(n, me)
+        bufs = send_and_receive(n, me)
         # calibrated on one pair alone, then the same count for every pair count
         if me < 2:
             iters[n] = calibrate_iters(pair, n, min_time=a["min_time"], mode=a["mode"])

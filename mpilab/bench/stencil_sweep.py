@@ -19,7 +19,7 @@ ordinary stores (kernels/stencil), the copy that pays for its writes the way the
 does. (On the course machine, a 2-core AMD EPYC VM, the two copies measured the same.)
 
 All arrays are laid out alike: from 4 MiB up 2 MiB aligned with transparent huge pages
-advised (``timing.message_buffer`` here, ``halo_array_alloc`` in C), and written once
+advised (``buffers.message_buffer`` here, ``halo_array_alloc`` in C), and written once
 before any timing, so no repetition pays for faulting pages in.
 """
 
@@ -29,8 +29,9 @@ import json
 import sys
 
 from .. import runtime, validate
+from ..buffers import message_buffer
 from ..jobs import python_worker
-from ..timing import message_buffer, record, run_meta
+from ..timing import record, run_meta
 from . import TIMEOUT, finish, parser
 
 IMPLS = ("stencil", "memcopy", "store-copy")

@@ -1,0 +1,52 @@
+"""Where a measurement's bytes live (mpilab.buffers): each kind of buffer is what it says,
+on the pages it says, and the ping-pong's pair is separate, filled and aligned."""
+
+import numpy as np
+import pytest
+
+from mpilab import buffers
+
+
+@pytest.mark.parametrize("kind", buffers.BUFFER_KINDS)
+def test_buffer_kinds_are_what_they_say(kind):
+    """Every page touched, the right size; huge pages where asked for and the kernel gives
+    them, never where 4 KiB pages were asked for. (A NumPy array's share is its mappings':
+    below 4 MiB it asks for none itself, but may sit in a heap that has some.)"""
+    mode = buffers.transparent_hugepages()
+    for n in (1 << 20, 4 << 20):
+        a = buffers.buffer(kind, n)
+        assert a.dtype == np.uint8 and a.nbytes == n and a.min() == 1
+        share = buffers.huge_page_share(a)
+        if mode is None:
+            continue  # not Linux: nothing to read
+        assert 0.0 <= share <= 1.0
+        if kind == "4k-pages":
+            assert share == 0.0
+        elif kind == "huge-pages" and mode in ("madvise", "always"):
+            assert share > 0.9, (n, share)
+    with pytest.raises(ValueError, match="buffer kind"):
+        buffers.buffer("gigantic", 8)
+
+
+def test_message_buffers_start_on_a_huge_page_boundary_from_4_mib():
+    small = buffers.message_buffer(1 << 20)
+    big = buffers.message_buffer(buffers.HUGE_FROM)
+    assert small.nbytes == 1 << 20 and big.nbytes == buffers.HUGE_FROM
+    assert big.ctypes.data % (2 << 20) == 0 and not big.any()
+    assert buffers.message_buffer(0).nbytes == 1  # an empty message still has an address
+
+
+def test_a_pingpongs_buffers_are_two_and_carry_the_ranks_byte():
+    for kind in buffers.BUFFER_KINDS:
+        s, r = buffers.send_and_receive(4096, 2, kind)
+        assert s.nbytes == r.nbytes == 4096 and not np.shares_memory(s, r)
+        assert (s == 3).all(), kind
+    s, _ = buffers.send_and_receive(0, 0)
+    assert s.nbytes == 1
+
+
+def test_doubles_are_float64_of_the_value_on_huge_page_memory():
+    d = buffers.doubles(1000, 2.5)
+    assert d.dtype == np.float64 and d.size == 1000 and (d == 2.5).all()
+    assert d.ctypes.data % (2 << 20) == 0
+    assert buffers.doubles(0).size == 1
