@@ -11,7 +11,7 @@ This module only re-exports; the policy is in its modules:
 * :mod:`~mpilab.grading.running`: running the student's code (:func:`run_on_ranks` on
   the notebook's cluster or, at autograde time, on the grader's sandboxed ranks;
   :func:`call_local` here under a timer), and where the verdicts are decided;
-* :mod:`~mpilab.grading.expect`: the comparisons that say what is wrong (``expect_*``);
+* :mod:`~mpilab.grading.compare`: the comparisons that say what is wrong (``expect_*``);
 * :mod:`mpilab.autograder.failures`: what a failed check raises (:class:`CheckFailed`, an
   ``AssertionError``, and its kinds) and which functions already timed out;
 * one module per lab topic (``halo``, ``onesided``, ``collectives`` ...), imported by
@@ -30,7 +30,7 @@ from ..autograder.failures import (
     forget_timeouts,
 )
 from ..autograder.quiet import measuring
-from .expect import (
+from .compare import (
     _is_num,  # noqa: F401 - the labs' checks call grading._is_num
     expect,
     expect_close,

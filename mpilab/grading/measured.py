@@ -43,7 +43,7 @@ from ..autograder import quiet
 from ..autograder.failures import CheckFailed
 from ..autograder.failures import fail as _fail
 from ..timing import doubles, pinned, round_trip  # noqa: F401 - used by the labs' measurements
-from .expect import _fmt, _is_num, _trusted
+from .compare import _fmt, _is_num, _trusted
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
            "expect_model"]

@@ -1,7 +1,7 @@
 """Running the student's code for a check: on MPI ranks, or here under a timer.
 
 Every graded cell of the labs goes through :mod:`mpilab.grading` (this module and
-:mod:`mpilab.grading.expect`), so grading policy lives here::
+:mod:`mpilab.grading.compare`), so grading policy lives here::
 
     from mpilab.grading import run_on_ranks, expect_per_rank
     saw = run_on_ranks(ring_pass, 10, ranks=3)   # ring_pass(comm, 10) on 3 ranks
@@ -85,7 +85,7 @@ from ..autograder.wire import plain, verify_plain
 from ..sources import SourceMap, stuck_hint_at
 from ..sources import describe_frame as _describe_frame
 from ..sources import parse_stack as _parse_stack
-from .expect import _fmt
+from .compare import _fmt
 
 __all__ = ["run_on_ranks", "try_on_ranks", "call_local", "autograding", "not_while_grading",
            "source_of", "DEFAULT_TIMEOUT", "DEFAULT_RANKS"]
