@@ -153,8 +153,8 @@ class StudentObject:
 
     def _refuse(self, *args, **kwargs):
         fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
-                          "functions and plain data (numbers, strings, lists, arrays) from "
-                          "your notebook"))
+                         "functions and plain data (numbers, strings, lists, arrays) from "
+                         "your notebook"))
 
     __call__ = _refuse
 
