@@ -23,16 +23,15 @@ LAYERS: list[tuple[str, list[str]]] = [
                      "mpilab.papers", "mpilab.paths", "mpilab.buffers",
                      "mpilab.validate", "mpilab.sources",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
-    # with the autograder's machinery (sandbox, rank pool, its wire format, grading lock):
-    # it starts the grader's jobs as jobs starts the course's, and never imports a check
+    # with the autograder's machinery (sandbox, rank pool, its wire format, grading lock,
+    # what a failed check raises, a student's objects on either side): it starts the
+    # grader's jobs as jobs starts the course's, and never imports a check
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks", "mpilab.autograder"]),
-    # topics, their figures (plots/<topic>) and their checks (grading/<topic>); the two
-    # autograder modules that hold a student's objects and call back into the checks
+    # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
     ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning", "mpilab.network",
                       "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
-                      "mpilab.plots.collectives", "mpilab.grading", "mpilab.autograder.isolated",
-                      "mpilab.autograder.student"]),
+                      "mpilab.plots.collectives", "mpilab.grading"]),
     # nbgrader's preprocessors (autograder/nbgrader_config.py) are a door in, as the CLIs
     ("front ends", ["mpilab.bench", "mpilab.autograder.nbgrader", "mpilab.autograder.bench",
                     "mpilab.autograder.course", "mpilab.autograder.parallel",
@@ -132,12 +131,22 @@ def test_runtime_imports_only_itself():
 def test_the_checks_sit_on_the_autograder():
     """A lab's checks use the autograder's machinery, which never imports a check; nbgrader's
     preprocessors and the course tools sit on top of both."""
-    machinery = ["sandbox", "pool", "worker", "wire", "quiet"]
+    machinery = ["sandbox", "pool", "worker", "wire", "quiet", "failures", "isolated",
+                 "student"]
     doors = ["nbgrader", "course", "bench", "parallel"]
     checks = layer_of("mpilab.grading")
     assert max(layer_of(f"mpilab.autograder.{m}") for m in machinery) < checks
-    assert layer_of("mpilab.grading.lab08") == layer_of("mpilab.autograder.isolated") == checks
+    assert layer_of("mpilab.grading.lab08") == layer_of("mpilab.grading.running") == checks
     assert min(layer_of(f"mpilab.autograder.{m}") for m in doors) > checks
+
+
+def test_the_autograder_imports_no_check():
+    """Not even inside a function: what the grader's kernel and the student's need of the
+    checks' machinery (failures, fingerprints) is the autograder's own."""
+    bad = [f"{module_name(p)}:{line} imports {m}" for p in SOURCES
+           if module_name(p).startswith("mpilab.autograder")
+           for line, m in imports(p) if m == "mpilab.grading" or m.startswith("mpilab.grading.")]
+    assert not bad, "\n".join(bad)
 
 
 def test_the_check_sees_an_upward_import_inside_a_function():

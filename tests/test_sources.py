@@ -224,6 +224,6 @@ def test_the_two_picklers_really_differ():
 
 def test_parse_stack_reads_faulthandler():
     text = ('Stack (most recent call first):\n  File "<dynamic-code>", line 7 in exchange\n'
-            '  File "/x/mpilab/grading/__init__.py", line 400 in _engine_call\n')
-    assert _parse_stack(text) == [("/x/mpilab/grading/__init__.py", 400, "_engine_call"),
+            '  File "/x/mpilab/grading/running.py", line 400 in _engine_call\n')
+    assert _parse_stack(text) == [("/x/mpilab/grading/running.py", 400, "_engine_call"),
                                   ("<dynamic-code>", 7, "exchange")]

@@ -12,6 +12,9 @@ The machinery every lab shares, which a new lab does not touch (its checks go in
   grader;
 * :mod:`~mpilab.autograder.student`: what the student's kernel runs to hand its objects
   over; :mod:`~mpilab.autograder.isolated`: the grader kernel's view of them;
+* :mod:`~mpilab.autograder.failures`: what a failed check raises (``CheckFailed``, which
+  :mod:`mpilab.grading` re-exports), and which functions already timed out, known by
+  their fingerprint;
 * :mod:`~mpilab.autograder.quiet`: the grading lock (measurements hold the cores);
 * :mod:`~mpilab.autograder.parallel`: gradings side by side
   (``python -m mpilab.autograder.parallel``);
@@ -20,5 +23,5 @@ The machinery every lab shares, which a new lab does not touch (its checks go in
   autograde``).
 
 This package imports nothing: the sandboxed ranks and the student's kernel import modules
-of it, and pay only for what those need.
+of it, and pay only for what those need. No module of it imports :mod:`mpilab.grading`.
 """

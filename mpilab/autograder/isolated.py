@@ -11,7 +11,8 @@ and never runs a line of student code:
   bytes this process never unpickles;
 * :func:`mpilab.grading.run_on_ranks` and :func:`~mpilab.grading.call_local` send such
   handles, with the test's own harness, to MPI ranks in the sandbox (:class:`Pool`), and
-  decide the verdict here from the plain data that comes back;
+  decide the verdict here from the plain data that comes back (:func:`call` is
+  ``call_local``'s way, and what calling a :class:`StudentFunction` does);
 * :func:`mpilab.build.cython` compiles a student's Cython source in the sandbox too, and
   the module is only ever loaded there.
 
@@ -32,14 +33,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..sources import SourceMap
+from ..sources import SourceMap, describe_frame, parse_stack
 from . import quiet, wire
-from .pool import Outcome, Pool
+from .failures import (
+    DEFAULT_TIMEOUT,
+    BadResult,
+    CheckFailed,
+    EngineDied,
+    RaisedError,
+    TimedOut,
+    Ungradable,
+    check_not_timed_out,
+    fail,
+    fingerprint,
+    name_of,
+    remember_timeout,
+)
+from .pool import Outcome, Pool, PoolError
 from .sandbox import Sandbox, read_untrusted
 from .worker import student_object
 
 __all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",
-           "local", "compile_cython", "shutdown", "sandbox_env"]
+           "local", "call", "compile_cython", "shutdown", "sandbox_env"]
 
 ENV = "MPILAB_GRADER"
 POOL_RANKS = 4
@@ -101,16 +116,16 @@ class StudentFunction:
     and the pickle of it, which only the sandboxed ranks ever load.
 
     Passed to :func:`~mpilab.grading.run_on_ranks` it runs on the ranks; called, it runs
-    on one sandboxed process (:func:`~mpilab.grading.call_local`). ``source``,
-    ``__signature__`` and ``source_map`` serve the checks that read code and the messages
-    that name lines.
+    on one sandboxed process (:func:`call`, as :func:`~mpilab.grading.call_local` does).
+    ``source``, ``__signature__`` and ``source_map`` serve the checks that read code and the
+    messages that name lines.
     """
 
     def __init__(self, name: str, payload: bytes, meta: dict):
         self.__name__ = _text(meta.get("name"), 200) or name
         self.__qualname__ = _text(meta.get("qualname"), 200) or self.__name__
         self.payload = payload
-        # the key the student's kernel computed (mpilab.grading._fingerprint): the same
+        # the key the student's kernel computed (failures.fingerprint): the same
         # code is the same function here and there, so a timeout in one is remembered
         key = _text(meta.get("fingerprint"), 80)
         self.mpilab_key = key or hashlib.sha1(payload).hexdigest()
@@ -125,9 +140,7 @@ class StudentFunction:
         return (student_object, (self.payload,))
 
     def __call__(self, *args, **kwargs):
-        from ..grading import call_local
-
-        return call_local(self, *args, **kwargs)
+        return call(self, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{self.__name__} from the student's notebook>"
@@ -140,11 +153,9 @@ class StudentObject:
         self._name, self._what = name, what
 
     def _refuse(self, *args, **kwargs):
-        from ..grading import CheckFailed, _fail
-
-        _fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
-                          "functions and plain data (numbers, strings, lists, arrays) from "
-                          "your notebook"))
+        fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
+                         "functions and plain data (numbers, strings, lists, arrays) from "
+                         "your notebook"))
 
     __call__ = _refuse
 
@@ -269,6 +280,45 @@ def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
 def local(func: Any, args: tuple, kwargs: dict, timeout: float) -> Outcome:
     """``func(*args, **kwargs)`` on one sandboxed rank."""
     return _pool(1).local(payload(func, args, kwargs), timeout)
+
+
+def call(func: Any, *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Any:
+    """:func:`mpilab.grading.call_local` at autograde time: on one sandboxed rank, never
+    in the grader; the plain result, or the :class:`~mpilab.autograder.failures.CheckFailed`
+    that says what happened."""
+    __tracebackhide__ = True
+    name = name_of(func)
+    keys = [fingerprint(func)]
+    check_not_timed_out(keys, name)
+    smap = SourceMap.of(func, *args, *kwargs.values())
+    smap.files = False
+    try:
+        out = local(func, args, kwargs, timeout)
+    except PoolError as exc:
+        fail(Ungradable(f"{name} could not run: the grader's process did not start ({exc})"))
+    except Exception as exc:  # the grader's pickle of the arguments
+        fail(RaisedError(f"{name} could not be sent to the grader's process: "
+                         f"{type(exc).__name__}: {exc}"))
+    if out.died:
+        fail(EngineDied(f"{name} crashed: {out.died}"))
+    if out.timed_out:
+        where = describe_frame(parse_stack(out.stacks.get(0, "")), smap)
+        msg = (f"{name} did not return within {timeout:g} s"
+               + (f"; it was at {where}" if where else "") + ". An endless loop?")
+        remember_timeout(keys, msg)
+        fail(TimedOut(msg))
+    if out.bad:
+        fail(BadResult(f"{name} sent back {out.bad[0]}"))
+    reply = out.replies.get(0, ())
+    if reply[:1] == ("raised",) and len(reply) == 4:
+        _tag, ename, emsg, frames = reply
+        where = describe_frame(frames, smap)
+        fail(RaisedError(f"{name} raised {ename}: {emsg}" + (f"\n    at {where}" if where else "")))
+    if reply[:1] == ("bad",) and len(reply) == 2:
+        fail(BadResult(str(reply[1]).replace("the value", f"the value {name} returned", 1)))
+    if reply[:1] != ("ok",) or len(reply) != 2 or not wire.verify_plain(reply[1]):
+        fail(BadResult(f"{name} sent back an unexpected reply"))
+    return reply[1]
 
 
 def output() -> str:

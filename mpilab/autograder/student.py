@@ -16,12 +16,14 @@ kernel, in the sandbox, to :func:`export` it into a folder the grader reads:
 Everything written here comes from a process the student controls and is treated as
 such by the grader (:mod:`mpilab.autograder.isolated`). The preprocessor imports this module
 when the kernel starts, before any student cell, with the notebook's folder off
-``sys.path``; so what it uses is bound here, and a student who replaces
-``mpilab.grading`` or ships a module named ``mpilab`` still has their functions graded.
+``sys.path``; so what it uses is bound here (it imports no check), and a student who
+replaces ``mpilab.grading`` or ships a module named ``mpilab`` still has their functions
+graded.
 
 Imported, it also tells :mod:`mpilab.cluster` that this kernel's cluster starts its engines
-only if a cell uses them (:func:`mpilab.cluster.start_engines_on_first_use`): the graded
-checks run in the grader's kernel, not on this notebook's engines.
+only if a cell uses them (:func:`mpilab.cluster.start_engines_on_first_use`), and
+:mod:`mpilab.build` to compile a source only when it is first used: the graded checks run
+in the grader's kernel, not on this notebook's engines.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from typing import Any
 import cloudpickle
 
 from .. import build, cluster
-from ..grading import _fingerprint
 from ..sources import SourceMap
 from . import wire
-from .wire import _plain
+from .failures import fingerprint
+from .wire import plain
 
 __all__ = ["export"]
 
@@ -69,7 +71,7 @@ def _describe_function(obj: Any) -> dict:
         params = None
     return {"kind": "function", "name": str(getattr(obj, "__name__", ""))[:200],
             "qualname": str(getattr(obj, "__qualname__", ""))[:200],
-            "fingerprint": _fingerprint(obj), "source": src[:200_000], "params": params,
+            "fingerprint": fingerprint(obj), "source": src[:200_000], "params": params,
             "source_map": SourceMap.of(obj).to_plain()}
 
 
@@ -88,7 +90,7 @@ def _export_one(name: str, ns: dict, outdir: str) -> dict:
         _write(os.path.join(outdir, f"{name}.pkl"), data)
         return meta
     try:
-        data = wire.encode(_plain(obj, name))
+        data = wire.encode(plain(obj, name))
     except (TypeError, wire.WireError) as exc:
         return {"kind": "other", "type": type(obj).__name__[:200], "why": str(exc)[:500]}
     if len(data) > MAX_PAYLOAD:

@@ -14,7 +14,7 @@ them, and NumPy arrays of numbers (kinds ``b i u f c``). :func:`decode` checks e
 part of what it is given (sizes, nesting, dtypes) and raises :class:`WireError`, never
 anything else, for bytes that do not fit.
 
-A value becomes plain data before it travels (:func:`_plain`: NumPy scalars become Python
+A value becomes plain data before it travels (:func:`plain`: NumPy scalars become Python
 numbers, a ``bytearray`` bytes; anything else is refused with a ``TypeError`` that says
 what it is); the checks convert their own results with it too (:mod:`mpilab.grading`).
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WireError", "encode", "decode", "MAGIC"]
+__all__ = ["WireError", "encode", "decode", "MAGIC", "SCALARS", "plain", "verify_plain"]
 
 MAGIC = b"MPILAB-WIRE-1\n"
 MAX_DEPTH = 24
@@ -199,13 +199,13 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Any:
 # plain data: what a value becomes before it travels (the checks' results too)
 
 
-_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
-def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
+def plain(x: Any, where: str = "", depth: int = 0) -> Any:
     """`x` as plain data, or raise TypeError naming what is not."""
     t = type(x)
-    if t in _SCALARS:
+    if t in SCALARS:
         return x
     if depth > 20:
         raise TypeError(f"{where or 'the result'} is nested more than 20 levels deep")
@@ -217,22 +217,39 @@ def _plain(x: Any, where: str = "", depth: int = 0) -> Any:
         if x.dtype.kind in "biufc" and x.dtype.fields is None:
             return x.item() if x.ndim == 0 else np.array(x, copy=True, subok=False)
         if x.dtype.kind == "O":
-            return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
+            return [plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x.tolist())]
         raise TypeError(f"{where or 'the result'} is a NumPy array of {x.dtype}")
     if t in (bytearray, memoryview):
         return bytes(x)
     if t is list:
-        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
+        return [plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
     if t is tuple:
-        return tuple(_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
+        return tuple(plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
     if t is dict:
-        return {_plain(k, f"{where} key", depth + 1): _plain(v, f"{where}[{k!r}]", depth + 1)
+        return {plain(k, f"{where} key", depth + 1): plain(v, f"{where}[{k!r}]", depth + 1)
                 for k, v in x.items()}
     what = t.__name__
     if t.__module__ not in ("builtins", "__main__"):
         what = f"{t.__module__}.{t.__qualname__}"
-    base = next((b.__name__ for b in _SCALARS[1:] + (list, tuple, dict) if isinstance(x, b)),
+    base = next((b.__name__ for b in SCALARS[1:] + (list, tuple, dict) if isinstance(x, b)),
                 None)
     hint = (f" (a subclass of {base}; return a plain {base})" if base else
             "; return numbers, strings, lists, tuples or NumPy arrays")
     raise TypeError(f"{where or 'the result'} is an object of type {what}{hint}")
+
+
+def verify_plain(x: Any, depth: int = 0) -> bool:
+    """True when `x` is plain data by exact type (what came back can be trusted to compare)."""
+    t = type(x)
+    if t in SCALARS:
+        return True
+    if depth > 21:
+        return False
+    if t is np.ndarray:
+        return x.dtype.kind in "biufc" and x.dtype.fields is None
+    if t in (list, tuple):
+        return all(verify_plain(v, depth + 1) for v in x)
+    if t is dict:
+        return all(verify_plain(k, depth + 1) and verify_plain(v, depth + 1)
+                   for k, v in x.items())
+    return False

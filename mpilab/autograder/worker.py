@@ -80,10 +80,10 @@ def _raised(exc: BaseException, skip: int = 1) -> tuple:
 
 
 def _result(value) -> tuple:
-    from mpilab.autograder.wire import _plain
+    from mpilab.autograder.wire import plain
 
     try:
-        return ("ok", _plain(value, "the value"))
+        return ("ok", plain(value, "the value"))
     except TypeError as exc:
         return ("bad", str(exc))
 

@@ -144,7 +144,7 @@ def _reference(p: int, sizes: Sequence[int], placement: str) -> list[dict]:
     have = {r["size_bytes"] for r in recs}
     missing = [n for n in sizes if n not in have]
     if missing:
-        raise RuntimeError(f"the saved simulations (reference/simulated/{REFERENCE}.json, "
+        raise grading.Ungradable(f"the saved simulations (reference/simulated/{REFERENCE}.json, "
                            f"{HIDDEN_REFERENCE}) have none of {p} ranks ({placement} "
                            f"placement) at {missing} B: regenerate them where SimGrid runs "
                            "(mpilab.grading.simulated.write_reference(cases, path))")
