@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from mpilab import build, grading, tracing
+from mpilab.grading import measured
 from mpilab.grading.collectives import (
     check_traced,
     explained,
@@ -52,6 +53,7 @@ from mpilab.grading.collectives import (
     parse_cases,
     ranks_text,
 )
+from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
     "allgather_harness",
@@ -77,6 +79,7 @@ __all__ = [
     "check_allgather_us",
     "show_allgather_us",
     "PREDICTION_TOLERANCE",
+    "ALLGATHER",
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -666,13 +669,12 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
     resending one array finds it in the other core's cache, a ring forwards what it has
     just received (:func:`mpilab.timing.forwarding_times`)."""
     from mpilab import collectives
-    from mpilab.grading.measured import doubles, pinned
     from mpilab.kernels import pingpong as kp
 
     p = comm.Get_size()
     k = collectives.kernel_module()
-    sbuf = doubles(-(-block_bytes // 8)).view(np.uint8)
-    rbuf = doubles(-(-block_bytes // 8), 0.0).view(np.uint8)
+    sbuf = measured.doubles(-(-block_bytes // 8)).view(np.uint8)
+    rbuf = measured.doubles(-(-block_bytes // 8), 0.0).view(np.uint8)
     algs = [a for a in PREDICTED if a in collectives.admissible("allgather", p)]
 
     def once(name: str) -> float:
@@ -685,7 +687,7 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
 
     names = ["alpha", "block", *algs]
     best = dict.fromkeys(names, float("inf"))
-    with pinned(comm):
+    with measured.pinned(comm):
         for _ in range(reps):
             for name in names:
                 best[name] = min(best[name], once(name))
@@ -702,12 +704,11 @@ def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
     recursive doubling (None unless p is a power of two) allgathers of `nbytes` blocks
     timed in the same loop."""
     from mpilab import collectives
-    from mpilab.grading.measured import doubles
     from mpilab.timing import forwarding_times
 
     p = comm.Get_size()
     n = max(1, nbytes // 8)
-    send, recv = doubles(n, float(comm.Get_rank())), doubles(p * n, 0.0)
+    send, recv = measured.doubles(n, float(comm.Get_rank())), measured.doubles(p * n, 0.0)
     ops = {alg: (lambda a=alg: collectives.run(comm, "allgather", a, send, recv))
            for alg in ("ring", "recursive_doubling")
            if alg in collectives.admissible("allgather", p)}
@@ -727,8 +728,6 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
 def allgather_now(cluster_ranks: int = 4) -> dict:
     """α, β and the course's allgathers of 1 KiB blocks, measured (once per grading
     session) on one rank per core (:func:`mpilab.grading.measured.measure`)."""
-    from mpilab.grading import measured
-
     return measured.measure("allgather-eager", eager_times, BLOCK_BYTES,
                             cluster_ranks=cluster_ranks)
 
@@ -760,6 +759,47 @@ def _allgather_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) ->
             "Bruck and recursive doubling ⌈log2 p⌉ steps carrying p - 1 blocks in all.")
 
 
+def _allgather_parts(m: dict) -> list[Part]:
+    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
+    return [Part(f"the course's {alg.replace('_', ' ')} allgather of 1 KiB blocks on {p} ranks",
+                 (alg, p, BLOCK_BYTES, a, b), m[f"{alg}_us"], f"{alg}_predicted_us",
+                 f"{alg}_ratio") for alg in PREDICTED if m[f"{alg}_us"] is not None]
+
+
+def _allgather_lines(allgather_us: Callable, m: dict, cluster_ranks: int) -> None:
+    """The 1 KiB blocks graded, then the same model for 1 MiB blocks with β from a
+    ping-pong that resends one array and from one that forwards what it received."""
+    print(f"measured on {where(m)}: α = {m['alpha_us']:.3f} µs (8 B), "
+          f"β = {m['beta_MBps']:,.0f} MB/s (one way of 1 KiB: {m['block_us']:.3f} µs)")
+    for part in _allgather_parts(m):
+        print(f"{part.args[0]:>18}, 1 KiB blocks: measured {part.measured_us:8.3f} µs, "
+              "predicted " + shown(allgather_us, *part.args, digits=3))
+    big = measured.measure("allgather-forwarding", _forwarding_with_allgathers, LARGE_BYTES,
+                           cluster_ranks=cluster_ranks)
+    a = big["alpha_us"]
+    print(f"\n1 MiB blocks on {where(big)}: one way {big['resent_us']:.1f} µs "
+          f"resending one array, {big['forwarded_us']:.1f} µs forwarding the one received")
+    for alg in ("ring", "recursive_doubling"):
+        if big[alg + "_us"] is None:
+            continue
+        print(f"{alg:>18}: measured {big[alg + '_us']:8.1f} µs; predicted with β resent "
+              + shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
+                      LARGE_BYTES / max(big["resent_us"] - a, 1e-3))
+              + ", with β forwarded "
+              + shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
+                      LARGE_BYTES / max(big["forwarded_us"] - a, 1e-3)))
+
+
+#: Part G: ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)``, against the
+#: course's compiled allgathers of 1 KiB blocks, each algorithm measured on these ranks.
+ALLGATHER = Prediction(
+    name="allgather_us", reference=reference_allgather_us, hint=_allgather_hint,
+    now=allgather_now, parts=_allgather_parts, tolerance=PREDICTION_TOLERANCE,
+    shows=_allgather_lines,
+    model=lambda m: (f"α = {m['alpha_us']:.3g} µs (8 B) and β = {m['beta_MBps']:,.0f} MB/s "
+                     f"(1 KiB), measured just now on {where(m)}"))
+
+
 def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
                        cluster_ranks: int = 4) -> dict:
     """``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)`` equals the model on
@@ -767,25 +807,8 @@ def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
     compiled allgathers of 1 KiB blocks measured just now, each within
     :data:`PREDICTION_TOLERANCE`. Returns the measurement with ``{alg}_predicted_us`` and
     ``{alg}_ratio`` for every algorithm measured."""
-    from mpilab.grading import measured
-
     __tracebackhide__ = True
-    measured.expect_model(allgather_us, "allgather_us", cases, reference_allgather_us,
-                          _allgather_hint)
-    m = allgather_now(cluster_ranks)
-    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
-    model = (f"α = {a:.3g} µs (8 B) and β = {b:,.0f} MB/s (1 KiB), measured just now on "
-             f"{measured.where(m)}")
-    out = dict(m)
-    for alg in PREDICTED:
-        if m[f"{alg}_us"] is None:
-            continue
-        got = grading.call_local(allgather_us, alg, p, BLOCK_BYTES, a, b, timeout=10)
-        out[f"{alg}_predicted_us"] = got
-        out[f"{alg}_ratio"] = measured.expect_prediction(
-            got, m[f"{alg}_us"], tolerance=PREDICTION_TOLERANCE, model=model,
-            what=f"the course's {alg.replace('_', ' ')} allgather of 1 KiB blocks on {p} ranks")
-    return out
+    return ALLGATHER.check(allgather_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
@@ -793,30 +816,4 @@ def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
     first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
     the same model for 1 MiB blocks with β from a ping-pong that resends one array and
     from one that forwards what it received (:func:`mpilab.timing.forwarding_times`)."""
-    from mpilab.grading import measured
-
-    if grading.not_while_grading():
-        return None
-    m = allgather_now(cluster_ranks)
-    p = m["ranks"]
-    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.3f} µs (8 B), "
-          f"β = {m['beta_MBps']:,.0f} MB/s (one way of 1 KiB: {m['block_us']:.3f} µs)")
-    for alg in PREDICTED:
-        if m[alg + "_us"] is not None:
-            print(f"{alg:>18}, 1 KiB blocks: measured {m[alg + '_us']:8.3f} µs, predicted "
-                  + measured._shown(allgather_us, alg, p, BLOCK_BYTES, m["alpha_us"],
-                                    m["beta_MBps"], digits=3))
-    big = measured.measure("allgather-forwarding", _forwarding_with_allgathers, LARGE_BYTES,
-                           cluster_ranks=cluster_ranks)
-    a = big["alpha_us"]
-    print(f"\n1 MiB blocks on {measured.where(big)}: one way {big['resent_us']:.1f} µs "
-          f"resending one array, {big['forwarded_us']:.1f} µs forwarding the one received")
-    for alg in ("ring", "recursive_doubling"):
-        if big[alg + "_us"] is None:
-            continue
-        print(f"{alg:>18}: measured {big[alg + '_us']:8.1f} µs; predicted with β resent "
-              + measured._shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
-                                LARGE_BYTES / max(big["resent_us"] - a, 1e-3))
-              + ", with β forwarded "
-              + measured._shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
-                                LARGE_BYTES / max(big["forwarded_us"] - a, 1e-3)))
+    return ALLGATHER.show(allgather_us, cluster_ranks)

@@ -32,12 +32,14 @@ import re
 from collections.abc import Callable, Sequence
 
 from mpilab import grading
+from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
+from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
            "STORE", "LOAD", "push_times", "reference_push_us", "push_now", "check_push_us",
-           "show_push", "PREDICTION_TOLERANCE"]
+           "show_push", "PREDICTION_TOLERANCE", "PUSH"]
 
 #: a store into another image: ``x[k][...] = ...`` (not ``==``)
 STORE = r"\w+\s*\[[^\[\]]+\]\s*\[[^\[\]]*\]\s*=(?!=)"
@@ -143,7 +145,6 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     import numpy as np
 
     from mpilab.coarray_view import CoArray
-    from mpilab.grading.measured import _best_us
 
     first = comm.Get_rank() == 0
     n = max(1, nbytes // 8)
@@ -155,7 +156,7 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
         if first:
             b[:] = a
 
-    copy_us = _best_us(comm, copy, iters, reps)
+    copy_us = measured._best_us(comm, copy, iters, reps)
     x = CoArray(comm, (n,))
     try:
         def tiny():
@@ -168,9 +169,9 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
                 x[2][:] = a
             x.sync_all()
 
-        return {"sync_us": _best_us(comm, x.sync_all, iters, reps),
-                "tiny_push_us": _best_us(comm, tiny, iters, reps),
-                "push_us": _best_us(comm, push, iters, reps), "nbytes": 8 * n,
+        return {"sync_us": measured._best_us(comm, x.sync_all, iters, reps),
+                "tiny_push_us": measured._best_us(comm, tiny, iters, reps),
+                "push_us": measured._best_us(comm, push, iters, reps), "nbytes": 8 * n,
                 "copy_us": copy_us, "copy_MBps": 8 * n / copy_us}
     finally:
         x.free()
@@ -187,12 +188,8 @@ def push_now(cluster_ranks: int = 4) -> dict:
     """A ping-pong's α and β (for comparison), ``sync_all``, a push of one double, a push
     of 1 MiB and a local copy of 1 MiB, measured (once per grading session) on one image
     per core (:func:`mpilab.grading.measured.measure`)."""
-    from mpilab.grading import measured
-
-    ab = measured.measure("alpha-beta", measured.alpha_beta, PUSH_BYTES,
-                          cluster_ranks=cluster_ranks)
-    m = measured.measure("push", push_times, PUSH_BYTES, cluster_ranks=cluster_ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+    return measured.with_alpha_beta("push", push_times, PUSH_BYTES, nbytes=PUSH_BYTES,
+                                    cluster_ranks=cluster_ranks)
 
 
 def _push_hint(got, n: float, t: float, c: float) -> str:
@@ -219,37 +216,35 @@ def _push_hint(got, n: float, t: float, c: float) -> str:
             "and β_copy in MB/s).")
 
 
+def _push_lines(push_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    t, c = m["tiny_push_us"], m["copy_MBps"]
+    print(f"measured on {m['ranks']} images ({m['cores']} cores): sync_all {m['sync_us']:.2f} "
+          f"µs, a tiny push {t:.2f} µs, a local copy β_copy = {c:,.0f} MB/s (a message's "
+          f"β, from a ping-pong: {m['beta_MBps']:,.0f} MB/s)")
+    print(f"a push of 1 MiB: measured {m['push_us']:8.1f} µs, predicted "
+          + shown(push_us, m["nbytes"], t, c, name="push_us"))
+
+
+#: Part D: ``push_us(n_bytes, tiny_push_us, copy_MBps)``, against a push of 1 MiB.
+PUSH = Prediction(
+    name="push_us", reference=reference_push_us, hint=_push_hint, now=push_now,
+    tolerance=PREDICTION_TOLERANCE, shows=_push_lines,
+    parts=lambda m: [Part(f"a push of 1 MiB on {m['ranks']} images (image 1 stores into "
+                          "image 2)", (m["nbytes"], m["tiny_push_us"], m["copy_MBps"]),
+                          m["push_us"])],
+    model=lambda m: (f"a tiny push of {m['tiny_push_us']:.3g} µs and β_copy = "
+                     f"{m['copy_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
+
+
 def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
     β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
     Returns the measurement with ``predicted_us`` and ``ratio``."""
-    from mpilab.grading import measured
-
     __tracebackhide__ = True
-    measured.expect_model(push_us, "push_us", cases, reference_push_us, _push_hint)
-    m = push_now(cluster_ranks)
-    t, c = m["tiny_push_us"], m["copy_MBps"]
-    got = grading.call_local(push_us, m["nbytes"], t, c, timeout=10)
-    ratio = measured.expect_prediction(
-        got, m["push_us"], tolerance=PREDICTION_TOLERANCE,
-        what=f"a push of 1 MiB on {m['ranks']} images (image 1 stores into image 2)",
-        model=f"a tiny push of {t:.3g} µs and β_copy = {c:,.0f} MB/s, measured just now "
-              f"on {measured.where(m)}")
-    return {**m, "predicted_us": got, "ratio": ratio}
+    return PUSH.check(push_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_push(push_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
     (the first call measures them, a few seconds), beside ``push_us``'s prediction."""
-    if grading.not_while_grading():
-        return None
-    m = push_now(cluster_ranks)
-    t, c = m["tiny_push_us"], m["copy_MBps"]
-    print(f"measured on {m['ranks']} images ({m['cores']} cores): sync_all {m['sync_us']:.2f} "
-          f"µs, a tiny push {t:.2f} µs, a local copy β_copy = {c:,.0f} MB/s (a message's "
-          f"β, from a ping-pong: {m['beta_MBps']:,.0f} MB/s)")
-    try:
-        got = f"{float(push_us(m['nbytes'], t, c)):8.1f} µs"
-    except Exception as exc:  # noqa: BLE001 - shown, not raised
-        got = f"(push_us raised {type(exc).__name__}: {exc})"
-    print(f"a push of 1 MiB: measured {m['push_us']:8.1f} µs, predicted {got}")
+    return PUSH.show(push_us, cluster_ranks)

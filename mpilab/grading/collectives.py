@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 
 from mpilab import grading, tracing
+from mpilab.grading import measured
+from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
     "bcast_harness",
@@ -76,6 +78,7 @@ __all__ = [
     "check_bcast_us",
     "show_bcast_us",
     "PREDICTION_TOLERANCE",
+    "BCAST",
 ]
 
 UNTOUCHED = -99  # what an allreduce check's recvbuf holds before the call
@@ -161,10 +164,8 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
     because calls that follow each other overlap (lecture 05)."""
     from mpi4py import MPI
 
-    from mpilab.grading.measured import doubles, pinned
-
     rank, p = comm.Get_rank(), comm.Get_size()
-    buf = doubles(nbytes // 8)
+    buf = measured.doubles(nbytes // 8)
 
     def linear():
         if rank == 0:
@@ -185,7 +186,7 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
             mask <<= 1
 
     out = {}
-    with pinned(comm):
+    with measured.pinned(comm):
         for name, call in (("linear", linear), ("binomial", binomial)):
             call()  # warm-up
             best = float("inf")
@@ -609,12 +610,8 @@ def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
 def bcast_now(cluster_ranks: int = 4) -> dict:
     """α and β, and the two broadcasts of 1 MiB, measured (once per grading session) on
     one rank per core (:func:`mpilab.grading.measured.measure`)."""
-    from mpilab.grading import measured
-
-    ab = measured.measure("alpha-beta", measured.alpha_beta, BCAST_BYTES,
-                          cluster_ranks=cluster_ranks)
-    m = measured.measure("bcast", bcast_times, BCAST_BYTES, cluster_ranks=cluster_ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+    return measured.with_alpha_beta("bcast", bcast_times, BCAST_BYTES, nbytes=BCAST_BYTES,
+                                    cluster_ranks=cluster_ranks)
 
 
 def _bcast_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
@@ -632,42 +629,42 @@ def _bcast_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str
     return "Each step costs α + n / β (µs, with n in bytes and β in MB/s)."
 
 
+def _bcast_args(m: dict, alg: str) -> tuple:
+    return alg, m["ranks"], BCAST_BYTES, m["alpha_us"], m["beta_MBps"]
+
+
+def _bcast_lines(bcast_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    print(f"measured on {where(m)}: α = {m['alpha_us']:.2f} µs, "
+          f"β = {m['beta_MBps']:,.0f} MB/s")
+    for alg in ("linear", "binomial"):
+        print(f"{alg:>9} broadcast of 1 MiB: measured {m[alg + '_us']:8.1f} µs, predicted "
+              + shown(bcast_us, *_bcast_args(m, alg)))
+
+
+#: Part D: ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)``, against both broadcasts.
+BCAST = Prediction(
+    name="bcast_us", reference=reference_bcast_us, hint=_bcast_hint, now=bcast_now,
+    tolerance=PREDICTION_TOLERANCE, shows=_bcast_lines,
+    parts=lambda m: [Part(f"the {alg} broadcast of 1 MiB on {m['ranks']} ranks",
+                          _bcast_args(m, alg), m[f"{alg}_us"], f"{alg}_predicted_us",
+                          f"{alg}_ratio") for alg in ("linear", "binomial")],
+    model=lambda m: (f"α = {m['alpha_us']:.3g} µs and β = {m['beta_MBps']:,.0f} MB/s, "
+                     f"measured just now on {where(m)}"))
+
+
 def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 4) -> dict:
     """``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)`` equals the model on `cases`
     ((alg, p, n, α, β) tuples), and its predictions for both broadcasts on this machine
     hold against the broadcasts measured just now. Returns the measurement with
     ``{alg}_predicted_us`` and ``{alg}_ratio``."""
-    from mpilab.grading import measured
-
     __tracebackhide__ = True
-    measured.expect_model(bcast_us, "bcast_us", cases, reference_bcast_us, _bcast_hint)
-    m = bcast_now(cluster_ranks)
-    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
-    model = f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on {measured.where(m)}"
-    out = dict(m)
-    for alg in ("linear", "binomial"):
-        got = grading.call_local(bcast_us, alg, p, BCAST_BYTES, a, b, timeout=10)
-        out[f"{alg}_predicted_us"] = got
-        out[f"{alg}_ratio"] = measured.expect_prediction(
-            got, m[f"{alg}_us"], tolerance=PREDICTION_TOLERANCE, model=model,
-            what=f"the {alg} broadcast of 1 MiB on {p} ranks")
-    return out
+    return BCAST.check(bcast_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and both broadcasts measured now (the first call measures them, a
     few seconds), beside ``bcast_us``'s predictions."""
-    from mpilab.grading import measured
-
-    if grading.not_while_grading():
-        return None
-    m = bcast_now(cluster_ranks)
-    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.2f} µs, "
-          f"β = {m['beta_MBps']:,.0f} MB/s")
-    for alg in ("linear", "binomial"):
-        print(f"{alg:>9} broadcast of 1 MiB: measured {m[alg + '_us']:8.1f} µs, predicted "
-              + measured._shown(bcast_us, alg, m["ranks"], BCAST_BYTES, m["alpha_us"],
-                                m["beta_MBps"]))
+    return BCAST.show(bcast_us, cluster_ranks)
 
 
 # ---------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mpilab import grading, halo
+from mpilab.grading import measured
+from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
     "SIDES",
@@ -70,6 +72,7 @@ __all__ = [
     "check_exchange_us",
     "show_exchange_us",
     "PREDICTION_TOLERANCE",
+    "EXCHANGE",
 ]
 
 #: The four ghost edges: (side, "row"/"column", dy, dx of the neighbour, its edge we hold).
@@ -155,13 +158,11 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
     fastest of `reps` repetitions, per exchange in µs (the slowest rank's)."""
     from mpi4py import MPI
 
-    from mpilab.grading.measured import _best_us, doubles
-
     p = comm.Get_size()
     cart = comm.Create_cart([p, 1], periods=[False, False], reorder=False)
     north, south = cart.Shift(0, 1)
     rows = halo.split(ny, p)[cart.Get_coords(cart.Get_rank())[0]][1]
-    u = doubles((rows + 2) * (nx + 2)).reshape(rows + 2, nx + 2)
+    u = measured.doubles((rows + 2) * (nx + 2)).reshape(rows + 2, nx + 2)
 
     def exchange():
         MPI.Request.Waitall([cart.Irecv(u[0, 1:-1], source=north, tag=0),
@@ -170,7 +171,7 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
                              cart.Isend(u[1, 1:-1], dest=north, tag=1)])
 
     try:
-        return {"exchange_us": _best_us(cart, exchange, iters, reps)}
+        return {"exchange_us": measured._best_us(cart, exchange, iters, reps)}
     finally:
         cart.Free()
 
@@ -669,50 +670,49 @@ def _exchange_hint(got, nx, ny, dims, a, b) -> str:
 def exchange_now(cluster_ranks: int = 4) -> dict:
     """α, β and the course's exchange of 1 MiB rows on a p × 1 process grid, measured
     (once per grading session) on one rank per core."""
-    from mpilab.grading import measured
-
-    ab = measured.measure("alpha-beta", measured.alpha_beta, 8 * ROW_DOUBLES,
-                          cluster_ranks=cluster_ranks)
     p = measured.measuring_ranks(cluster_ranks)
     nx, ny = ROW_DOUBLES, 2 * p
-    m = measured.measure("exchange", exchange_times, nx, ny, cluster_ranks=cluster_ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"], "nx": nx,
-            "ny": ny, "dims": (p, 1)}
+    m = measured.with_alpha_beta("exchange", exchange_times, nx, ny, nbytes=8 * ROW_DOUBLES,
+                                 cluster_ranks=cluster_ranks)
+    return {**m, "nx": nx, "ny": ny, "dims": (p, 1)}
+
+
+def _exchange_args(m: dict) -> tuple:
+    return m["nx"], m["ny"], tuple(m["dims"]), m["alpha_us"], m["beta_MBps"]
+
+
+def _exchange_case(case) -> tuple:
+    nx, ny, dims, a, b = case
+    return nx, ny, tuple(dims), a, b
+
+
+def _exchange_lines(exchange_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    print(f"measured on {where(m)}: α = {m['alpha_us']:.2f} µs, "
+          f"β = {m['beta_MBps']:,.0f} MB/s")
+    print(f"one exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid: measured "
+          f"{m['exchange_us']:.1f} µs, predicted " + shown(exchange_us, *_exchange_args(m)))
+
+
+#: Part E: ``exchange_us(nx, ny, dims, alpha_us, beta_MBps)``, against the course's exchange.
+EXCHANGE = Prediction(
+    name="exchange_us", reference=reference_exchange_us, hint=_exchange_hint,
+    now=exchange_now, tolerance=PREDICTION_TOLERANCE, shows=_exchange_lines,
+    args=_exchange_case,
+    parts=lambda m: [Part(f"the exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid",
+                          _exchange_args(m), m["exchange_us"])],
+    model=lambda m: (f"α = {m['alpha_us']:.3g} µs and β = {m['beta_MBps']:,.0f} MB/s, "
+                     f"measured just now on {where(m)}"))
 
 
 def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
     ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
     exchange measured just now. Returns the measurement with ``predicted_us``, ``ratio``."""
-    from mpilab.grading import measured
-
     __tracebackhide__ = True
-    measured.expect_model(exchange_us, "exchange_us",
-                          [(nx, ny, tuple(dims), a, b) for nx, ny, dims, a, b in cases],
-                          reference_exchange_us, _exchange_hint)
-    m = exchange_now(cluster_ranks)
-    a, b = m["alpha_us"], m["beta_MBps"]
-    got = grading.call_local(exchange_us, m["nx"], m["ny"], tuple(m["dims"]), a, b,
-                             timeout=10)
-    ratio = measured.expect_prediction(
-        got, m["exchange_us"], tolerance=PREDICTION_TOLERANCE,
-        what=f"the exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid",
-        model=f"α = {a:.3g} µs and β = {b:,.0f} MB/s, measured just now on "
-              f"{measured.where(m)}")
-    return {**m, "predicted_us": got, "ratio": ratio}
+    return EXCHANGE.check(exchange_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_exchange_us(exchange_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and the course's exchange measured now (the first call measures
     them, a few seconds), beside ``exchange_us``'s prediction."""
-    from mpilab.grading import measured
-
-    if grading.not_while_grading():
-        return None
-    m = exchange_now(cluster_ranks)
-    print(f"measured on {measured.where(m)}: α = {m['alpha_us']:.2f} µs, "
-          f"β = {m['beta_MBps']:,.0f} MB/s")
-    print(f"one exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid: measured "
-          f"{m['exchange_us']:.1f} µs, predicted "
-          + measured._shown(exchange_us, m["nx"], m["ny"], tuple(m["dims"]), m["alpha_us"],
-                            m["beta_MBps"]))
+    return EXCHANGE.show(exchange_us, cluster_ranks)

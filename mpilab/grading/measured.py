@@ -1,15 +1,11 @@
-"""Graded predictions: a model's number, from the student's function, against a measurement.
+"""The measurements the labs' graded predictions are graded against, made on the ranks.
 
-Every lab has a part where the student writes a model's prediction (a lap of a ring, a halo
-exchange, a broadcast) as a function of numbers measured on the machine (a hop, α and β),
-and the grade compares it twice:
-
-* with the model itself on a few cases (:func:`mpilab.grading.expect_close`): a wrong
-  formula fails here, whatever the machine does;
-* with a **fresh measurement** of the same operation on the same ranks
-  (:func:`expect_prediction`): the measured time must lie within a stated factor of the
-  prediction. The factor is part of the lab's text, with why the measurement may sit above
-  the model (what the model leaves out) and by how much noise moves it.
+A graded prediction (:mod:`mpilab.grading.prediction`: the shape, and the comparisons
+with the model and with the measurement) is graded against a **fresh measurement** of the
+same operation, made here: :func:`measure` (and :func:`with_alpha_beta`) run a timed
+function of the course on the ranks, timed by :func:`_best_us`. Labs 00 and 01's
+predictions (a lap and a shift of the ring; a held-out ping-pong size) are declared here
+too, as :data:`RING` and :data:`HELD_OUT`.
 
 The measurements run where the check runs, made by the course's own code, never the
 student's: at autograde time that is the grader's kernel. One measurement serves a whole
@@ -40,22 +36,19 @@ import numpy as np
 
 from .. import runtime
 from ..autograder import quiet
-from ..autograder.failures import CheckFailed
-from ..autograder.failures import fail as _fail
 from ..buffers import doubles  # noqa: F401 - used by the labs' measurements
 from ..timing import pinned, round_trip  # noqa: F401 - used by the labs' measurements
 from .compare import _fmt, _is_num, _trusted
+from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
-__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "expect_prediction",
-           "expect_model"]
+__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "measure",
+           "with_alpha_beta", "expect_prediction", "expect_model", "where"]
 
 #: A measurement or a traced schedule is made once per grading session: kept in this
 #: kernel, and in a folder only this user can write, for this many seconds, so the
 #: notebooks of one ``nbgrader autograde`` run share one measurement.
 CACHE_SECONDS = 900
 _CACHE: dict = {}
-_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
-               "ns": "nanoseconds"}
 
 
 def cache_dir() -> Path | None:
@@ -145,39 +138,6 @@ def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
     return max(2, min(int(cluster_ranks), int(cores)))
 
 
-def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float, float],
-                      what: str, model: str, unit: str = "µs") -> float:
-    """Fail unless ``measured / predicted`` lies in `tolerance` (lo, hi); return the ratio.
-
-    `what` names the measured case ("a lap of the ring on 2 ranks, 1 MiB"), `model` the
-    numbers the prediction was made from ("hop = 74.2 µs, measured just now"). A
-    prediction off by a unit slip (×1e3, ×1e6) is named as such.
-    """
-    __tracebackhide__ = True
-    lo, hi = tolerance
-    got, why = _trusted(predicted)
-    if why or not _is_num(got) or isinstance(got, (complex, bool)):
-        _fail(CheckFailed(f"the prediction for {what} should be a number of {unit}, but it "
-                          f"{why or 'is ' + _fmt(got)}"))
-    got = float(got)
-    if not math.isfinite(got) or got <= 0:
-        _fail(CheckFailed(f"the prediction for {what} is {_fmt(got)}: a time must be "
-                          "positive and finite"))
-    ratio = measured / got
-    if lo <= ratio <= hi:
-        return ratio
-    said = (f"{what}: measured {measured:.4g} {unit} just now, you predicted {got:.4g} {unit} "
-            f"(from {model}); the measurement should be {lo:g} to {hi:g} times the "
-            f"prediction, it is {ratio:.3g} times.")
-    # the factor the prediction is off by when it is in another unit than `unit`
-    scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
-    for other in ("s", "ms", "µs", "ns"):
-        if other != unit and unit in scale and lo <= ratio * scale[unit] / scale[other] <= hi:
-            said += f" Is the prediction in {_UNIT_NAMES[other]} instead of {unit}?"
-            break
-    _fail(CheckFailed(said))
-
-
 # ---------------------------------------------------------------------------------------
 # measurements the labs' predictions are graded against: the course's code, on the ranks
 
@@ -257,23 +217,13 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
     return cached(key, make, measures=True)
 
 
-def expect_model(func: Callable, name: str, cases, reference: Callable,
-                 hint: Callable) -> None:
-    """The student's model `func` equals `reference` on each of `cases` (argument tuples),
-    to 1e-9; a miss says ``name(args)`` and ``hint(got, *args)``."""
-    from . import call_local, expect_close
-
-    __tracebackhide__ = True
-    for args in cases:
-        got = call_local(func, *args, timeout=10)
-        expect_close(got, reference(*args), rtol=1e-9,
-                     what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
-
-
-def where(m: dict) -> str:
-    """How a measurement was made, for a check's message."""
-    over = ", oversubscribed" if m["oversubscribed"] else ""
-    return f"{m['ranks']} ranks on {m['cores']} core{'s' * (m['cores'] != 1)}{over}"
+def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
+                    nbytes: int = 1 << 20) -> dict:
+    """:func:`measure` ``func(comm, *args)``, with a ping-pong's α and β (:func:`alpha_beta`
+    of `nbytes`, measured first) added, for the labs' predictions from α and β."""
+    ab = measure("alpha-beta", alpha_beta, nbytes, cluster_ranks=cluster_ranks)
+    m = measure(name, func, *args, cluster_ranks=cluster_ranks)
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
 
 
 #: Lab 00: a lap and a shift of 1 MiB arrays may take this many times the prediction.
@@ -284,60 +234,6 @@ RING_BYTES = 1 << 20
 def ring_now(cluster_ranks: int = 4) -> dict:
     """Lab 00: a hop, a lap and a shift of 1 MiB arrays, measured (once per session)."""
     return measure("ring", ring_times, RING_BYTES, cluster_ranks=cluster_ranks)
-
-
-def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.0),
-                                                     (8, 40.0)),
-                     *, cluster_ranks: int = 4) -> dict:
-    """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
-    `cases`, and its prediction holds against a lap and a shift measured just now."""
-    from . import call_local, expect, expect_close
-
-    __tracebackhide__ = True
-    for p, hop in cases:
-        got = call_local(ring_times_us, p, hop, timeout=10)
-        expect(isinstance(got, (tuple, list)) and len(got) == 2,
-               f"ring_times_us({p}, {hop}) should return two numbers (lap_us, shift_us), "
-               f"got {_fmt(got)}")
-        expect_close(got[0], p * hop, what=f"the lap of ring_times_us({p}, {hop})",
-                     rtol=1e-9, hint=_lap_hint(got[0], p, hop))
-        expect_close(got[1], hop, what=f"the shift of ring_times_us({p}, {hop})", rtol=1e-9,
-                     hint=_shift_hint(got[1], p, hop))
-    m = ring_now(cluster_ranks)
-    p, hop = m["ranks"], m["hop_us"]
-    lap, shift = call_local(ring_times_us, p, hop, timeout=10)
-    model = f"a hop of {hop:.4g} µs, measured just now on {where(m)}"
-    what = f"{{}} of 1 MiB arrays round {p} ranks"
-    ratios = (expect_prediction(lap, m["lap_us"], tolerance=RING_TOLERANCE,
-                                what=what.format("a lap"), model=model),
-              expect_prediction(shift, m["shift_us"], tolerance=RING_TOLERANCE,
-                                what=what.format("a shift"), model=model))
-    return {**m, "predicted_lap_us": lap, "predicted_shift_us": shift,
-            "lap_ratio": ratios[0], "shift_ratio": ratios[1]}
-
-
-def _shown(func: Callable, *args: Any, digits: int = 1) -> str:
-    """``func(*args)`` as "123.4 µs" (`digits` after the point) for a try-it cell, or what
-    it raised."""
-    try:
-        got = func(*args)
-        return " ".join(f"{float(v):8.{digits}f} µs"
-                        for v in (got if isinstance(got, (tuple, list)) else (got,)))
-    except Exception as exc:  # noqa: BLE001 - shown, not raised
-        return f"({getattr(func, '__name__', 'it')} raised {type(exc).__name__}: {exc})"
-
-
-def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
-    """Not graded: the hop, lap and shift measured now (the first call measures them, a few
-    seconds), beside ``ring_times_us``'s predictions."""
-    from . import not_while_grading
-
-    if not_while_grading():
-        return None
-    m = ring_now(cluster_ranks)
-    print(f"measured on {where(m)}: a hop of 1 MiB {m['hop_us']:.1f} µs")
-    print(f"measured: a lap {m['lap_us']:8.1f} µs, a shift {m['shift_us']:8.1f} µs")
-    print(f"predicted (lap, shift): {_shown(ring_times_us, m['ranks'], m['hop_us'])}")
 
 
 def _lap_hint(got, p, hop) -> str:
@@ -354,6 +250,67 @@ def _shift_hint(got, p, hop) -> str:
         return ("In a shift every rank sends at the same time: the p messages travel side "
                 "by side, not one after the other.")
     return "Every rank sends to its right neighbour at once: the shift takes one hop."
+
+
+def _expect_ring_cases(ring_times_us: Callable, cases) -> None:
+    """Lab 00's model returns two numbers: (lap, shift) = (p·hop, hop) on each case."""
+    from .compare import expect, expect_close
+    from .running import call_local
+
+    __tracebackhide__ = True
+    for p, hop in cases:
+        got = call_local(ring_times_us, p, hop, timeout=10)
+        expect(isinstance(got, (tuple, list)) and len(got) == 2,
+               f"ring_times_us({p}, {hop}) should return two numbers (lap_us, shift_us), "
+               f"got {_fmt(got)}")
+        expect_close(got[0], p * hop, what=f"the lap of ring_times_us({p}, {hop})",
+                     rtol=1e-9, hint=_lap_hint(got[0], p, hop))
+        expect_close(got[1], hop, what=f"the shift of ring_times_us({p}, {hop})", rtol=1e-9,
+                     hint=_shift_hint(got[1], p, hop))
+
+
+def _ring_parts(m: dict) -> list[Part]:
+    def lap(got):
+        lap, _shift = got
+        return lap
+
+    def shift(got):
+        _lap, shift = got
+        return shift
+
+    p, hop = m["ranks"], m["hop_us"]
+    return [Part(f"a lap of 1 MiB arrays round {p} ranks", (p, hop), m["lap_us"],
+                 "predicted_lap_us", "lap_ratio", pick=lap),
+            Part(f"a shift of 1 MiB arrays round {p} ranks", (p, hop), m["shift_us"],
+                 "predicted_shift_us", "shift_ratio", pick=shift)]
+
+
+def _ring_lines(ring_times_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    print(f"measured on {where(m)}: a hop of 1 MiB {m['hop_us']:.1f} µs")
+    print(f"measured: a lap {m['lap_us']:8.1f} µs, a shift {m['shift_us']:8.1f} µs")
+    print(f"predicted (lap, shift): {shown(ring_times_us, m['ranks'], m['hop_us'])}")
+
+
+#: Lab 00: ``ring_times_us(p, hop_us)`` predicts a lap and a shift of the ring from a hop.
+RING = Prediction(
+    name="ring_times_us", now=ring_now, parts=_ring_parts, tolerance=RING_TOLERANCE,
+    model=lambda m: f"a hop of {m['hop_us']:.4g} µs, measured just now on {where(m)}",
+    expect_cases=_expect_ring_cases, shows=_ring_lines)
+
+
+def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.0),
+                                                     (8, 40.0)),
+                     *, cluster_ranks: int = 4) -> dict:
+    """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
+    `cases`, and its prediction holds against a lap and a shift measured just now."""
+    __tracebackhide__ = True
+    return RING.check(ring_times_us, cases, cluster_ranks=cluster_ranks)
+
+
+def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: the hop, lap and shift measured now (the first call measures them, a few
+    seconds), beside ``ring_times_us``'s predictions."""
+    return RING.show(ring_times_us, cluster_ranks)
 
 
 def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
@@ -396,25 +353,28 @@ def pingpong_now(cluster_ranks: int = 2) -> dict:
             "held_out_bytes": HELD_OUT_BYTES, "held_out_us": t_held}
 
 
-def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> dict:
-    """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
-    against the 4 MiB one-way time measured in the same run, within
-    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``."""
-    from . import call_local
-
-    __tracebackhide__ = True
-    m = pingpong_now(cluster_ranks)
-    a, b = m["alpha_us"], m["beta_MBps"]
-    got = call_local(predict_us, HELD_OUT_BYTES, a, b, timeout=10)
+def _one_number(got: Any) -> Any:
+    """A one-element array as its number (a prediction computed with NumPy)."""
     got, _ = _trusted(got)
     try:
         got = float(np.ravel(got)[0]) if isinstance(got, np.ndarray) and got.size == 1 else got
     except (TypeError, ValueError):
         pass
-    ratio = expect_prediction(got, m["held_out_us"], tolerance=HELD_OUT_TOLERANCE,
-                              what="one message of 4 MiB, one way",
-                              model=f"α = {a:.3g} µs (8 B) and β = {b:,.0f} MB/s (1 MiB), "
-                                    f"measured just now on {where(m)}")
-    return {**m, "predicted_us": got, "ratio": ratio}
+    return got
 
 
+#: Lab 01: ``predict_us(n, α, β)`` for a held-out size, from α and β measured just now.
+HELD_OUT = Prediction(
+    name="predict_us", now=pingpong_now, tolerance=HELD_OUT_TOLERANCE, returned=_one_number,
+    parts=lambda m: [Part("one message of 4 MiB, one way",
+                          (HELD_OUT_BYTES, m["alpha_us"], m["beta_MBps"]), m["held_out_us"])],
+    model=lambda m: (f"α = {m['alpha_us']:.3g} µs (8 B) and β = {m['beta_MBps']:,.0f} MB/s "
+                     f"(1 MiB), measured just now on {where(m)}"))
+
+
+def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> dict:
+    """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
+    against the 4 MiB one-way time measured in the same run, within
+    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``."""
+    __tracebackhide__ = True
+    return HELD_OUT.check(predict_us, cluster_ranks=cluster_ranks)

@@ -58,6 +58,8 @@ import numpy as np
 
 from mpilab import grading, halo
 from mpilab.grading import halo as grading_halo
+from mpilab.grading import measured
+from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
     "SLOW_SECONDS",
@@ -77,6 +79,7 @@ __all__ = [
     "check_epoch_us",
     "show_epoch",
     "PREDICTION_TOLERANCE",
+    "EPOCH",
 ]
 
 #: How late a slow rank writes its block, and how long it pauses after a synchronisation.
@@ -644,12 +647,9 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     once would share the memory system (on one core, take turns)."""
     from mpi4py import MPI
 
-    from mpilab.grading.measured import _best_us
-    from mpilab.grading.measured import doubles as measured_doubles
-
     rank = comm.Get_rank()
     n = max(1, nbytes // 8)
-    into, out = measured_doubles(n, 0.0), measured_doubles(n)
+    into, out = measured.doubles(n, 0.0), measured.doubles(n)
     win = MPI.Win.Create(into, disp_unit=into.itemsize, comm=comm)
     try:
         def empty():
@@ -662,8 +662,8 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
                 win.Put(out, 1)
             win.Fence()
 
-        return {"empty_epoch_us": _best_us(comm, empty, iters, reps),
-                "epoch_us": _best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
+        return {"empty_epoch_us": measured._best_us(comm, empty, iters, reps),
+                "epoch_us": measured._best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
     finally:
         win.Free()
 
@@ -678,12 +678,8 @@ def epoch_now(cluster_ranks: int = 4) -> dict:
     """α and β (a ping-pong), an empty epoch and a Put + Fence epoch of 1 MiB, measured
     (once per grading session) on one rank per core
     (:func:`mpilab.grading.measured.measure`)."""
-    from mpilab.grading import measured
-
-    ab = measured.measure("alpha-beta", measured.alpha_beta, EPOCH_BYTES,
-                          cluster_ranks=cluster_ranks)
-    m = measured.measure("epoch", epoch_times, EPOCH_BYTES, cluster_ranks=cluster_ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+    return measured.with_alpha_beta("epoch", epoch_times, EPOCH_BYTES, nbytes=EPOCH_BYTES,
+                                    cluster_ranks=cluster_ranks)
 
 
 def _epoch_hint(got, n: float, e: float, b: float) -> str:
@@ -707,36 +703,34 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
             "with n in bytes and β in MB/s).")
 
 
+def _epoch_lines(epoch_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    e, b = m["empty_epoch_us"], m["beta_MBps"]
+    print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
+          f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
+    print(f"a Put + Fence epoch of 1 MiB: measured {m['epoch_us']:8.1f} µs, predicted "
+          + shown(epoch_us, m["nbytes"], e, b, name="epoch_us"))
+
+
+#: Part D: ``epoch_us(n_bytes, empty_epoch_us, beta_MBps)``, against an epoch of 1 MiB.
+EPOCH = Prediction(
+    name="epoch_us", reference=reference_epoch_us, hint=_epoch_hint, now=epoch_now,
+    tolerance=PREDICTION_TOLERANCE, shows=_epoch_lines,
+    parts=lambda m: [Part(f"a Put + Fence epoch of 1 MiB on {m['ranks']} ranks (rank 0 puts "
+                          "into rank 1)", (m["nbytes"], m["empty_epoch_us"], m["beta_MBps"]),
+                          m["epoch_us"])],
+    model=lambda m: (f"an empty epoch of {m['empty_epoch_us']:.3g} µs and β = "
+                     f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
+
+
 def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
     ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
     measured just now. Returns the measurement with ``predicted_us`` and ``ratio``."""
-    from mpilab.grading import measured
-
     __tracebackhide__ = True
-    measured.expect_model(epoch_us, "epoch_us", cases, reference_epoch_us, _epoch_hint)
-    m = epoch_now(cluster_ranks)
-    e, b = m["empty_epoch_us"], m["beta_MBps"]
-    got = grading.call_local(epoch_us, m["nbytes"], e, b, timeout=10)
-    ratio = measured.expect_prediction(
-        got, m["epoch_us"], tolerance=PREDICTION_TOLERANCE,
-        what=f"a Put + Fence epoch of 1 MiB on {m['ranks']} ranks (rank 0 puts into rank 1)",
-        model=f"an empty epoch of {e:.3g} µs and β = {b:,.0f} MB/s, measured just now on "
-              f"{measured.where(m)}")
-    return {**m, "predicted_us": got, "ratio": ratio}
+    return EPOCH.check(epoch_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
     first call measures them, a few seconds), beside ``epoch_us``'s prediction."""
-    if grading.not_while_grading():
-        return None
-    m = epoch_now(cluster_ranks)
-    e, b = m["empty_epoch_us"], m["beta_MBps"]
-    print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
-          f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
-    try:
-        got = f"{float(epoch_us(m['nbytes'], e, b)):8.1f} µs"
-    except Exception as exc:  # noqa: BLE001 - shown, not raised
-        got = f"(epoch_us raised {type(exc).__name__}: {exc})"
-    print(f"a Put + Fence epoch of 1 MiB: measured {m['epoch_us']:8.1f} µs, predicted {got}")
+    return EPOCH.show(epoch_us, cluster_ranks)

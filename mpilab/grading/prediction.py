@@ -1,0 +1,222 @@
+"""The shape of a graded prediction, and the comparisons it is graded by.
+
+Every lab has a part where the student writes a model's prediction (a lap of a ring, a
+halo exchange, a broadcast) as a function of numbers measured on the machine (a hop, α
+and β), and the grade compares it twice:
+
+* with the model itself on a few made-up cases (:func:`expect_model`): a wrong formula
+  fails here, whatever the machine does, with a hint that names the likely slip;
+* with a **fresh measurement** of the same operation on the same ranks
+  (:func:`expect_prediction`): the measured time must lie within a stated factor of the
+  prediction. The factor is part of the lab's text, with why the measurement may sit above
+  the model (what the model leaves out) and by how much noise moves it.
+
+A lab declares its prediction as data, a :class:`Prediction`, and its notebook's
+``check_X_us`` and ``show_X`` are the prediction's :meth:`~Prediction.check` and
+:meth:`~Prediction.show`::
+
+    PUSH = Prediction(
+        name="push_us", reference=reference_push_us, hint=_push_hint, now=push_now,
+        tolerance=(0.5, 2.5), model=lambda m: f"a tiny push of {m['tiny_push_us']:.3g} µs ...",
+        parts=lambda m: [Part(what="a push of 1 MiB ...", measured_us=m["push_us"],
+                              args=(m["nbytes"], m["tiny_push_us"], m["copy_MBps"]))],
+        shows=_push_lines)
+
+How the measurement is made (once per grading session, on one rank per core) is
+:mod:`mpilab.grading.measured`'s; this module never measures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..autograder.failures import CheckFailed
+from ..autograder.failures import fail as _fail
+from .compare import _fmt, _is_num, _trusted, expect_close
+from .running import call_local, not_while_grading
+
+__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "where", "shown"]
+
+_UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
+               "ns": "nanoseconds"}
+
+
+def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float, float],
+                      what: str, model: str, unit: str = "µs") -> float:
+    """Fail unless ``measured / predicted`` lies in `tolerance` (lo, hi); return the ratio.
+
+    `what` names the measured case ("a lap of the ring on 2 ranks, 1 MiB"), `model` the
+    numbers the prediction was made from ("hop = 74.2 µs, measured just now"). A
+    prediction off by a unit slip (×1e3, ×1e6) is named as such.
+    """
+    __tracebackhide__ = True
+    lo, hi = tolerance
+    got, why = _trusted(predicted)
+    if why or not _is_num(got) or isinstance(got, (complex, bool)):
+        _fail(CheckFailed(f"the prediction for {what} should be a number of {unit}, but it "
+                          f"{why or 'is ' + _fmt(got)}"))
+    got = float(got)
+    if not math.isfinite(got) or got <= 0:
+        _fail(CheckFailed(f"the prediction for {what} is {_fmt(got)}: a time must be "
+                          "positive and finite"))
+    ratio = measured / got
+    if lo <= ratio <= hi:
+        return ratio
+    said = (f"{what}: measured {measured:.4g} {unit} just now, you predicted {got:.4g} {unit} "
+            f"(from {model}); the measurement should be {lo:g} to {hi:g} times the "
+            f"prediction, it is {ratio:.3g} times.")
+    # the factor the prediction is off by when it is in another unit than `unit`
+    scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+    for other in ("s", "ms", "µs", "ns"):
+        if other != unit and unit in scale and lo <= ratio * scale[unit] / scale[other] <= hi:
+            said += f" Is the prediction in {_UNIT_NAMES[other]} instead of {unit}?"
+            break
+    _fail(CheckFailed(said))
+
+
+def expect_model(func: Callable, name: str, cases, reference: Callable,
+                 hint: Callable) -> None:
+    """The student's model `func` equals `reference` on each of `cases` (argument tuples),
+    to 1e-9; a miss says ``name(args)`` and ``hint(got, *args)``."""
+    __tracebackhide__ = True
+    for args in cases:
+        got = call_local(func, *args, timeout=10)
+        expect_close(got, reference(*args), rtol=1e-9,
+                     what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
+
+
+def where(m: dict) -> str:
+    """How a measurement was made, for a check's message."""
+    over = ", oversubscribed" if m["oversubscribed"] else ""
+    return f"{m['ranks']} ranks on {m['cores']} core{'s' * (m['cores'] != 1)}{over}"
+
+
+def shown(func: Callable, *args: Any, digits: int = 1, name: str | None = None) -> str:
+    """``func(*args)`` as "123.4 µs" (`digits` after the point) for a try-it cell, or what
+    it raised (calling the function `name`, its ``__name__`` by default)."""
+    try:
+        got = func(*args)
+        return " ".join(f"{float(v):8.{digits}f} µs"
+                        for v in (got if isinstance(got, (tuple, list)) else (got,)))
+    except Exception as exc:  # noqa: BLE001 - shown, not raised
+        name = name or getattr(func, "__name__", "it")
+        return f"({name} raised {type(exc).__name__}: {exc})"
+
+
+def _as_returned(got: Any) -> Any:
+    return got
+
+
+@dataclass(frozen=True)
+class Part:
+    """One measured case a prediction is graded against.
+
+    Parameters
+    ----------
+    what : str
+        The measured case, in words ("a push of 1 MiB on 4 images").
+    args : tuple
+        The student's function's arguments for it, from the measurement.
+    measured_us : float
+        What was measured, in µs.
+    predicted, ratio : str
+        The keys the check's result gives the prediction and the ratio under.
+    pick : callable, optional
+        This part's number out of what the function returned (lab 00's function returns
+        a lap and a shift for the same arguments; it is called once for both).
+    """
+
+    what: str
+    args: tuple
+    measured_us: float
+    predicted: str = "predicted_us"
+    ratio: str = "ratio"
+    pick: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A lab's graded prediction, declared as data.
+
+    Parameters
+    ----------
+    name : str
+        The student's function, as messages call it ("push_us").
+    now : callable
+        ``now(cluster_ranks) -> dict``: the measurement, made once per grading session
+        (:func:`mpilab.grading.measured.measure`); it has ``ranks``, ``cores`` and
+        ``oversubscribed`` (:func:`where`).
+    parts : callable
+        ``parts(m) -> [Part, ...]``: the measured cases of measurement `m`, each with the
+        arguments the student's function predicts it from.
+    model : callable
+        ``model(m) -> str``: the numbers the predictions were made from, in words.
+    tolerance : (float, float)
+        How many times the prediction each measured case may take.
+    reference, hint : callable, optional
+        The model, and ``hint(got, *args)`` for a miss, for the made-up cases
+        (:func:`expect_model`); without them a check takes no cases.
+    args : callable
+        A made-up case as the function's arguments (lab 02 makes its dims a tuple).
+    expect_cases : callable, optional
+        ``expect_cases(func, cases)`` in place of :func:`expect_model`, where the function
+        returns more than one number.
+    returned : callable
+        What the function returned, as it is graded (lab 01 accepts a one-element array).
+    shows : callable, optional
+        ``shows(func, m, cluster_ranks)``: prints the try-it cell's lines (:meth:`show`).
+    """
+
+    name: str
+    now: Callable[[int], dict]
+    parts: Callable[[dict], Iterable[Part]]
+    model: Callable[[dict], str]
+    tolerance: tuple[float, float]
+    reference: Callable[..., float] | None = None
+    hint: Callable[..., str] | None = None
+    args: Callable[[Any], tuple] = tuple
+    expect_cases: Callable[[Callable, Iterable], None] | None = None
+    returned: Callable[[Any], Any] = _as_returned
+    shows: Callable[[Callable, dict, int], None] | None = None
+
+    def check(self, func: Callable, cases: Iterable = (), *, cluster_ranks: int) -> dict:
+        """`func` equals the model on `cases`, and its predictions hold against the
+        measurement: return the measurement with each part's prediction and ratio.
+
+        Raises
+        ------
+        mpilab.grading.CheckFailed
+            Naming the case and the likely slip, or the measured case, the measurement,
+            the prediction and the numbers it was made from.
+        """
+        __tracebackhide__ = True
+        if self.expect_cases is not None:
+            self.expect_cases(func, cases)
+        elif self.reference is not None:
+            expect_model(func, self.name, [self.args(c) for c in cases], self.reference,
+                         self.hint)
+        m = self.now(cluster_ranks)
+        model = self.model(m)
+        out = dict(m)
+        calls: list[tuple[tuple, Any]] = []  # one call per distinct arguments
+        for part in self.parts(m):
+            got = next((g for a, g in calls if a == part.args), calls)
+            if got is calls:
+                got = self.returned(call_local(func, *part.args, timeout=10))
+                calls.append((part.args, got))
+            if part.pick is not None:
+                got = part.pick(got)
+            out[part.predicted] = got
+            out[part.ratio] = expect_prediction(got, part.measured_us, tolerance=self.tolerance,
+                                                what=part.what, model=model)
+        return out
+
+    def show(self, func: Callable, cluster_ranks: int) -> None:
+        """Not graded: the measurement (the first call makes it, a few seconds), beside
+        `func`'s predictions; nothing while grading."""
+        if not_while_grading():
+            return None
+        self.shows(func, self.now(cluster_ranks), cluster_ranks)
