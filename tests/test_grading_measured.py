@@ -14,6 +14,7 @@ import pytest
 from mpilab import runtime
 from mpilab.grading import CheckFailed
 from mpilab.grading import allgather as A
+from mpilab.grading import allgather_model as AM
 from mpilab.grading import collectives as C
 from mpilab.grading import halo as H
 from mpilab.grading import measured as M
@@ -136,7 +137,7 @@ def test_allgather_model_counts_steps_and_blocks():
     ("ring", 3 * 2.0, "its bytes at β"),
 ])
 def test_allgather_hints_name_the_mistake(alg, got, says):
-    assert says in A._allgather_hint(got, alg, 4, 1000, 2.0, 1000.0)
+    assert says in AM._allgather_hint(got, alg, 4, 1000, 2.0, 1000.0)
 
 
 def test_ring_hints_name_the_mistake():
@@ -190,10 +191,10 @@ def test_lab06_times_the_allgathers_beside_both_ping_pongs(lab):
     loop as the resent and the forwarded ping-pong, on 4 ranks (a power of two)."""
     from mpilab.grading import run_on_ranks
 
-    out = run_on_ranks(A._forwarding_with_allgathers, 1 << 16, ranks=4, timeout=120)
+    out = run_on_ranks(AM._forwarding_with_allgathers, 1 << 16, ranks=4, timeout=120)
     assert all(o == out[0] for o in out)  # the slowest rank's times, on every rank
     got = out[0]
     assert got["nbytes"] == 1 << 16 and got["ranks"] == 4
     assert got["ring_us"] > got["alpha_us"] > 0 and got["recursive_doubling_us"] > 0
-    three = run_on_ranks(A._forwarding_with_allgathers, 1 << 10, ranks=3, timeout=120)[0]
+    three = run_on_ranks(AM._forwarding_with_allgathers, 1 << 10, ranks=3, timeout=120)[0]
     assert three["recursive_doubling_us"] is None and three["ring_us"] > 0

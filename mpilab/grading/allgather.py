@@ -20,9 +20,8 @@ reference and a :class:`mpilab.tracing.TracingComm` in the student's hands, then
    the Cython source writes the ring itself (:func:`check_ring_source`), and times it
    beside the library (:func:`time_compiled`, :func:`time_allgather`);
 4. Part G: grades the student's model of the three allgathers exactly, then against the
-   course's compiled allgathers of 1 KiB blocks measured now (:func:`check_allgather_us`,
-   :func:`eager_times`); the try-it cell also shows 1 MiB blocks, where what the sender's
-   buffer held last decides the cost (:func:`mpilab.timing.forwarding_times`).
+   course's compiled allgathers of 1 KiB blocks measured now: a graded prediction, in
+   :mod:`mpilab.grading.allgather_model` (:func:`check_allgather_us`, re-exported here).
 
 The pure-Python parts take plain data and are tested without MPI
 (``tests/test_grading_allgather.py``).
@@ -35,25 +34,35 @@ references computed in the caller, which at autograde time is the grader's kerne
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
 from mpilab import build, grading, tracing
-from mpilab.grading import measured
-from mpilab.grading.collectives import (
+from mpilab.grading.allgather_model import (
+    ALLGATHER,
+    BLOCK_BYTES,
+    PREDICTED,
+    PREDICTION_TOLERANCE,
+    allgather_now,
+    check_allgather_us,
+    eager_times,
+    reference_allgather_us,
+    show_allgather_us,
+)
+from mpilab.grading.traced import (
     check_traced,
+    expect_sendbuf_kept,
     explained,
     label_of,
     log_steps,
     messages_hint,
     parse_cases,
     ranks_text,
+    run_traced,
+    traced_steps,
 )
-from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
     "allgather_harness",
@@ -79,6 +88,8 @@ __all__ = [
     "check_allgather_us",
     "show_allgather_us",
     "PREDICTION_TOLERANCE",
+    "BLOCK_BYTES",
+    "PREDICTED",
     "ALLGATHER",
 ]
 
@@ -388,13 +399,10 @@ def check_ring_source(source: str, *, name: str = "the ring") -> None:
 
 def _allgather_run(allgather, p, n, dtype, name, timeout):
     __tracebackhide__ = True
-    with explained(name):
-        out = grading.run_on_ranks(allgather_harness, allgather, n, str(dtype), ranks=p,
-                                   timeout=timeout, blame=allgather)
+    out = run_traced(allgather_harness, allgather, n, str(dtype), ranks=p, name=name,
+                     timeout=timeout)
     label = f"{name} on {p} ranks, {n:,} {dtype} per rank"
-    changed = [r for r, o in enumerate(out) if not o["unchanged"]]
-    grading.expect(not changed, f"{label}: sendbuf changed on rank {ranks_text(changed)}: leave it "
-                   "as it is (comm.Allgather does not touch it)")
+    expect_sendbuf_kept(out, label, "as it is (comm.Allgather does not touch it)")
     hint = block_problems(out, n) + [messages_hint(out[0], p)]
     grading.expect_per_rank([o["recv"] for o in out], [o["ref"] for o in out], what="holds",
                             label=label, hint="\n".join(hint))
@@ -449,11 +457,9 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     """
     __tracebackhide__ = True
     name = label_of(allgather, name)
-    took = []
-    for (p,) in parse_cases(ranks, "p"):
-        info = _allgather_run(allgather, p, n, "float64", name, timeout)[0]
-        took.append(check_ring_schedule(info, p, n, name=name))
-    return took
+    return traced_steps(ranks, "p", lambda p: _allgather_run(allgather, p, n, "float64", name,
+                                                             timeout),
+                        lambda info, p: check_ring_schedule(info, p, n, name=name))
 
 
 def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
@@ -480,11 +486,9 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     """
     __tracebackhide__ = True
     name = label_of(allgather, name)
-    took = []
-    for (p,) in parse_cases(ranks, "p"):
-        info = _allgather_run(allgather, p, n, "float64", name, timeout)[0]
-        took.append(check_log_schedule(info, p, n, name=name))
-    return took
+    return traced_steps(ranks, "p", lambda p: _allgather_run(allgather, p, n, "float64", name,
+                                                             timeout),
+                        lambda info, p: check_log_schedule(info, p, n, name=name))
 
 
 def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,
@@ -511,9 +515,7 @@ def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,
     name = label_of(allgather, name)
     said = ""
     for n in sizes:
-        with explained(name):
-            out = grading.run_on_ranks(refuses_harness, allgather, n, ranks=ranks,
-                                       timeout=timeout, blame=allgather)
+        out = run_traced(refuses_harness, allgather, n, ranks=ranks, name=name, timeout=timeout)
         said = check_refusals(out, f"{name} on {ranks} ranks, {n} float64 per rank",
                               f"{ranks} is not a power of two")
     return said
@@ -539,9 +541,7 @@ def check_compiled_ring(kernel: Callable, cases: Iterable, *, name: str,
     for p, n in parse_cases(cases, "p n"):
         label = f"{name} on {p} ranks, {n:,} float64 per rank"
         try:
-            with explained(name):
-                out = grading.run_on_ranks(cython_harness, kernel, n, 0, ranks=p,
-                                           timeout=timeout, blame=kernel)
+            out = run_traced(cython_harness, kernel, n, 0, ranks=p, name=name, timeout=timeout)
         except grading.Skipped:
             raise
         except grading.TimedOut as exc:  # the stack dump stops where Python called into C
@@ -572,9 +572,7 @@ def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
         Seconds before the run fails as stuck.
     """
     __tracebackhide__ = True
-    with explained(name):
-        out = grading.run_on_ranks(cython_harness, kernel, n, 1, ranks=p, timeout=timeout,
-                                   blame=kernel)
+    out = run_traced(cython_harness, kernel, n, 1, ranks=p, name=name, timeout=timeout)
     quiet = [r for r, o in enumerate(out) if o["raised"] is None]
     grading.expect(not quiet, f"{name} on {p} ranks with a recvbuf of {p * n + 1} numbers for "
                    f"{p} blocks of {n}: ranks {ranks_text(quiet)} did not raise ValueError. Keep "
@@ -637,183 +635,3 @@ def check_cython_ring(source: str, cases: Iterable, *, refuse: tuple[int, int] =
     check_compiled_ring(kernel, cases, name=name, timeout=timeout)
     check_compiled_refuses(kernel, *refuse, name=name, timeout=timeout)
     return time_compiled(kernel, name=name, timeout=timeout)
-
-
-
-# ---------------------------------------------------------------------------------------
-# Part G: the model's prediction against the course's allgathers, measured now
-
-#: Part G: each measured allgather may take this many times the student's prediction.
-PREDICTION_TOLERANCE = (0.5, 3.0)
-#: Part G's graded blocks: small enough to travel eagerly, copied through the library's
-#: shared queue like the ping-pong that gives α and β (see :func:`eager_times`).
-BLOCK_BYTES = 1024
-#: The not-graded comparison: blocks large enough for the single-copy path.
-LARGE_BYTES = 1 << 20
-PREDICTED = ("ring", "recursive_doubling", "bruck")
-
-
-def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict:
-    """On every rank of `comm`: α (8 B) and the one-way time of `block_bytes` by the
-    course's compiled ping-pong (ranks 0 and 1), and the course's compiled allgathers of
-    `block_bytes` per rank (:data:`PREDICTED`; recursive doubling where p is a power of
-    two, else None), every one a loop of `iters` calls timed in C, the slowest rank's time
-    per call. A repetition times each of them once in turn, so a change of the machine's
-    state during the loop reaches all alike; each is the fastest of `reps`, in µs, every
-    rank on a core of its own where there are cores enough.
-
-    Why small blocks: up to the library's eager limit a message is copied into a queue in
-    shared memory and out of it on the other side, the ping-pong's messages and the
-    allgather's alike, so α and β carry over. Large messages are copied once, straight from
-    the sender's buffer, and then what that buffer held last decides the cost: a ping-pong
-    resending one array finds it in the other core's cache, a ring forwards what it has
-    just received (:func:`mpilab.timing.forwarding_times`)."""
-    from mpilab import collectives
-    from mpilab.kernels import pingpong as kp
-
-    p = comm.Get_size()
-    k = collectives.kernel_module()
-    sbuf = measured.doubles(-(-block_bytes // 8)).view(np.uint8)
-    rbuf = measured.doubles(-(-block_bytes // 8), 0.0).view(np.uint8)
-    algs = [a for a in PREDICTED if a in collectives.admissible("allgather", p)]
-
-    def once(name: str) -> float:
-        if name in ("alpha", "block"):
-            n = 8 if name == "alpha" else block_bytes
-            t = kp.pingpong(comm, sbuf, rbuf, n, iters=iters, reps=1, warmup=10)
-        else:
-            t = k.time(comm, "allgather", name, block_bytes, iters=iters, reps=1, warmup=10)
-        return float(np.min(t)) * 1e6
-
-    names = ["alpha", "block", *algs]
-    best = dict.fromkeys(names, float("inf"))
-    with measured.pinned(comm):
-        for _ in range(reps):
-            for name in names:
-                best[name] = min(best[name], once(name))
-    a, t = best["alpha"], best["block"]
-    out = {"alpha_us": a, "block_us": t, "block_bytes": int(block_bytes),
-           "beta_MBps": block_bytes / max(t - a, 1e-3)}
-    for alg in PREDICTED:
-        out[f"{alg}_us"] = best.get(alg)
-    return out
-
-
-def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
-    """On every rank: :func:`mpilab.timing.forwarding_times` with the course's ring and
-    recursive doubling (None unless p is a power of two) allgathers of `nbytes` blocks
-    timed in the same loop."""
-    from mpilab import collectives
-    from mpilab.timing import forwarding_times
-
-    p = comm.Get_size()
-    n = max(1, nbytes // 8)
-    send, recv = measured.doubles(n, float(comm.Get_rank())), measured.doubles(p * n, 0.0)
-    ops = {alg: (lambda a=alg: collectives.run(comm, "allgather", a, send, recv))
-           for alg in ("ring", "recursive_doubling")
-           if alg in collectives.admissible("allgather", p)}
-    return {"recursive_doubling_us": None, **forwarding_times(comm, nbytes, extra=ops)}
-
-
-def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float,
-                           beta_MBps: float) -> float:
-    """The model (lecture 06, :func:`mpilab.collectives.predict`): per step α plus the
-    step's message at β; the ring p - 1 steps of one block, recursive doubling and Bruck
-    ⌈log2 p⌉ steps that together carry p - 1 blocks."""
-    from mpilab import collectives
-
-    return collectives.predict("allgather", alg, p, block_bytes, alpha_us, beta_MBps).t_us
-
-
-def allgather_now(cluster_ranks: int = 4) -> dict:
-    """α, β and the course's allgathers of 1 KiB blocks, measured (once per grading
-    session) on one rank per core (:func:`mpilab.grading.measured.measure`)."""
-    return measured.measure("allgather-eager", eager_times, BLOCK_BYTES,
-                            cluster_ranks=cluster_ranks)
-
-
-def _allgather_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
-    if not grading._is_num(got) or isinstance(got, (bool, complex)):
-        return "Return a number of µs."
-    steps = log_steps(p)
-    ring = alg == "ring"
-    guesses = [
-        (p * (a + n / b) if ring else math.nan,
-         "The ring takes p - 1 steps: a rank's own block never travels."),
-        ((p - 1) * (a + n / b) if not ring else math.nan,
-         "That is the ring's p - 1 steps of one block; this algorithm takes ⌈log2 p⌉ "
-         "steps, whose messages grow."),
-        (steps * (a + n / b) if not ring else math.nan,
-         "Each step's message grows (1, 2, 4, ... blocks): together the steps carry p - 1 "
-         "blocks, not one per step."),
-        (steps * a + p * n / b if not ring else math.nan,
-         "The steps carry p - 1 blocks in all: a rank's own block is already in place."),
-        (reference_allgather_us(alg, p, n, a, b) - (p - 1) * n / b,
-         "Each block costs its bytes at β too."),
-    ]
-    for value, text in guesses:
-        if math.isclose(got, value, rel_tol=1e-9) and not math.isclose(
-                value, reference_allgather_us(alg, p, n, a, b), rel_tol=1e-9):
-            return text
-    return ("Per step α plus that step's message at β: the ring p - 1 steps of one block; "
-            "Bruck and recursive doubling ⌈log2 p⌉ steps carrying p - 1 blocks in all.")
-
-
-def _allgather_parts(m: dict) -> list[Part]:
-    p, a, b = m["ranks"], m["alpha_us"], m["beta_MBps"]
-    return [Part(f"the course's {alg.replace('_', ' ')} allgather of 1 KiB blocks on {p} ranks",
-                 (alg, p, BLOCK_BYTES, a, b), m[f"{alg}_us"], f"{alg}_predicted_us",
-                 f"{alg}_ratio") for alg in PREDICTED if m[f"{alg}_us"] is not None]
-
-
-def _allgather_lines(allgather_us: Callable, m: dict, cluster_ranks: int) -> None:
-    """The 1 KiB blocks graded, then the same model for 1 MiB blocks with β from a
-    ping-pong that resends one array and from one that forwards what it received."""
-    print(f"measured on {where(m)}: α = {m['alpha_us']:.3f} µs (8 B), "
-          f"β = {m['beta_MBps']:,.0f} MB/s (one way of 1 KiB: {m['block_us']:.3f} µs)")
-    for part in _allgather_parts(m):
-        print(f"{part.args[0]:>18}, 1 KiB blocks: measured {part.measured_us:8.3f} µs, "
-              "predicted " + shown(allgather_us, *part.args, digits=3))
-    big = measured.measure("allgather-forwarding", _forwarding_with_allgathers, LARGE_BYTES,
-                           cluster_ranks=cluster_ranks)
-    a = big["alpha_us"]
-    print(f"\n1 MiB blocks on {where(big)}: one way {big['resent_us']:.1f} µs "
-          f"resending one array, {big['forwarded_us']:.1f} µs forwarding the one received")
-    for alg in ("ring", "recursive_doubling"):
-        if big[alg + "_us"] is None:
-            continue
-        print(f"{alg:>18}: measured {big[alg + '_us']:8.1f} µs; predicted with β resent "
-              + shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
-                      LARGE_BYTES / max(big["resent_us"] - a, 1e-3))
-              + ", with β forwarded "
-              + shown(allgather_us, alg, big["ranks"], LARGE_BYTES, a,
-                      LARGE_BYTES / max(big["forwarded_us"] - a, 1e-3)))
-
-
-#: Part G: ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)``, against the
-#: course's compiled allgathers of 1 KiB blocks, each algorithm measured on these ranks.
-ALLGATHER = Prediction(
-    name="allgather_us", reference=reference_allgather_us, hint=_allgather_hint,
-    now=allgather_now, parts=_allgather_parts, tolerance=PREDICTION_TOLERANCE,
-    shows=_allgather_lines,
-    model=lambda m: (f"α = {m['alpha_us']:.3g} µs (8 B) and β = {m['beta_MBps']:,.0f} MB/s "
-                     f"(1 KiB), measured just now on {where(m)}"))
-
-
-def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
-                       cluster_ranks: int = 4) -> dict:
-    """``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)`` equals the model on
-    `cases` ((alg, p, n, α, β) tuples), and its predictions hold against the course's
-    compiled allgathers of 1 KiB blocks measured just now, each within
-    :data:`PREDICTION_TOLERANCE`. Returns the measurement with ``{alg}_predicted_us`` and
-    ``{alg}_ratio`` for every algorithm measured."""
-    __tracebackhide__ = True
-    return ALLGATHER.check(allgather_us, cases, cluster_ranks=cluster_ranks)
-
-
-def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
-    """Not graded: α, β and the course's allgathers of 1 KiB blocks measured now (the
-    first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
-    the same model for 1 MiB blocks with β from a ping-pong that resends one array and
-    from one that forwards what it received (:func:`mpilab.timing.forwarding_times`)."""
-    return ALLGATHER.show(allgather_us, cluster_ranks)

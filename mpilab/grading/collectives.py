@@ -20,9 +20,10 @@ check gets both every rank's buffer and the messages that were really sent:
    the algorithm's: :func:`check_bcast_schedule`, :func:`check_allreduce_schedule` name
    the rank, the block and the step that is off.
 
-Lab 06's allgather checks (:mod:`mpilab.grading.allgather`) use the shared parts:
-:func:`check_traced`, :func:`messages_hint`, :func:`log_steps`, :func:`parse_cases`,
-:func:`explained`, and :func:`show_trace` for the labs' try-it cells.
+The shapes of these checks (running a harness traced, counting the steps, the words for
+who sent to whom, :func:`show_trace` for the labs' try-it cells) are
+:mod:`mpilab.grading.traced`'s, which lab 06's allgather checks
+(:mod:`mpilab.grading.allgather`) share; they are re-exported here.
 
 The pure-Python parts (the ``check_*_schedule`` functions, :func:`sum_problems`, ...)
 take plain data, so they are tested on hand-made outputs without MPI
@@ -30,7 +31,8 @@ take plain data, so they are tested on hand-made outputs without MPI
 
 A function that timed out once (a try-it cell counts) is not run again by later checks
 (:mod:`mpilab.grading`); the checks here then say so in the student's terms and point at
-the cell that shows where the ranks were stuck (:func:`skipped_note`).
+the cell that shows where the ranks were stuck
+(:func:`~mpilab.grading.traced.skipped_note`).
 
 Where it runs
 -------------
@@ -40,10 +42,9 @@ references computed in the caller, which at autograde time is the grader's kerne
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,20 @@ import numpy as np
 from mpilab import grading, tracing
 from mpilab.grading import measured
 from mpilab.grading.prediction import Part, Prediction, shown, where
+from mpilab.grading.traced import (
+    check_traced,
+    expect_sendbuf_kept,
+    explained,
+    label_of,
+    log_steps,
+    messages_hint,
+    parse_cases,
+    ranks_text,
+    run_traced,
+    show_trace,
+    skipped_note,
+    traced_steps,
+)
 
 __all__ = [
     "bcast_harness",
@@ -203,11 +218,6 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
 # pure Python: step counts, and what is wrong in words
 
 
-def log_steps(p: int) -> int:
-    """``ceil(log2 p)``, exactly: the steps of a binomial tree or Bruck's allgather."""
-    return (int(p) - 1).bit_length()
-
-
 def butterfly_steps(p: int) -> tuple[int, str]:
     """Steps of a butterfly allreduce on `p` ranks, and why, for a message.
 
@@ -219,33 +229,6 @@ def butterfly_steps(p: int) -> tuple[int, str]:
         return pof2.bit_length() - 1, f"log2 {p}"
     return (pof2.bit_length() + 1, f"log2 {pof2} for the butterfly on {pof2} ranks, 1 to fold "
             f"the other {p - pof2} in and 1 to hand them the result")
-
-
-def ranks_text(xs: Iterable[int]) -> str:
-    return ", ".join(map(str, xs))
-
-
-def messages_hint(info: dict, p: int, root: int | None = None) -> str:
-    """Who sent to whom, step by step (from the tracer), and who got nothing.
-
-    Parameters
-    ----------
-    info : dict
-        One rank's harness output: ``schedule`` and ``error`` of the tracer.
-    p : int
-        Ranks of the check.
-    root : int, optional
-        A broadcast's root: ranks other than the root that no message reached are named.
-    """
-    if info["error"]:
-        return f"The tracer could not pair up the messages: {info['error']}"
-    sched = info["schedule"]
-    text = "Messages, step by step (from the tracer):\n" + tracing.format_schedule(sched)
-    if root is not None:
-        missing = sorted(set(range(p)) - {m["dst"] for m in sched} - {root})
-        if missing:
-            text += f"\nNo message reached rank{'s' * (len(missing) > 1)} {ranks_text(missing)}."
-    return text
 
 
 def sum_problems(outs: Sequence[dict], limit: int = 4) -> list[str]:
@@ -292,46 +275,6 @@ def sum_problems(outs: Sequence[dict], limit: int = 4) -> list[str]:
         if len(lines) >= limit:
             break
     return lines
-
-
-def skipped_note(name: str) -> str:
-    """What a check adds when `name` is skipped because it timed out before."""
-    return (f"(That earlier run may have been a try-it cell above, not a check: the first "
-            f"cell where {name} timed out shows the line each rank was stuck on.)")
-
-
-@contextlib.contextmanager
-def explained(name: str) -> Iterator[None]:
-    """Re-raise :class:`mpilab.grading.Skipped` with :func:`skipped_note` added."""
-    __tracebackhide__ = True
-    try:
-        yield
-    except grading.Skipped as exc:
-        raise type(exc)(f"{exc}\n{skipped_note(name)}") from None
-
-
-def label_of(func: Callable, name: str | None) -> str:
-    return name or getattr(func, "__name__", None) or "the function"
-
-
-def check_traced(info: dict, label: str, how: str) -> None:
-    """No library collective was called, and the traced messages pair up.
-
-    Parameters
-    ----------
-    info : dict
-        One rank's harness output (``untraced``, ``error``).
-    label : str
-        What the message calls the run, e.g. ``"bcast_binomial on 4 ranks, root 1"``.
-    how : str
-        What to build it from instead, e.g. ``"build the tree from Send and Recv"``.
-    """
-    __tracebackhide__ = True
-    calls = sorted({name for _, name in info["untraced"]})
-    grading.expect(not calls, f"{label} called comm.{', comm.'.join(calls)}: {how} (the "
-                   "tracer cannot see the messages of a library collective)")
-    grading.expect(info["error"] is None,
-                   f"{label}: the messages do not pair up: {info['error']}")
 
 
 def check_bcast_schedule(info: dict, p: int, root: int, *,
@@ -420,35 +363,10 @@ def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butte
     return took
 
 
-# ---------------------------------------------------------------------------------------
-# cases
-
-
-def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tuple]:
-    """Tuples of `fields` (e.g. "p n root dtype"), trailing ones from `defaults`."""
-    names = fields.split()
-    out = []
-    for case in cases:
-        case = tuple(case) if isinstance(case, (tuple, list)) else (case,)
-        need = len(names) - len(defaults)
-        if not need <= len(case) <= len(names):
-            raise ValueError(f"a case is ({', '.join(names)}), with the last "
-                             f"{len(defaults)} optional; got {case!r}")
-        case = case + defaults[len(case) - need:]
-        p = case[0]
-        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-            raise ValueError(f"ranks must be a positive integer, got {p!r}")
-        if "root" in names and not 0 <= case[names.index("root")] < p:
-            raise ValueError(f"root {case[names.index('root')]!r} is not a rank of {p}")
-        out.append(case)
-    return out
-
-
 def _bcast_run(bcast, p, n, root, dtype, name, timeout):
     __tracebackhide__ = True
-    with explained(name):
-        out = grading.run_on_ranks(bcast_harness, bcast, n, root, str(dtype), ranks=p,
-                                   timeout=timeout, blame=bcast)
+    out = run_traced(bcast_harness, bcast, n, root, str(dtype), ranks=p, name=name,
+                     timeout=timeout)
     grading.expect_per_rank(
         [o["buf"] for o in out], [o["ref"] for o in out], what="holds",
         label=f"{name} on {p} ranks, root {root}, {n:,} {dtype}",
@@ -460,13 +378,11 @@ def _bcast_run(bcast, p, n, root, dtype, name, timeout):
 
 def _allreduce_run(allreduce, p, n, dtype, name, timeout):
     __tracebackhide__ = True
-    with explained(name):
-        out = grading.run_on_ranks(allreduce_harness, allreduce, n, str(dtype), ranks=p,
-                                   timeout=timeout, blame=allreduce)
+    out = run_traced(allreduce_harness, allreduce, n, str(dtype), ranks=p, name=name,
+                     timeout=timeout)
     label = f"{name} on {p} ranks, {n:,} {dtype}"
-    changed = [r for r, o in enumerate(out) if not o["unchanged"]]
-    grading.expect(not changed, f"{label}: sendbuf changed on rank {ranks_text(changed)}: leave it "
-                   "as it is and work in recvbuf (comm.Allreduce does not touch sendbuf)")
+    expect_sendbuf_kept(out, label, "as it is and work in recvbuf (comm.Allreduce does not "
+                        "touch sendbuf)")
     exact = np.dtype(dtype).kind != "f"
     hint = "\n".join(h for h in ("\n".join(sum_problems(out)), messages_hint(out[0], p)) if h)
     grading.expect_per_rank(
@@ -529,11 +445,9 @@ def check_bcast_steps(bcast: Callable, cases: Iterable, *, name: str | None = No
     """
     __tracebackhide__ = True
     name = label_of(bcast, name)
-    took = []
-    for p, root in parse_cases(cases, "p root"):
-        info = _bcast_run(bcast, p, 5, root, "float64", name, timeout)[0]
-        took.append(check_bcast_schedule(info, p, root, name=name))
-    return took
+    return traced_steps(cases, "p root",
+                        lambda p, root: _bcast_run(bcast, p, 5, root, "float64", name, timeout),
+                        lambda info, p, root: check_bcast_schedule(info, p, root, name=name))
 
 
 def check_allreduce(allreduce: Callable, cases: Iterable, *, name: str | None = None,
@@ -582,11 +496,9 @@ def check_allreduce_steps(allreduce: Callable, ranks: Iterable[int], *,
     """
     __tracebackhide__ = True
     name = label_of(allreduce, name)
-    took = []
-    for (p,) in parse_cases(ranks, "p"):
-        info = _allreduce_run(allreduce, p, 6, "float64", name, timeout)[0]
-        took.append(check_allreduce_schedule(info, p, name=name))
-    return took
+    return traced_steps(ranks, "p",
+                        lambda p: _allreduce_run(allreduce, p, 6, "float64", name, timeout),
+                        lambda info, p: check_allreduce_schedule(info, p, name=name))
 
 
 # ---------------------------------------------------------------------------------------
@@ -665,39 +577,3 @@ def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and both broadcasts measured now (the first call measures them, a
     few seconds), beside ``bcast_us``'s predictions."""
     return BCAST.show(bcast_us, cluster_ranks)
-
-
-# ---------------------------------------------------------------------------------------
-# trying code out (not graded)
-
-
-def show_trace(run: Callable, *args: Any, ranks: int = 4, timeout: float = 10) -> None:
-    """Not graded: run ``run(comm, *args)`` on `ranks` ranks with a tracing communicator.
-
-    Prints every rank's result, who sent to whom step by step, and draws it
-    (:func:`mpilab.tracing.draw`). A failure (a deadlock, an exception) is printed, not
-    raised. A timeout is remembered against the functions among `args` (the student's),
-    not against `run`, so the graded checks skip them until they change.
-    """
-    if grading.not_while_grading():
-        return None
-    blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or run
-    try:
-        out = grading.run_on_ranks(tracing.trace, run, *args, ranks=ranks, timeout=timeout,
-                                   blame=blame)
-    except grading.CheckFailed as exc:
-        print(f"{type(exc).__name__}: {exc}")
-        if isinstance(exc, grading.TimedOut) and not isinstance(exc, grading.Skipped):
-            names = " and ".join(label_of(b, None) for b in
-                                 (blame if isinstance(blame, tuple) else (blame,)))
-            print(f"(The checks below will not run {names} again until you change it and "
-                  "run its cell: they would only wait for the same timeout.)")
-        return
-    if out[0]["error"]:
-        print("The messages do not pair up:", out[0]["error"])
-        return
-    for r, o in enumerate(out):
-        print(f"rank {r}: {o['result']}")
-    sched = out[0]["schedule"]
-    print(f"{tracing.steps(sched)} steps:\n{tracing.format_schedule(sched)}")
-    tracing.draw(sched, ranks)

@@ -1,0 +1,179 @@
+"""The shapes of a traced check: a student's collective run with a tracing communicator.
+
+Labs 05 and 06 grade collectives the same way (:mod:`mpilab.grading.collectives`,
+:mod:`mpilab.grading.allgather`): a harness on the ranks runs the library's collective for
+the reference and hands the student's function a :class:`mpilab.tracing.TracingComm`, so
+a check gets every rank's buffer and the messages that were really sent. The shapes they
+share are here:
+
+* **a graded function's check**: :func:`run_traced` runs a harness on the ranks, a
+  function that timed out before explained in the student's terms (:func:`explained`),
+  :func:`expect_sendbuf_kept`; each lab compares the result with its own words;
+* **a traced-steps check**: :func:`traced_steps`, a right result first, then the steps
+  counted from the messages (:func:`check_traced`: no library collective, the messages
+  pair up) and compared with the algorithm's by the lab's schedule check;
+* the words both use: :func:`messages_hint`, :func:`ranks_text`, :func:`log_steps`,
+  :func:`parse_cases`, and :func:`show_trace` for the labs' try-it cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from mpilab import grading, tracing
+
+__all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explained", "label_of",
+           "check_traced", "parse_cases", "run_traced", "expect_sendbuf_kept", "traced_steps",
+           "show_trace"]
+
+
+def log_steps(p: int) -> int:
+    """``ceil(log2 p)``, exactly: the steps of a binomial tree or Bruck's allgather."""
+    return (int(p) - 1).bit_length()
+
+
+def ranks_text(xs: Iterable[int]) -> str:
+    return ", ".join(map(str, xs))
+
+
+def messages_hint(info: dict, p: int, root: int | None = None) -> str:
+    """Who sent to whom, step by step (from the tracer), and who got nothing.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's harness output: ``schedule`` and ``error`` of the tracer.
+    p : int
+        Ranks of the check.
+    root : int, optional
+        A broadcast's root: ranks other than the root that no message reached are named.
+    """
+    if info["error"]:
+        return f"The tracer could not pair up the messages: {info['error']}"
+    sched = info["schedule"]
+    text = "Messages, step by step (from the tracer):\n" + tracing.format_schedule(sched)
+    if root is not None:
+        missing = sorted(set(range(p)) - {m["dst"] for m in sched} - {root})
+        if missing:
+            text += f"\nNo message reached rank{'s' * (len(missing) > 1)} {ranks_text(missing)}."
+    return text
+
+
+def skipped_note(name: str) -> str:
+    """What a check adds when `name` is skipped because it timed out before."""
+    return (f"(That earlier run may have been a try-it cell above, not a check: the first "
+            f"cell where {name} timed out shows the line each rank was stuck on.)")
+
+
+@contextlib.contextmanager
+def explained(name: str) -> Iterator[None]:
+    """Re-raise :class:`mpilab.grading.Skipped` with :func:`skipped_note` added."""
+    __tracebackhide__ = True
+    try:
+        yield
+    except grading.Skipped as exc:
+        raise type(exc)(f"{exc}\n{skipped_note(name)}") from None
+
+
+def label_of(func: Callable, name: str | None) -> str:
+    return name or getattr(func, "__name__", None) or "the function"
+
+
+def check_traced(info: dict, label: str, how: str) -> None:
+    """No library collective was called, and the traced messages pair up.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's harness output (``untraced``, ``error``).
+    label : str
+        What the message calls the run, e.g. ``"bcast_binomial on 4 ranks, root 1"``.
+    how : str
+        What to build it from instead, e.g. ``"build the tree from Send and Recv"``.
+    """
+    __tracebackhide__ = True
+    calls = sorted({name for _, name in info["untraced"]})
+    grading.expect(not calls, f"{label} called comm.{', comm.'.join(calls)}: {how} (the "
+                   "tracer cannot see the messages of a library collective)")
+    grading.expect(info["error"] is None,
+                   f"{label}: the messages do not pair up: {info['error']}")
+
+
+def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tuple]:
+    """Tuples of `fields` (e.g. "p n root dtype"), trailing ones from `defaults`."""
+    names = fields.split()
+    out = []
+    for case in cases:
+        case = tuple(case) if isinstance(case, (tuple, list)) else (case,)
+        need = len(names) - len(defaults)
+        if not need <= len(case) <= len(names):
+            raise ValueError(f"a case is ({', '.join(names)}), with the last "
+                             f"{len(defaults)} optional; got {case!r}")
+        case = case + defaults[len(case) - need:]
+        p = case[0]
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ValueError(f"ranks must be a positive integer, got {p!r}")
+        if "root" in names and not 0 <= case[names.index("root")] < p:
+            raise ValueError(f"root {case[names.index('root')]!r} is not a rank of {p}")
+        out.append(case)
+    return out
+
+
+def run_traced(harness: Callable, func: Callable, *args: Any, ranks: int, name: str,
+               timeout: float) -> list[dict]:
+    """``harness(comm, func, *args)`` on `ranks` ranks, rank by rank; a timeout is
+    remembered against `func` (the student's), and a skip says where it timed out."""
+    __tracebackhide__ = True
+    with explained(name):
+        return grading.run_on_ranks(harness, func, *args, ranks=ranks, timeout=timeout,
+                                    blame=func)
+
+
+def expect_sendbuf_kept(outs: Sequence[dict], label: str, leave: str) -> None:
+    """No rank's ``unchanged`` is False; else name them and say `leave` ("as it is ...")."""
+    __tracebackhide__ = True
+    changed = [r for r, o in enumerate(outs) if not o["unchanged"]]
+    grading.expect(not changed, f"{label}: sendbuf changed on rank {ranks_text(changed)}: "
+                   f"leave it {leave}")
+
+
+def traced_steps(cases: Iterable, fields: str, run: Callable[..., list[dict]],
+                 schedule: Callable[..., int]) -> list[int]:
+    """Per case of `fields` (:func:`parse_cases`): ``run(*case)``, which checks the result,
+    then ``schedule(rank 0's output, *case)``, which checks the steps and returns them."""
+    __tracebackhide__ = True
+    return [schedule(run(*case)[0], *case) for case in parse_cases(cases, fields)]
+
+
+def show_trace(run: Callable, *args: Any, ranks: int = 4, timeout: float = 10) -> None:
+    """Not graded: run ``run(comm, *args)`` on `ranks` ranks with a tracing communicator.
+
+    Prints every rank's result, who sent to whom step by step, and draws it
+    (:func:`mpilab.tracing.draw`). A failure (a deadlock, an exception) is printed, not
+    raised. A timeout is remembered against the functions among `args` (the student's),
+    not against `run`, so the graded checks skip them until they change.
+    """
+    if grading.not_while_grading():
+        return None
+    blame = tuple(a for a in args if callable(a) and not isinstance(a, type)) or run
+    try:
+        out = grading.run_on_ranks(tracing.trace, run, *args, ranks=ranks, timeout=timeout,
+                                   blame=blame)
+    except grading.CheckFailed as exc:
+        print(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, grading.TimedOut) and not isinstance(exc, grading.Skipped):
+            names = " and ".join(label_of(b, None) for b in
+                                 (blame if isinstance(blame, tuple) else (blame,)))
+            print(f"(The checks below will not run {names} again until you change it and "
+                  "run its cell: they would only wait for the same timeout.)")
+        return
+    if out[0]["error"]:
+        print("The messages do not pair up:", out[0]["error"])
+        return
+    for r, o in enumerate(out):
+        print(f"rank {r}: {o['result']}")
+    sched = out[0]["schedule"]
+    print(f"{tracing.steps(sched)} steps:\n{tracing.format_schedule(sched)}")
+    tracing.draw(sched, ranks)
