@@ -18,8 +18,10 @@ cluster (:func:`mpilab.grading.run_on_ranks`, with a timeout) in two ways:
 2. **a heat run**: `steps` steps of the heat equation with the student's code, gathered
    into one field and compared with :func:`mpilab.halo.serial_heat`.
 
-The pure-Python parts (:func:`layout`, :func:`ghost_problems`, :func:`step_problems`,
-:func:`gathered`, ...) take plain arrays, so they can be tested without MPI.
+The pure-Python parts (:func:`ghost_problems`, :func:`step_problems`, :func:`gathered`,
+...) take plain arrays, so they can be tested without MPI; labs 03 and 04 share them, so
+they live in :mod:`mpilab.grading.ghosts` (re-exported here). Part E's prediction is a
+:class:`~mpilab.grading.prediction.Prediction` (:data:`EXCHANGE`).
 
 Where it runs
 -------------
@@ -41,6 +43,21 @@ import numpy as np
 
 from mpilab import grading, halo
 from mpilab.grading import measured
+from mpilab.grading.ghosts import (
+    SIDES,
+    expect_heat,
+    gathered,
+    ghost,
+    ghost_problems,
+    grid_of,
+    heat_difference,
+    numbered,
+    same,
+    short,
+    step_problems,
+    tried,
+    what_it_holds,
+)
 from mpilab.grading.prediction import Part, Prediction, shown, where
 
 __all__ = [
@@ -55,6 +72,10 @@ __all__ = [
     "step_problems",
     "gathered",
     "code_of",
+    "grid_of",
+    "expect_heat",
+    "tried",
+    "heat_difference",
     "check_exchange",
     "check_step",
     "check_posts_and_waits",
@@ -74,10 +95,6 @@ __all__ = [
     "PREDICTION_TOLERANCE",
     "EXCHANGE",
 ]
-
-#: The four ghost edges: (side, "row"/"column", dy, dx of the neighbour, its edge we hold).
-SIDES = [("north", "row", -1, 0, "south"), ("south", "row", 1, 0, "north"),
-         ("west", "column", 0, -1, "east"), ("east", "column", 0, 1, "west")]
 
 _KINDS = ("exchange", "step")
 _POST = r"\bI(s?send|recv)\s*\("
@@ -176,176 +193,6 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
         cart.Free()
 
 
-# ---------------------------------------------------------------------------------------
-# pure Python: what the ranks should hold, and what is wrong in words
-
-
-def numbered(nx: int, ny: int) -> np.ndarray:
-    """The numbered grid, shape ``(ny, nx)``: point ``(y, x)`` holds ``y * nx + x + 1``."""
-    return np.arange(1.0, nx * ny + 1).reshape(ny, nx)
-
-
-def same(a: np.ndarray, b: np.ndarray) -> bool:
-    """True when the arrays have the same shape and equal elements."""
-    return bool(a.shape == b.shape and not (a != b).any())
-
-
-def short(a: np.ndarray) -> str:
-    """The first four values of `a`, for a message: ``[1, 2, 3, 4, ...]``."""
-    vals = ", ".join(f"{v:g}" for v in a[:4].tolist()) + (", ..." if a.size > 4 else "")
-    return f"[{vals}]"
-
-
-def ghost(u: np.ndarray, side: str) -> np.ndarray:
-    """The ghost edge `side` ("north", "south", "west", "east") of the framed array `u`."""
-    return {"north": u[0, 1:-1], "south": u[-1, 1:-1], "west": u[1:-1, 0],
-            "east": u[1:-1, -1]}[side]
-
-
-def what_it_holds(got: np.ndarray, owned: dict, r: int) -> str:
-    """An edge's content in words: whose edge it is, 0.0s, or other values.
-
-    Parameters
-    ----------
-    got : numpy.ndarray
-        A ghost edge of rank `r`.
-    owned : dict
-        ``{rank: {"north": edge, "south": ..., "west": ..., "east": ...}}``: every
-        rank's own edges on the numbered grid.
-    r : int
-        The rank whose ghost edge `got` is.
-    """
-    if not got.any():
-        return "0.0s (nothing arrived?)"
-    for q, edges in owned.items():
-        for e, vals in edges.items():
-            who = "its own" if q == r else f"rank {q}'s"
-            if same(got, vals):
-                return f"{who} {e} edge {short(got)}"
-            if same(got, vals[::-1]):
-                return f"{who} {e} edge reversed"
-    return f"{short(got)}, which is no rank's edge"
-
-
-def ghost_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
-                   dims: Sequence[int]) -> list[str]:
-    """What is wrong with each rank's frame after one exchange on the numbered grid.
-
-    Parameters
-    ----------
-    probes : sequence of numpy.ndarray
-        Rank by rank, the framed block ``u`` after one exchange of the numbered grid.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
-
-    Returns
-    -------
-    list of str
-        One line per wrong edge (or changed block), naming the rank, the edge, what it
-        holds and whose edge it should hold; empty when the exchange was right.
-
-    Examples
-    --------
-    >>> u = [np.zeros((3, 3)), np.zeros((3, 3))]   # 2 x 1 grid over 1 x 2 ranks
-    >>> u[0][1, 1], u[1][1, 1] = 1.0, 2.0
-    >>> problems = ghost_problems(u, 2, 1, (1, 2))
-    >>> head, want = problems[0].split(", expected ")
-    >>> head
-    'rank 0: the east ghost column holds 0.0s (nothing arrived?)'
-    >>> want
-    "rank 1's west edge (its east neighbour)"
-    """
-    lay = halo.blocks(nx, ny, dims)
-    grid = numbered(nx, ny)
-    blocks = [grid[y0:y0 + rows, x0:x0 + cols] for y0, rows, x0, cols in lay]
-    owned = {q: {"north": b[0], "south": b[-1], "west": b[:, 0], "east": b[:, -1]}
-             for q, b in enumerate(blocks)}
-    py, px = dims
-    problems = []
-    for r, u in enumerate(probes):
-        cy, cx = divmod(r, px)
-        if u.shape != (blocks[r].shape[0] + 2, blocks[r].shape[1] + 2):
-            problems.append(f"rank {r}: u has shape {u.shape}, expected "
-                            f"{(blocks[r].shape[0] + 2, blocks[r].shape[1] + 2)}")
-            continue
-        if not same(u[1:-1, 1:-1], blocks[r]):
-            problems.append(f"rank {r}: the points it owns (u[1:-1, 1:-1]) changed; an "
-                            "exchange writes only the ghost frame")
-        for side, kind, dy, dx, opposite in SIDES:
-            got = ghost(u, side)
-            if 0 <= cy + dy < py and 0 <= cx + dx < px:
-                q = (cy + dy) * px + cx + dx
-                want = owned[q][opposite]
-                said = f"rank {q}'s {opposite} edge (its {side} neighbour)"
-            else:
-                want = np.zeros(got.shape)
-                said = (f"0.0s: rank {r} is on the {side} border (cart.Shift gives "
-                        "MPI.PROC_NULL, nothing arrives and the frame stays 0.0)")
-            if not same(got, want):
-                problems.append(f"rank {r}: the {side} ghost {kind} holds "
-                                f"{what_it_holds(got, owned, r)}, expected {said}")
-    return problems
-
-
-def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
-                  dims: Sequence[int]) -> list[str]:
-    """Where one step from the numbered grid went wrong, rank by rank, in words.
-
-    Parameters
-    ----------
-    probes : sequence of numpy.ndarray
-        Rank by rank, the framed ``new`` after one step from the numbered grid.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
-
-    Returns
-    -------
-    list of str
-        One line per wrong rank: the interior and/or which parts of the boundary ring
-        are wrong, and the first wrong point; empty when the step was right. The
-        reference is exact: the numbers, halves and eighths are exact in binary.
-    """
-    grid = np.zeros((ny + 2, nx + 2))
-    grid[1:-1, 1:-1] = numbered(nx, ny)
-    stepped = np.zeros_like(grid)
-    halo.heat_step(grid, stepped)
-    problems = []
-    for r, ((y0, rows, x0, cols), new) in enumerate(zip(halo.blocks(nx, ny, dims), probes,
-                                                        strict=True)):
-        if new.shape != (rows + 2, cols + 2):
-            problems.append(f"rank {r}: new has shape {new.shape}, expected "
-                            f"{(rows + 2, cols + 2)}")
-            continue
-        got = new[1:-1, 1:-1]
-        want = stepped[1 + y0:1 + y0 + rows, 1 + x0:1 + x0 + cols]
-        bad = got != want
-        if not bad.any():
-            continue
-        parts = [name for name, part in [
-            ("north row", bad[0, :]), ("south row", bad[-1, :]), ("west column", bad[:, 0]),
-            ("east column", bad[:, -1])] if part.any()]
-        ring = f"the boundary ring ({', '.join(parts)})" if parts else ""
-        inner = "the interior" if bad[1:-1, 1:-1].any() else ""
-        i, j = (int(k) for k in np.argwhere(bad)[0])
-        problems.append(f"rank {r}: new is wrong in {' and '.join(p for p in (inner, ring) if p)}"
-                        f"; first at new[{i + 1}, {j + 1}]: {got[i, j]:g}, expected "
-                        f"{want[i, j]:g}")
-    return problems
-
-
-def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
-             dims: Sequence[int]) -> np.ndarray:
-    """The ranks' blocks (no frame, rank by rank) put together into one ``(ny, nx)`` field."""
-    field = np.zeros((ny, nx))
-    for (y0, rows, x0, cols), block in zip(halo.blocks(nx, ny, dims), fields, strict=True):
-        field[y0:y0 + rows, x0:x0 + cols] = block
-    return field
-
-
 def code_of(func: Callable, name: str) -> str:
     """The source of `func` without comments (what the structure checks read).
 
@@ -406,13 +253,10 @@ def check_exchange(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
                    + ("\n  ..." if len(problems) > 6 else "")
                    + "\nEvery point holds its own number (1, 2, ... row by row over the grid), "
                    "so a ghost edge must hold the numbers of the neighbour's edge.")
-    grading.expect_close(gathered([o["field"] for o in outs], nx, ny, dims),
-                         halo.serial_heat(nx, ny, steps),
-                         what=f"{where}: the heat field after {steps} steps", rtol=1e-10,
-                         atol=1e-14,
-                         hint="One exchange was right, so look at the next ones: every step "
-                         "calls the exchange again on an array that held another step, and "
-                         "the frame on the border must stay 0.0.")
+    expect_heat(outs, where, nx, ny, dims, steps,
+                hint="One exchange was right, so look at the next ones: every step calls the "
+                "exchange again on an array that held another step, and the frame on the "
+                "border must stay 0.0.")
 
 
 def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
@@ -443,12 +287,9 @@ def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int
                    + "\nThe interior (rows 2..rows-1, columns 2..cols-1 of new) needs no ghost "
                    "cell; the boundary ring reads old's frame, so it is updated after "
                    "Waitall, once the neighbours' edges are there (columns copied in).")
-    grading.expect_close(gathered([o["field"] for o in outs], nx, ny, dims),
-                         halo.serial_heat(nx, ny, steps),
-                         what=f"{where}: the heat field after {steps} steps", rtol=1e-10,
-                         atol=1e-14,
-                         hint="One step was right, so look at what changes between steps: "
-                         "old and new swap, and the frame on the border must stay 0.0.")
+    expect_heat(outs, where, nx, ny, dims, steps,
+                hint="One step was right, so look at what changes between steps: old and new "
+                "swap, and the frame on the border must stay 0.0.")
 
 
 def check_posts_and_waits(exchange: Callable, *, name: str | None = None) -> None:
@@ -553,16 +394,6 @@ def check_fixed(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps
 # trying code out (not graded): the same harness, printed
 
 
-def grid_of(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
-    """`dims`, checked against `ranks`; by default the grid MPI gives `ranks` (4 if None)."""
-    if dims is None:
-        return halo.process_grid(4 if ranks is None else ranks)
-    py, px = (int(d) for d in dims)
-    if ranks is not None and ranks != py * px:
-        raise ValueError(f"dims {(py, px)} need {py * px} ranks, not {ranks}")
-    return py, px
-
-
 def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | None = None,
                   dims: Sequence[int] | None = None, *, timeout: float = 5) -> None:
     """Not graded: run `exchange` once on the numbered grid and print every rank's block.
@@ -574,12 +405,8 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     if grading.not_while_grading():
         return None
     dims = grid_of(ranks, dims)
-    try:
-        outs = _run(exchange, "exchange", nx, ny, dims, 0, timeout)
-    except grading.CheckFailed as exc:
-        print(f"{type(exc).__name__}: {exc}")
-        return
-    for r, out in enumerate(outs):
+    outs = tried(lambda: _run(exchange, "exchange", nx, ny, dims, 0, timeout))
+    for r, out in enumerate(outs or ()):
         print(f"rank {r} (frame included):")
         print(np.array2string(out["probe"], formatter={"float_kind": lambda v: f"{v:4.0f}"}))
 
@@ -599,17 +426,8 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
         raise ValueError("give either exchange= or step=")
     dims = grid_of(ranks, dims)
     kind, func = ("exchange", exchange) if step is None else ("step", step)
-    try:
-        outs = _run(func, kind, nx, ny, dims, steps, timeout)
-    except grading.CheckFailed as exc:
-        print(f"{type(exc).__name__}: {exc}")
-        return None
-    field = gathered([o["field"] for o in outs], nx, ny, dims)
-    ref = halo.serial_heat(nx, ny, steps)
-    diff = float(np.abs(field - ref).max())
-    print(f"{nx} × {ny} grid, {steps} steps on {dims[0] * dims[1]} ranks: largest difference "
-          f"from halo.serial_heat {diff:.3g} (the hottest point: {ref.max():.4g})")
-    return diff
+    outs = tried(lambda: _run(func, kind, nx, ny, dims, steps, timeout))
+    return None if outs is None else heat_difference(outs, nx, ny, dims, steps)
 
 
 # ---------------------------------------------------------------------------------------
