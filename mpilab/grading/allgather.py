@@ -6,10 +6,11 @@ The lab's test cells call these functions::
     A.check_allgather(allgather_ring, [(4, 3), (5, 1000, "int32")])
     A.check_ring_steps(allgather_ring, [3, 4, 5])          # p - 1 steps, one block each
 
-As for lab 05 (:mod:`mpilab.grading.collectives`, whose tracing and explaining helpers
-these checks share): every check runs the student's function through a harness of this
-module on the ranks, with the library's ``comm.Allgather`` on the same data as the
-reference and a :class:`mpilab.tracing.TracingComm` in the student's hands, then
+As for lab 05 (:mod:`mpilab.grading.collectives`; the shapes of a traced check are
+:mod:`mpilab.grading.traced`'s): every check runs the student's function through a harness
+of this module on the ranks (module-level: the ranks import it from disk), with the
+library's ``comm.Allgather`` on the same data as the reference and a
+:class:`mpilab.tracing.TracingComm` in the student's hands, then
 
 1. compares **the result** rank by rank and explains a wrong block by whose block it holds
    (:func:`block_problems`: rank r's block is ``r * OWNER + 0, 1, 2, ...``);
@@ -24,12 +25,8 @@ reference and a :class:`mpilab.tracing.TracingComm` in the student's hands, then
    :mod:`mpilab.grading.allgather_model` (:func:`check_allgather_us`, re-exported here).
 
 The pure-Python parts take plain data and are tested without MPI
-(``tests/test_grading_allgather.py``).
-
-Where it runs
--------------
-As in :mod:`mpilab.grading.halo`: module-level harnesses the ranks import from disk,
-references computed in the caller, which at autograde time is the grader's kernel.
+(``tests/test_grading_allgather.py``); the references are computed in the caller, at
+autograde time the grader's kernel.
 """
 
 from __future__ import annotations
@@ -107,24 +104,11 @@ def allgather_harness(comm, allgather: Callable, n: int, dtype: str) -> dict:
     Rank r's block is ``r * 1_000_000 + 0, 1, 2, ...`` (:data:`OWNER`): a value says whose
     block it came from.
 
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-        The ranks of the check.
-    allgather : callable
-        The student's ``allgather(comm, sendbuf, recvbuf)``, called with a
-        :class:`mpilab.tracing.TracingComm`.
-    n : int
-        Elements per block.
-    dtype : str
-        NumPy type of the buffers.
-
-    Returns
-    -------
-    dict
-        ``recv`` (the student's recvbuf, which starts as -1 everywhere), ``ref`` (after
-        ``comm.Allgather``), ``unchanged`` (whether sendbuf was left as it was) and the
-        tracer's ``schedule``, ``error`` and ``untraced``.
+    `allgather` is the student's ``allgather(comm, sendbuf, recvbuf)``, called with a
+    :class:`mpilab.tracing.TracingComm`; `n` elements per block, of NumPy type `dtype`.
+    Returns ``recv`` (the student's recvbuf, which starts as -1 everywhere), ``ref``
+    (after ``comm.Allgather``), ``unchanged`` (whether sendbuf was left as it was) and the
+    tracer's ``schedule``, ``error`` and ``untraced``.
     """
     r, p = comm.Get_rank(), comm.Get_size()
     send = (r * OWNER + np.arange(n)).astype(dtype)
@@ -292,8 +276,7 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
-    check_traced(info, label, "write the algorithm with point-to-point calls")
-    sched = info["schedule"]
+    sched = check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
     off = [m for m in sched if m["dst"] != (m["src"] + 1) % p]
     grading.expect(not off, f"{label}: " + "; ".join(
@@ -314,28 +297,12 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
 def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int = 8) -> int:
     """A right Bruck or recursive-doubling allgather's messages: ``ceil(log2 p)`` steps.
 
-    Every block must reach every other rank once: ``p (p - 1)`` blocks in all.
-
-    Parameters
-    ----------
-    info : dict
-        One rank's :func:`allgather_harness` output.
-    p, n : int
-        Ranks, and elements per block.
-    name : str
-        What messages call the function.
-    itemsize : int
-        Bytes per element.
-
-    Returns
-    -------
-    int
-        The steps it took.
+    Every block must reach every other rank once: ``p (p - 1)`` blocks in all. Parameters
+    and result as for :func:`check_ring_schedule`.
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
-    check_traced(info, label, "write the algorithm with point-to-point calls")
-    sched = info["schedule"]
+    sched = check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
     took, allowed = tracing.steps(sched), log_steps(p)
     grading.expect(took <= allowed, f"{label} took {took} steps; it should take {allowed} "
@@ -409,6 +376,14 @@ def _allgather_run(allgather, p, n, dtype, name, timeout):
     return out
 
 
+def _steps(allgather, ranks, n, name, timeout, schedule) -> list[int]:
+    __tracebackhide__ = True
+    name = label_of(allgather, name)
+    return traced_steps(ranks, "p",
+                        lambda p: _allgather_run(allgather, p, n, "float64", name, timeout),
+                        lambda info, p: schedule(info, p, n, name=name))
+
+
 def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = None,
                     timeout: float = 10) -> None:
     """Every rank's recvbuf holds all blocks in rank order, as after ``comm.Allgather``.
@@ -456,39 +431,19 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
         The steps on each rank count (:func:`check_ring_schedule`).
     """
     __tracebackhide__ = True
-    name = label_of(allgather, name)
-    return traced_steps(ranks, "p", lambda p: _allgather_run(allgather, p, n, "float64", name,
-                                                             timeout),
-                        lambda info, p: check_ring_schedule(info, p, n, name=name))
+    return _steps(allgather, ranks, n, name, timeout, check_ring_schedule)
 
 
 def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
                     name: str | None = None, timeout: float = 10) -> list[int]:
     """A right allgather, then ``ceil(log2 p)`` steps moving ``p (p - 1)`` blocks in all.
 
-    For Bruck's algorithm and recursive doubling.
-
-    Parameters
-    ----------
-    allgather : callable
-        ``allgather(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
-    n : int
-        Float64 per block.
-    name, timeout
-        As for :func:`check_bcast`.
-
-    Returns
-    -------
-    list of int
-        The steps on each rank count (:func:`check_log_schedule`).
+    For Bruck's algorithm and recursive doubling. Parameters as for
+    :func:`check_ring_steps`; returns the steps on each rank count
+    (:func:`check_log_schedule`).
     """
     __tracebackhide__ = True
-    name = label_of(allgather, name)
-    return traced_steps(ranks, "p", lambda p: _allgather_run(allgather, p, n, "float64", name,
-                                                             timeout),
-                        lambda info, p: check_log_schedule(info, p, n, name=name))
+    return _steps(allgather, ranks, n, name, timeout, check_log_schedule)
 
 
 def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,

@@ -303,8 +303,7 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks, root {root}"
-    check_traced(info, label, "build the tree from Send and Recv")
-    sched = info["schedule"]
+    sched = check_traced(info, label, "build the tree from Send and Recv")
     took, allowed = tracing.steps(sched), log_steps(p)
     hint = ""
     if {m["src"] for m in sched} == {root}:
@@ -347,8 +346,7 @@ def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butte
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
-    check_traced(info, label, "build the butterfly from Sendrecv")
-    sched = info["schedule"]
+    sched = check_traced(info, label, "build the butterfly from Sendrecv")
     allowed, why = butterfly_steps(p)
     nothing = sorted(set(range(p)) - {m["dst"] for m in sched})
     grading.expect(not nothing, f"{label}: no message reached rank {ranks_text(nothing)} through "

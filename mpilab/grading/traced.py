@@ -81,8 +81,8 @@ def label_of(func: Callable, name: str | None) -> str:
     return name or getattr(func, "__name__", None) or "the function"
 
 
-def check_traced(info: dict, label: str, how: str) -> None:
-    """No library collective was called, and the traced messages pair up.
+def check_traced(info: dict, label: str, how: str) -> list[dict]:
+    """No library collective was called, and the traced messages pair up: the schedule.
 
     Parameters
     ----------
@@ -99,6 +99,7 @@ def check_traced(info: dict, label: str, how: str) -> None:
                    "tracer cannot see the messages of a library collective)")
     grading.expect(info["error"] is None,
                    f"{label}: the messages do not pair up: {info['error']}")
+    return info["schedule"]
 
 
 def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tuple]:
