@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from mpilab import build, grading, tracing
+from mpilab.grading import traced
 from mpilab.grading.allgather_model import (
     ALLGATHER,
     BLOCK_BYTES,
@@ -48,47 +49,14 @@ from mpilab.grading.allgather_model import (
     reference_allgather_us,
     show_allgather_us,
 )
-from mpilab.grading.traced import (
-    check_traced,
-    expect_sendbuf_kept,
-    explained,
-    label_of,
-    log_steps,
-    messages_hint,
-    parse_cases,
-    ranks_text,
-    run_traced,
-    traced_steps,
-)
 
-__all__ = [
-    "allgather_harness",
-    "refuses_harness",
-    "cython_harness",
-    "time_allgather",
-    "block_problems",
-    "check_ring_schedule",
-    "check_log_schedule",
-    "check_refusals",
-    "check_ring_source",
-    "check_allgather",
-    "check_ring_steps",
-    "check_log_steps",
-    "check_refuses",
-    "check_compiled_ring",
-    "check_compiled_refuses",
-    "time_compiled",
-    "check_cython_ring",
-    "eager_times",
-    "reference_allgather_us",
-    "allgather_now",
-    "check_allgather_us",
-    "show_allgather_us",
-    "PREDICTION_TOLERANCE",
-    "BLOCK_BYTES",
-    "PREDICTED",
-    "ALLGATHER",
-]
+__all__ = ["allgather_harness", "refuses_harness", "cython_harness", "time_allgather",
+           "block_problems", "check_ring_schedule", "check_log_schedule", "check_refusals",
+           "check_ring_source", "check_allgather", "check_ring_steps", "check_log_steps",
+           "check_refuses", "check_compiled_ring", "check_compiled_refuses",
+           "time_compiled", "check_cython_ring", "eager_times", "reference_allgather_us",
+           "allgather_now", "check_allgather_us", "show_allgather_us",
+           "PREDICTION_TOLERANCE", "BLOCK_BYTES", "PREDICTED", "ALLGATHER"]
 
 # ---------------------------------------------------------------------------------------
 # engine side: the checks' own harnesses (imported from this file by the engines)
@@ -276,7 +244,7 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
-    sched = check_traced(info, label, "write the algorithm with point-to-point calls")
+    sched = traced.check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
     off = [m for m in sched if m["dst"] != (m["src"] + 1) % p]
     grading.expect(not off, f"{label}: " + "; ".join(
@@ -302,9 +270,9 @@ def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int =
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
-    sched = check_traced(info, label, "write the algorithm with point-to-point calls")
+    sched = traced.check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
-    took, allowed = tracing.steps(sched), log_steps(p)
+    took, allowed = tracing.steps(sched), traced.log_steps(p)
     grading.expect(took <= allowed, f"{label} took {took} steps; it should take {allowed} "
                    f"(ceil(log2 {p})): the number of blocks a rank holds doubles in each "
                    "step.\n" + by_step)
@@ -366,11 +334,11 @@ def check_ring_source(source: str, *, name: str = "the ring") -> None:
 
 def _allgather_run(allgather, p, n, dtype, name, timeout):
     __tracebackhide__ = True
-    out = run_traced(allgather_harness, allgather, n, str(dtype), ranks=p, name=name,
+    out = traced.run_traced(allgather_harness, allgather, n, str(dtype), ranks=p, name=name,
                      timeout=timeout)
     label = f"{name} on {p} ranks, {n:,} {dtype} per rank"
-    expect_sendbuf_kept(out, label, "as it is (comm.Allgather does not touch it)")
-    hint = block_problems(out, n) + [messages_hint(out[0], p)]
+    traced.expect_sendbuf_kept(out, label, "as it is (comm.Allgather does not touch it)")
+    hint = block_problems(out, n) + [traced.messages_hint(out[0], p)]
     grading.expect_per_rank([o["recv"] for o in out], [o["ref"] for o in out], what="holds",
                             label=label, hint="\n".join(hint))
     return out
@@ -378,10 +346,11 @@ def _allgather_run(allgather, p, n, dtype, name, timeout):
 
 def _steps(allgather, ranks, n, name, timeout, schedule) -> list[int]:
     __tracebackhide__ = True
-    name = label_of(allgather, name)
-    return traced_steps(ranks, "p",
-                        lambda p: _allgather_run(allgather, p, n, "float64", name, timeout),
-                        lambda info, p: schedule(info, p, n, name=name))
+    name = traced.label_of(allgather, name)
+    return traced.traced_steps(ranks, "p",
+                               lambda p: _allgather_run(allgather, p, n, "float64", name,
+                                                        timeout),
+                               lambda info, p: schedule(info, p, n, name=name))
 
 
 def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = None,
@@ -405,8 +374,8 @@ def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = 
         holds (:func:`block_problems`), with the messages step by step.
     """
     __tracebackhide__ = True
-    name = label_of(allgather, name)
-    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
+    name = traced.label_of(allgather, name)
+    for p, n, dtype in traced.parse_cases(cases, "p n dtype", ("float64",)):
         _allgather_run(allgather, p, n, dtype, name, timeout)
 
 
@@ -467,10 +436,11 @@ def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,
         What rank 0 raised in the last run.
     """
     __tracebackhide__ = True
-    name = label_of(allgather, name)
+    name = traced.label_of(allgather, name)
     said = ""
     for n in sizes:
-        out = run_traced(refuses_harness, allgather, n, ranks=ranks, name=name, timeout=timeout)
+        out = traced.run_traced(refuses_harness, allgather, n, ranks=ranks, name=name,
+                                timeout=timeout)
         said = check_refusals(out, f"{name} on {ranks} ranks, {n} float64 per rank",
                               f"{ranks} is not a power of two")
     return said
@@ -493,10 +463,11 @@ def check_compiled_ring(kernel: Callable, cases: Iterable, *, name: str,
         is where Python called the compiled function.
     """
     __tracebackhide__ = True
-    for p, n in parse_cases(cases, "p n"):
+    for p, n in traced.parse_cases(cases, "p n"):
         label = f"{name} on {p} ranks, {n:,} float64 per rank"
         try:
-            out = run_traced(cython_harness, kernel, n, 0, ranks=p, name=name, timeout=timeout)
+            out = traced.run_traced(cython_harness, kernel, n, 0, ranks=p, name=name,
+                                    timeout=timeout)
         except grading.Skipped:
             raise
         except grading.TimedOut as exc:  # the stack dump stops where Python called into C
@@ -527,11 +498,12 @@ def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
         Seconds before the run fails as stuck.
     """
     __tracebackhide__ = True
-    out = run_traced(cython_harness, kernel, n, 1, ranks=p, name=name, timeout=timeout)
+    out = traced.run_traced(cython_harness, kernel, n, 1, ranks=p, name=name,
+                            timeout=timeout)
     quiet = [r for r, o in enumerate(out) if o["raised"] is None]
     grading.expect(not quiet, f"{name} on {p} ranks with a recvbuf of {p * n + 1} numbers for "
-                   f"{p} blocks of {n}: ranks {ranks_text(quiet)} did not raise ValueError. Keep "
-                   "the given checks before any MPI call.")
+                   f"{p} blocks of {n}: ranks {traced.ranks_text(quiet)} did not raise "
+                   "ValueError. Keep the given checks before any MPI call.")
 
 
 def time_compiled(kernel: Callable, *, name: str, n: int = 1024, iters: int = 5,
@@ -541,7 +513,7 @@ def time_compiled(kernel: Callable, *, name: str, n: int = 1024, iters: int = 5,
     The time itself is never judged. Returns the fastest repetition, in µs per call.
     """
     __tracebackhide__ = True
-    with explained(name):
+    with traced.explained(name):
         times, right = grading.run_on_ranks(time_allgather, kernel, n, iters, reps,
                                             timeout=timeout, blame=kernel)[0]
     grading.expect(right, f"{name} gave a wrong result when called {iters * reps + 1} times "

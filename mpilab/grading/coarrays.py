@@ -27,7 +27,6 @@ now (:func:`push_times`, through :mod:`mpilab.grading.measured`).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -35,7 +34,7 @@ from mpilab import grading
 from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
-from mpilab.grading.prediction import Part, Prediction, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
            "STORE", "LOAD", "push_times", "reference_push_us", "push_now", "check_push_us",
@@ -80,9 +79,7 @@ def _check(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int
     __tracebackhide__ = True
     name = _os._name(exchange, None)
     _structure(_os._code(exchange, name), name, stores=stores)
-    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _os._run("exchange", None, exchange, nx, ny, dims, steps, True, timeout)
-    _os._verdict(outs, where, nx, ny, dims, steps, hint=hint)
+    _os._checked("exchange", None, exchange, name, nx, ny, dims, steps, timeout, hint)
 
 
 def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
@@ -193,9 +190,7 @@ def push_now(cluster_ranks: int = 4) -> dict:
 
 
 def _push_hint(got, n: float, t: float, c: float) -> str:
-    if not grading._is_num(got) or isinstance(got, (bool, complex)):
-        return "Return a number of µs."
-    guesses = [
+    return guessed(got, [
         (n / c, "A store costs its fixed part even for one double (the indexing, the Put, "
                 "the sync_all that completes it): add the tiny push's time."),
         (t * n / 8, "The tiny push is almost all fixed cost, paid once per store, not once "
@@ -208,12 +203,8 @@ def _push_hint(got, n: float, t: float, c: float) -> str:
         (t + n / c * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
         (t + n / c / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
         (t, "The bytes take time too: n / β_copy."),
-    ]
-    for value, text in guesses:
-        if math.isclose(got, value, rel_tol=1e-9):
-            return text
-    return ("A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes "
-            "and β_copy in MB/s).")
+    ], "A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes and "
+       "β_copy in MB/s).")
 
 
 def _push_lines(push_us: Callable, m: dict, _cluster_ranks: int) -> None:

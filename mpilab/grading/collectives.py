@@ -67,34 +67,13 @@ from mpilab.grading.traced import (
     traced_steps,
 )
 
-__all__ = [
-    "bcast_harness",
-    "allreduce_harness",
-    "log_steps",
-    "butterfly_steps",
-    "messages_hint",
-    "sum_problems",
-    "skipped_note",
-    "check_traced",
-    "check_bcast_schedule",
-    "check_allreduce_schedule",
-    "check_bcast",
-    "check_bcast_steps",
-    "check_allreduce",
-    "check_allreduce_steps",
-    "show_trace",
-    "parse_cases",
-    "explained",
-    "label_of",
-    "ranks_text",
-    "bcast_times",
-    "reference_bcast_us",
-    "bcast_now",
-    "check_bcast_us",
-    "show_bcast_us",
-    "PREDICTION_TOLERANCE",
-    "BCAST",
-]
+__all__ = ["bcast_harness", "allreduce_harness", "log_steps", "butterfly_steps",
+           "messages_hint", "sum_problems", "skipped_note", "check_traced",
+           "check_bcast_schedule", "check_allreduce_schedule", "check_bcast",
+           "check_bcast_steps", "check_allreduce", "check_allreduce_steps", "show_trace",
+           "parse_cases", "explained", "label_of", "ranks_text", "bcast_times",
+           "reference_bcast_us", "bcast_now", "check_bcast_us", "show_bcast_us",
+           "PREDICTION_TOLERANCE", "BCAST"]
 
 UNTOUCHED = -99  # what an allreduce check's recvbuf holds before the call
 
@@ -330,19 +309,8 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
 def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butterfly") -> int:
     """A right allreduce's messages: a butterfly's steps (:func:`butterfly_steps`).
 
-    Parameters
-    ----------
-    info : dict
-        One rank's :func:`allreduce_harness` output.
-    p : int
-        Ranks of the run.
-    name : str
-        What messages call the function.
-
-    Returns
-    -------
-    int
-        The steps it took.
+    As :func:`check_bcast_schedule`, for one rank's :func:`allreduce_harness` output on `p`
+    ranks: returns the steps it took.
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
@@ -407,9 +375,9 @@ def check_bcast(bcast: Callable, cases: Iterable, *, name: str | None = None,
         ``(p, n, root)`` or ``(p, n, root, dtype)``: ranks, elements, root, NumPy type
         (``"float64"`` by default).
     name : str, optional
-        What messages call `bcast`; its ``__name__`` by default.
+        What messages call `bcast` (its ``__name__`` by default).
     timeout : float
-        Seconds before a case fails as stuck (deadlock or endless loop).
+        Seconds before a case fails as stuck, in a deadlock or an endless loop.
 
     Raises
     ------

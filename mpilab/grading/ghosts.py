@@ -20,7 +20,7 @@ import numpy as np
 from mpilab import grading, halo
 
 __all__ = ["SIDES", "numbered", "same", "short", "ghost", "what_it_holds", "ghost_problems",
-           "step_problems", "gathered", "expect_heat", "grid_of", "tried", "heat_difference"]
+           "step_problems", "gathered", "where_on", "expect_heat", "grid_of", "tried", "heat_difference"]
 
 #: The four ghost edges: (side, "row"/"column", dy, dx of the neighbour, its edge we hold).
 SIDES = [("north", "row", -1, 0, "south"), ("south", "row", 1, 0, "north"),
@@ -140,21 +140,11 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
                   dims: Sequence[int]) -> list[str]:
     """Where one step from the numbered grid went wrong, rank by rank, in words.
 
-    Parameters
-    ----------
-    probes : sequence of numpy.ndarray
-        Rank by rank, the framed ``new`` after one step from the numbered grid.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
-
-    Returns
-    -------
-    list of str
-        One line per wrong rank: the interior and/or which parts of the boundary ring
-        are wrong, and the first wrong point; empty when the step was right. The
-        reference is exact: the numbers, halves and eighths are exact in binary.
+    As :func:`ghost_problems`, with `probes` the framed ``new`` of each rank after one
+    step from the numbered grid. Returns one line per wrong rank: the interior and/or
+    which parts of the boundary ring are wrong, and the first wrong point; empty when the
+    step was right. The reference is exact: the numbers, halves and eighths are exact in
+    binary.
     """
     grid = np.zeros((ny + 2, nx + 2))
     grid[1:-1, 1:-1] = numbered(nx, ny)
@@ -191,6 +181,12 @@ def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
     for (y0, rows, x0, cols), block in zip(halo.blocks(nx, ny, dims), fields, strict=True):
         field[y0:y0 + rows, x0:x0 + cols] = block
     return field
+
+
+def where_on(label: str, nx: int, ny: int, dims: Sequence[int]) -> str:
+    """What a check's messages call its run: ``"exchange on a 16 × 12 grid, 2 × 2 process
+    grid"``."""
+    return f"{label} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
 
 
 def expect_heat(outs: Sequence[dict], where: str, nx: int, ny: int, dims: Sequence[int],

@@ -57,44 +57,18 @@ from mpilab.grading.ghosts import (
     step_problems,
     tried,
     what_it_holds,
+    where_on,
 )
 from mpilab.grading.prediction import Part, Prediction, shown, where
 
-__all__ = [
-    "SIDES",
-    "halo_harness",
-    "numbered",
-    "same",
-    "short",
-    "ghost",
-    "what_it_holds",
-    "ghost_problems",
-    "step_problems",
-    "gathered",
-    "code_of",
-    "grid_of",
-    "expect_heat",
-    "tried",
-    "heat_difference",
-    "check_exchange",
-    "check_step",
-    "check_posts_and_waits",
-    "check_nonblocking",
-    "check_overlap_order",
-    "check_overlap",
-    "check_blocking_calls",
-    "show_deadlock",
-    "check_fixed",
-    "show_exchange",
-    "compare_heat",
-    "exchange_times",
-    "reference_exchange_us",
-    "exchange_now",
-    "check_exchange_us",
-    "show_exchange_us",
-    "PREDICTION_TOLERANCE",
-    "EXCHANGE",
-]
+__all__ = ["SIDES", "halo_harness", "numbered", "same", "short", "ghost", "what_it_holds",
+           "ghost_problems", "step_problems", "gathered", "code_of", "grid_of",
+           "expect_heat", "tried", "heat_difference", "check_exchange", "check_step",
+           "check_posts_and_waits", "check_nonblocking", "check_overlap_order",
+           "check_overlap", "check_blocking_calls", "show_deadlock", "check_fixed",
+           "show_exchange", "compare_heat", "exchange_times", "reference_exchange_us",
+           "exchange_now", "check_exchange_us", "show_exchange_us", "PREDICTION_TOLERANCE",
+           "EXCHANGE"]
 
 _KINDS = ("exchange", "step")
 _POST = r"\bI(s?send|recv)\s*\("
@@ -215,6 +189,19 @@ def _run(func: Callable, kind: str, nx: int, ny: int, dims: Sequence[int], steps
                                 ranks=py * px, timeout=timeout)
 
 
+def _checked(func: Callable, kind: str, name: str | None, nx: int, ny: int,
+             dims: Sequence[int], steps: int, timeout: float, problems_of: Callable,
+             said: Callable[[str, list[str]], str], hint: str) -> None:
+    """A graded function's runs (:func:`halo_harness`): the numbered grid's problems
+    (`problems_of`, in the words of ``said(where, problems)``), then the heat run."""
+    __tracebackhide__ = True
+    where = where_on(_name(func, name), nx, ny, dims)
+    outs = _run(func, kind, nx, ny, dims, steps, timeout)
+    problems = problems_of([o["probe"] for o in outs], nx, ny, dims)
+    grading.expect(not problems, said(where, problems))
+    expect_heat(outs, where, nx, ny, dims, steps, hint=hint)
+
+
 # ---------------------------------------------------------------------------------------
 # the graded checks
 
@@ -244,19 +231,15 @@ def check_exchange(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
         With a message naming the rank, the ghost edge and the neighbour.
     """
     __tracebackhide__ = True
-    name = _name(exchange, name)
-    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _run(exchange, "exchange", nx, ny, dims, steps, timeout)
-    problems = ghost_problems([o["probe"] for o in outs], nx, ny, dims)
-    grading.expect(not problems, f"{where}: after one exchange {len(problems)} edge(s) are "
-                   "wrong:\n  " + "\n  ".join(problems[:6])
-                   + ("\n  ..." if len(problems) > 6 else "")
-                   + "\nEvery point holds its own number (1, 2, ... row by row over the grid), "
-                   "so a ghost edge must hold the numbers of the neighbour's edge.")
-    expect_heat(outs, where, nx, ny, dims, steps,
-                hint="One exchange was right, so look at the next ones: every step calls the "
-                "exchange again on an array that held another step, and the frame on the "
-                "border must stay 0.0.")
+    _checked(exchange, "exchange", name, nx, ny, dims, steps, timeout, ghost_problems,
+             lambda where, problems: (
+                 f"{where}: after one exchange {len(problems)} edge(s) are wrong:\n  "
+                 + "\n  ".join(problems[:6]) + ("\n  ..." if len(problems) > 6 else "")
+                 + "\nEvery point holds its own number (1, 2, ... row by row over the grid), "
+                 "so a ghost edge must hold the numbers of the neighbour's edge."),
+             hint="One exchange was right, so look at the next ones: every step calls the "
+             "exchange again on an array that held another step, and the frame on the "
+             "border must stay 0.0.")
 
 
 def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
@@ -278,18 +261,15 @@ def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int
         the boundary ring) and the first wrong point.
     """
     __tracebackhide__ = True
-    name = _name(step, name)
-    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _run(step, "step", nx, ny, dims, steps, timeout)
-    problems = step_problems([o["probe"] for o in outs], nx, ny, dims)
-    grading.expect(not problems, f"{where}: one step from the numbered grid is wrong on "
-                   f"{len(problems)} rank(s):\n  " + "\n  ".join(problems[:6])
-                   + "\nThe interior (rows 2..rows-1, columns 2..cols-1 of new) needs no ghost "
-                   "cell; the boundary ring reads old's frame, so it is updated after "
-                   "Waitall, once the neighbours' edges are there (columns copied in).")
-    expect_heat(outs, where, nx, ny, dims, steps,
-                hint="One step was right, so look at what changes between steps: old and new "
-                "swap, and the frame on the border must stay 0.0.")
+    _checked(step, "step", name, nx, ny, dims, steps, timeout, step_problems,
+             lambda where, problems: (
+                 f"{where}: one step from the numbered grid is wrong on {len(problems)} "
+                 "rank(s):\n  " + "\n  ".join(problems[:6])
+                 + "\nThe interior (rows 2..rows-1, columns 2..cols-1 of new) needs no ghost "
+                 "cell; the boundary ring reads old's frame, so it is updated after "
+                 "Waitall, once the neighbours' edges are there (columns copied in)."),
+             hint="One step was right, so look at what changes between steps: old and new "
+             "swap, and the frame on the border must stay 0.0.")
 
 
 def check_posts_and_waits(exchange: Callable, *, name: str | None = None) -> None:

@@ -51,7 +51,6 @@ the grader's kernel and the ranks are sandboxed.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -61,28 +60,12 @@ from mpilab import grading
 from mpilab.grading import ghosts, measured
 from mpilab.grading import halo as grading_halo
 from mpilab.grading.onesided_harness import SCRIBBLE, SLOW_SECONDS, onesided_harness, slow_rank
-from mpilab.grading.prediction import Part, Prediction, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
 
-__all__ = [
-    "SLOW_SECONDS",
-    "SCRIBBLE",
-    "onesided_harness",
-    "slow_rank",
-    "probe_problems",
-    "check_put",
-    "check_shared",
-    "check_mailbox",
-    "show_exchange",
-    "show_shared",
-    "compare_heat",
-    "epoch_times",
-    "reference_epoch_us",
-    "epoch_now",
-    "check_epoch_us",
-    "show_epoch",
-    "PREDICTION_TOLERANCE",
-    "EPOCH",
-]
+__all__ = ["SLOW_SECONDS", "SCRIBBLE", "onesided_harness", "slow_rank", "probe_problems",
+           "check_put", "check_shared", "check_mailbox", "show_exchange", "show_shared",
+           "compare_heat", "epoch_times", "reference_epoch_us", "epoch_now", "check_epoch_us",
+           "show_epoch", "PREDICTION_TOLERANCE", "EPOCH"]
 
 _P2P = r"\b(I?[sS]end|Ssend|Rsend|I?[rR]ecv|[sS]endrecv\w*)\s*\("
 
@@ -132,6 +115,14 @@ def _run(kind: str, setup: Callable | None, exchange: Callable, nx: int, ny: int
                                 steps, slow, ranks=py * px, timeout=timeout)
 
 
+def _checked(kind: str, setup: Callable | None, exchange: Callable, label: str, nx: int,
+             ny: int, dims: Sequence[int], steps: int, timeout: float, hint: str) -> None:
+    """A graded exchange's runs (:func:`onesided_harness`, slow ranks on) and verdict."""
+    __tracebackhide__ = True
+    outs = _run(kind, setup, exchange, nx, ny, dims, steps, True, timeout)
+    _verdict(outs, ghosts.where_on(label, nx, ny, dims), nx, ny, dims, steps, hint=hint)
+
+
 def _verdict(outs: list[dict], where: str, nx: int, ny: int, dims: Sequence[int],
              steps: int, hint: str) -> None:
     __tracebackhide__ = True
@@ -161,25 +152,8 @@ def check_put(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: 
     Structure first (``MPI.Win.Create``, ``Put``, ``Fence``, no send or receive), then the
     probe with slow ranks and the heat run of :func:`onesided_harness`.
 
-    Parameters
-    ----------
-    exchange : callable
-        ``exchange(cart, u)``, run on every rank: fills the ghost frame of ``u``.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
-    name : str, optional
-        What messages call `exchange`; its ``__name__`` by default.
-    timeout : float
-        Seconds before the check fails as stuck.
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        With a message naming the rank, the ghost edge and the neighbour.
+    Parameters, and the message of a failure, as for
+    :func:`mpilab.grading.halo.check_exchange` (the heat run, with a window per step).
     """
     __tracebackhide__ = True
     name = _name(exchange, name)
@@ -189,9 +163,7 @@ def check_put(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: 
                    f"{name} should make a window over u (MPI.Win.Create), put the edges "
                    "into the neighbours' ghost cells (win.Put) between two win.Fence(), "
                    "with no send or receive (that was lab 02)")
-    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _run("exchange", None, exchange, nx, ny, dims, steps, True, timeout)
-    _verdict(outs, where, nx, ny, dims, steps,
+    _checked("exchange", None, exchange, name, nx, ny, dims, steps, timeout,
              hint="One exchange was right, so look at what changes between calls: every "
              "step makes a new window over the array it is given, and the frame on the "
              "border must stay 0.0.")
@@ -226,9 +198,7 @@ def check_shared(setup: Callable, exchange: Callable, nx: int, ny: int, dims: Se
                    f"{name} should read the neighbours' edges straight from their segments "
                    "of the shared window (win.Shared_query, then NumPy copies): no Put, "
                    "Get, send or receive")
-    where = f"{sname} + {name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _run("shared", setup, exchange, nx, ny, dims, steps, True, timeout)
-    _verdict(outs, where, nx, ny, dims, steps,
+    _checked("shared", setup, exchange, f"{sname} + {name}", nx, ny, dims, steps, timeout,
              hint="One exchange was right, so look at what changes between calls: the "
              "heat run alternates between two fields, each in its own window (win is the "
              "window u lives in), and the frame on the border must stay 0.0.")
@@ -251,15 +221,23 @@ def check_mailbox(exchange: Callable, nx: int, ny: int, dims: Sequence[int], ste
                         and not re.search(_P2P, code)),
                    f"{name} should keep the Puts into the mailbox window and the Fences, "
                    "with no send or receive")
-    where = f"{name} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
-    outs = _run("exchange", None, exchange, nx, ny, dims, steps, True, timeout)
-    _verdict(outs, where, nx, ny, dims, steps,
+    _checked("exchange", None, exchange, name, nx, ny, dims, steps, timeout,
              hint="One exchange was right, so look at what changes between calls: the "
              "mailbox is made anew each call, and the frame on the border must stay 0.0.")
 
 
 # ---------------------------------------------------------------------------------------
 # trying code out (not graded)
+
+
+def _show(kind: str, setup: Callable | None, exchange: Callable, nx: int, ny: int,
+          ranks: int | None, dims: Sequence[int] | None, blocks: bool, timeout: float) -> None:
+    if grading.not_while_grading():
+        return None
+    dims = ghosts.grid_of(ranks, dims)
+    outs = ghosts.tried(lambda: _run(kind, setup, exchange, nx, ny, dims, 0, True, timeout))
+    if outs is not None:
+        _print(outs, nx, ny, dims, blocks)
 
 
 def _print(outs: list[dict], nx: int, ny: int, dims: Sequence[int], blocks: bool) -> None:
@@ -285,24 +263,15 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     an exception) is printed, not raised. `ranks` and `dims` as in
     :func:`mpilab.grading.halo.show_exchange` (4 ranks, 2 × 2, by default).
     """
-    if grading.not_while_grading():
-        return None
-    dims = ghosts.grid_of(ranks, dims)
-    outs = ghosts.tried(lambda: _run("exchange", None, exchange, nx, ny, dims, 0, True, timeout))
-    if outs is not None:
-        _print(outs, nx, ny, dims, blocks)
+    return _show("exchange", None, exchange, nx, ny, ranks, dims, blocks, timeout)
 
 
 def show_shared(setup: Callable, exchange: Callable, nx: int = 8, ny: int = 6,
                 ranks: int | None = None, dims: Sequence[int] | None = None, *,
                 blocks: bool = True, timeout: float = 10) -> None:
-    """Not graded: :func:`show_exchange` for ``setup(cart, rows, cols)`` + ``exchange(cart, win, u)``."""
-    if grading.not_while_grading():
-        return None
-    dims = ghosts.grid_of(ranks, dims)
-    outs = ghosts.tried(lambda: _run("shared", setup, exchange, nx, ny, dims, 0, True, timeout))
-    if outs is not None:
-        _print(outs, nx, ny, dims, blocks)
+    """Not graded: :func:`show_exchange` for ``setup(cart, rows, cols)`` and
+    ``exchange(cart, win, u)``."""
+    return _show("shared", setup, exchange, nx, ny, ranks, dims, blocks, timeout)
 
 
 def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
@@ -378,9 +347,7 @@ def epoch_now(cluster_ranks: int = 4) -> dict:
 
 
 def _epoch_hint(got, n: float, e: float, b: float) -> str:
-    if not grading._is_num(got) or isinstance(got, (bool, complex)):
-        return "Return a number of µs."
-    guesses = [
+    return guessed(got, [
         (n / b, "An epoch costs its synchronisation even when it carries nothing: add the "
                 "empty epoch's time."),
         (2 * e + n / b, "The empty epoch is already both Fences (Fence(); Fence()): count "
@@ -390,12 +357,8 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
         (e + n / b / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
         (e, "The Put's bytes take time too: n / β."),
         (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
-    ]
-    for value, text in guesses:
-        if math.isclose(got, value, rel_tol=1e-9):
-            return text
-    return ("An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, "
-            "with n in bytes and β in MB/s).")
+    ], "An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, with n "
+       "in bytes and β in MB/s).")
 
 
 def _epoch_lines(epoch_us: Callable, m: dict, _cluster_ranks: int) -> None:

@@ -197,13 +197,11 @@ def onesided_harness(comm, kind: str, setup: Callable | None, exchange: Callable
                      ny: int, dims: Sequence[int], steps: int, slow: bool = True) -> dict:
     """The checks' own run, on every rank: a probe with slow ranks, then a heat run.
 
-    Runs on the engines (through :func:`mpilab.grading.run_on_ranks`), which import it
-    from this module on disk.
+    As :func:`mpilab.grading.halo.halo_harness` (on ``dims[0] * dims[1]`` ranks of `comm`,
+    which import it from this module on disk), with windows watched.
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        ``dims[0] * dims[1]`` ranks.
     kind : {"exchange", "shared"}
         ``"exchange"``: ``exchange(cart, u)`` fills the ghost frame of the framed block
         ``u`` (it makes and frees its own windows). ``"shared"``: ``setup(cart, rows,

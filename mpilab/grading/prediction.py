@@ -38,7 +38,8 @@ from ..autograder.failures import fail as _fail
 from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
-__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "where", "shown"]
+__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "guessed", "where",
+           "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -86,6 +87,15 @@ def expect_model(func: Callable, name: str, cases, reference: Callable,
         got = call_local(func, *args, timeout=10)
         expect_close(got, reference(*args), rtol=1e-9,
                      what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
+
+
+def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> str:
+    """A hint for a model's miss: the text of the first of `guesses` ((value, text): what
+    a likely slip gives, and what to say) that `got` equals to 1e-9, else `otherwise`."""
+    if not _is_num(got) or isinstance(got, (bool, complex)):
+        return "Return a number of µs."
+    return next((text for value, text in guesses if math.isclose(got, value, rel_tol=1e-9)),
+                otherwise)
 
 
 def where(m: dict) -> str:
