@@ -1,0 +1,83 @@
+"""The shape of a graded prediction (mpilab.grading.prediction), on a made-up measurement.
+
+The labs' own predictions are graded against real measurements in their autograde tests;
+here a `Prediction` with a `now` that measures nothing shows what the shape does: the
+made-up cases against the model, each measured part against the prediction, one call
+per distinct arguments, the result's keys, and the try-it cell.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mpilab.grading import CheckFailed
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+
+M = {"ranks": 2, "cores": 2, "oversubscribed": False, "alpha_us": 2.0, "beta_MBps": 1000.0,
+     "small_us": 3.5, "big_us": 1100.0}
+
+
+def reference(n, a, b):
+    return a + n / b
+
+
+def made_up(**kw) -> Prediction:
+    parts = kw.pop("parts", lambda m: [
+        Part("a small message", (1000, m["alpha_us"], m["beta_MBps"]), m["small_us"],
+             "small_predicted_us", "small_ratio"),
+        Part("a big message", (1 << 20, m["alpha_us"], m["beta_MBps"]), m["big_us"],
+             "big_predicted_us", "big_ratio")])
+    return Prediction(
+        name="t_us", now=lambda cluster_ranks: dict(M, asked=cluster_ranks), parts=parts,
+        tolerance=(0.5, 2.5), reference=reference,
+        hint=lambda got, n, a, b: guessed(got, [(n / b, "Each message also costs α.")],
+                                          "α + n / β"),
+        model=lambda m: f"α = {m['alpha_us']:g} µs, measured just now on {where(m)}",
+        shows=lambda f, m, ranks: print(f"on {ranks}: predicted {shown(f, 1000, 2.0, 1e3)}"),
+        **kw)
+
+
+def test_a_right_model_passes_and_gives_each_parts_prediction_and_ratio():
+    got = made_up().check(reference, [(10, 1.0, 100.0)], cluster_ranks=3)
+    assert got["asked"] == 3 and got["small_predicted_us"] == 3.0
+    assert got["small_ratio"] == pytest.approx(3.5 / 3.0)
+    assert got["big_ratio"] == pytest.approx(1100.0 / reference(1 << 20, 2.0, 1000.0))
+
+
+def test_a_wrong_model_fails_on_the_made_up_cases_with_the_hint():
+    with pytest.raises(CheckFailed, match=r"(?s)t_us\(10, 1.0, 100.0\).*costs α"):
+        made_up().check(lambda n, a, b: n / b, [(10, 1.0, 100.0)], cluster_ranks=2)
+
+
+def test_a_prediction_off_the_measurement_names_the_part_and_the_numbers():
+    with pytest.raises(CheckFailed) as exc:
+        made_up().check(lambda n, a, b: reference(n, a, b) / 1e6, [], cluster_ranks=2)
+    text = str(exc.value)
+    assert text.startswith("a small message: measured 3.5 µs just now")
+    assert "α = 2 µs, measured just now on 2 ranks on 2 cores" in text
+    assert "in seconds instead of µs" in text
+
+
+def test_parts_of_the_same_arguments_call_the_function_once_and_pick():
+    calls = []
+
+    def pair(p, hop):
+        calls.append((p, hop))
+        return p * hop, hop
+
+    two = made_up(expect_cases=lambda f, cases: None, parts=lambda m: [
+        Part("a lap", (2, 1.0), 2.0, "lap", "lap_ratio", pick=lambda g: g[0]),
+        Part("a shift", (2, 1.0), 1.5, "shift", "shift_ratio", pick=lambda g: g[1])])
+    got = two.check(pair, [], cluster_ranks=2)
+    assert calls == [(2, 1.0)] and (got["lap"], got["shift"]) == (2.0, 1.0)
+    assert got["shift_ratio"] == 1.5
+
+
+def test_the_try_it_cell_prints_and_says_what_raised(capsys, monkeypatch):
+    monkeypatch.delenv("MPILAB_GRADING", raising=False)
+
+    def broken(n, a, b):
+        raise ValueError("no")
+
+    made_up().show(broken, 4)
+    assert capsys.readouterr().out == "on 4: predicted (broken raised ValueError: no)\n"
