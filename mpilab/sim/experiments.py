@@ -12,9 +12,12 @@ from pathlib import Path
 
 from .. import collectives as _collectives
 from .. import jobs, paths, runtime, timing, validate
+from . import machines
 from .machines import SPEED, Platform, hostfile, label
 from .smpi import SimUnavailable, _tools, build, version
 
+#: The functions below read it as ``globals()["platform"]``: their parameter has its name.
+platform = machines.platform
 #: Our C algorithms per operation, in the order of kernels/collectives/c_collectives.h
 #: (algorithm i is code i + 1; 0 is the library's collective): the teaching API's list,
 #: which keeps that order (tests/test_sim.py checks it against the compiled kernel's).
