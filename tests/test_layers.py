@@ -150,8 +150,8 @@ def test_the_autograder_imports_no_check():
 
 
 def test_the_check_sees_an_upward_import_inside_a_function():
-    halo = PKG / "halo.py"
-    text = halo.read_text() + "\n\ndef _f():\n    from .bench import pingpong\n"
+    halo = PKG / "halo" / "parallel.py"
+    text = halo.read_text() + "\n\ndef _f():\n    from ..bench import pingpong\n"
     assert upward(halo) == []
     assert [u.split(" imports ")[1] for u in upward(halo, text)] == [
         "mpilab.bench.pingpong (front ends, above teaching API)"]
@@ -193,3 +193,120 @@ def test_the_cluster_neither_imports_its_magics_nor_reads_the_graders_switch():
     assert "mpilab.cluster" in [m for _, m in imports(PKG / "magics.py")]
     switches = [module_name(p) for p in package if "MPILAB_GRADING" in p.read_text()]
     assert not switches, f"{switches} read MPILAB_GRADING"
+
+
+# --------------------------------------------------------------------------- no circles
+
+def _is_package(module: str) -> bool:
+    return (PKG.parent / module.replace(".", "/") / "__init__.py").exists()
+
+
+def import_graph(sources=None) -> dict[str, dict[str, str]]:
+    """{module: {imported module: "path:line" of the first such import}} over `sources`.
+
+    Every import counts, at module level and inside functions; relative imports are
+    resolved; ``from mpilab import x`` imports the module ``mpilab.x`` when x is one; an
+    import of a package is an import of its ``__init__`` (named as the package), and an
+    import of a submodule is not one of its package's ``__init__`` (so a package whose
+    ``__init__`` re-exports its modules, which import one another, has no circle; a module
+    that imports its own package for a name does). A module importing itself is no edge.
+    """
+    graph: dict[str, dict[str, str]] = {}
+    for path in SOURCES if sources is None else sources:
+        me = module_name(path)
+        edges = graph.setdefault(me, {})
+        for line, m in imports(path):
+            if m != me:
+                edges.setdefault(m, f"{path.relative_to(PKG.parent)}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[tuple[frozenset[str], list[str]]]:
+    """Each strongly connected group of modules, and one circle through it, [a, ..., a]."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the graph is a few hundred edges
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, {})):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    found = []
+    for group in groups:  # the shortest circle from the group's first module back to it
+        start, members = group[0], set(group)
+        paths, seen = {start: [start]}, {start}
+        queue = [start]
+        circle = None
+        while queue and circle is None:
+            v = queue.pop(0)
+            for w in sorted(graph.get(v, {})):
+                if w == start:
+                    circle = paths[v] + [start]
+                    break
+                if w in members and w not in seen:
+                    seen.add(w)
+                    paths[w] = paths[v] + [w]
+                    queue.append(w)
+        found.append((frozenset(group), circle))
+    return found
+
+
+def describe(circle: list[str], graph: dict[str, dict[str, str]]) -> str:
+    return circle[0] + "".join(f" -> {b} ({graph[a][b]})"
+                               for a, b in zip(circle, circle[1:], strict=False))
+
+
+# Circles that exist today and are being removed, each by its whole group of modules (a
+# new module joining one makes it another group, and fails), with where it is mended.
+def test_the_import_graph_has_no_circle():
+    graph = import_graph()
+    found = [describe(c, graph) for _, c in cycles(graph)]
+    assert not found, "import circles (every import counts, in functions too):\n" + "\n".join(found)
+
+
+def test_the_circle_check_sees_a_circle_through_a_package_and_not_a_re_export():
+    graph = {"mpilab.a": {"mpilab.b.x": "a.py:3"}, "mpilab.b": {"mpilab.b.x": "b/__init__.py:1"},
+             "mpilab.b.x": {"mpilab.b.y": "b/x.py:2"}, "mpilab.b.y": {"mpilab.c": "b/y.py:9"},
+             "mpilab.c": {"mpilab.a": "c.py:4"}}
+    assert [describe(c, graph) for _, c in cycles(graph)] == [
+        "mpilab.a -> mpilab.b.x (a.py:3) -> mpilab.b.y (b/x.py:2) -> mpilab.c (b/y.py:9) "
+        "-> mpilab.a (c.py:4)"]
+    graph["mpilab.c"] = {}
+    assert cycles(graph) == []  # b's __init__ importing its modules is no circle
+    graph["mpilab.b.y"] = {"mpilab.b": "b/y.py:1"}  # ... unless one imports it for names
+    assert [sorted(g) for g, _ in cycles(graph)] == [["mpilab.b", "mpilab.b.x", "mpilab.b.y"]]
+
+
+def test_a_module_importing_its_own_package_for_a_name_is_a_circle():
+    """The sim package's __init__ re-exports its modules: one of them taking a name from
+    the package (not from the sibling that defines it) closes a circle, in a function too."""
+    smpi = PKG / "sim" / "smpi.py"
+    graph = import_graph()
+    assert not [c for g, c in cycles(graph) if "mpilab.sim.smpi" in g]
+    text = smpi.read_text() + "\n\ndef _f():\n    from . import label\n"
+    graph["mpilab.sim.smpi"] = {m: f"mpilab/sim/smpi.py:{line}" for line, m in imports(smpi, text)}
+    [(group, circle)] = [(g, c) for g, c in cycles(graph) if "mpilab.sim.smpi" in g]
+    assert {"mpilab.sim", "mpilab.sim.smpi"} <= group
+    assert circle == ["mpilab.sim", "mpilab.sim.smpi", "mpilab.sim"]

@@ -185,10 +185,10 @@ def test_a_failed_build_leaves_nothing(monkeypatch):
         shaped.append(netns)
         raise netlab.NetlabUnavailable("tc refused (simulated by the test)")
 
-    monkeypatch.setattr(netlab, "_shape", broken)
+    monkeypatch.setattr(netlab.core, "_shape", broken)  # where the build reads it
     with pytest.raises(netlab.NetlabUnavailable, match="simulated"):
         netlab.up(2, "fast-ethernet")
-    monkeypatch.setattr(netlab, "_shape", real)
+    monkeypatch.setattr(netlab.core, "_shape", real)
     # the fabric it was building (its first node's namespace is the first one shaped):
     # no namespace, bridge or state of it is left; other modules' fabrics are not its
     assert shaped and re.fullmatch(r"mpl-[0-9a-f]{6}-n0", shaped[0]), shaped

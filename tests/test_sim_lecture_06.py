@@ -187,7 +187,7 @@ TIMEOUT = 300
 
 def test_without_simgrid_the_section_shows_reference_data(monkeypatch):
     why = "no smpicc and smpirun (SimGrid SMPI) found: hidden by this test"
-    monkeypatch.setattr(sim, "_tools", lambda: ({}, why))
+    monkeypatch.setattr(sim.smpi, "_tools", lambda: ({}, why))  # where available() reads it
 
     def no_simulation(*args, **kwargs):
         raise AssertionError("the section simulated without SimGrid")

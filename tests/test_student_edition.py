@@ -42,7 +42,7 @@ def test_the_edition_holds_the_course_a_student_needs(built):
         missing = {f for f in _tracked(folder) if not (built / f).is_file()}
         assert not missing, (folder, sorted(missing)[:10])
     for name in ("scripts/setup.sh", "setup.py", "pyproject.toml", "constraints.txt",
-                 "environment.yml", "Makefile"):
+                 "environment.yml", "Makefile", "jupytext.toml"):
         assert (built / name).read_bytes() == (ROOT / name).read_bytes(), name
     assert (built / "README.md").read_text() == (ROOT / edition.README).read_text()
     assert "students' edition" in (built / "README.md").read_text()

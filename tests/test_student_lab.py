@@ -371,3 +371,151 @@ def test_restarting_a_cluster_keeps_the_terminal_quiet(lab):
 def test_server_log_stays_quiet(lab):
     """After everything above: no ExchangeError, server error or controller output logged."""
     assert_quiet_log(lab)
+
+
+# --- opening and saving leaves the course as it was ----------------------------------------
+# What JupyterLab changes in a notebook it opens, and why the course's files then stay as
+# they are: the kernelspec it writes once the kernel runs (the installed one's: the files
+# name it exactly), the kernel's language_info (the student's server fills it in on reading
+# and leaves it out on saving: jupyter/student/jupyter_server_config.py), how it writes an
+# .ipynb (nbformat's own serialisation: the labs are kept in it) and a lecture's header
+# (jupytext.toml keeps jupytext's version fields out).
+OPEN_SAVE = "results/open-save"  # git-ignored, under the server's root as lectures/ and labs/
+LECTURES = sorted((ROOT / "lectures").glob("*.md"))
+LAB_SOURCES = sorted((ROOT / "labs").glob("*/*.ipynb"))
+OPENED_AND_SAVED = (
+    ROOT / "lectures" / "07-crossing-the-network.md",
+    ROOT / "labs" / "lab00-mpi-basics" / "lab00-mpi-basics.ipynb",
+)
+
+
+def _read_notebook(path: Path):
+    from mpilab import notebooks
+
+    return notebooks.read(path)
+
+
+def test_lectures_and_labs_name_the_installed_kernel_as_jupyterlab_writes_it():
+    """JupyterLab replaces a notebook's kernelspec by {name, display_name, language} of
+    the kernel it started, unless they are equal: a lecture naming "Python 3" came back
+    with the installed "Python 3 (ipykernel)" and its keys reordered."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    want = {"name": "python3", "display_name": spec.display_name, "language": spec.language}
+    assert LECTURES and LAB_SOURCES
+    for path in LECTURES + LAB_SOURCES:
+        assert dict(_read_notebook(path).metadata.kernelspec) == want, path.relative_to(ROOT)
+
+
+def test_labs_are_written_as_jupyter_writes_a_notebook():
+    """A saved .ipynb is nbformat's serialisation (keys sorted, every code cell with its
+    execution_count and outputs): a lab in any other form changes when a student saves it."""
+    import nbformat
+
+    for path in LAB_SOURCES:
+        text = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        assert text == nbformat.writes(nb, version=nbformat.NO_CONVERT) + "\n", (
+            f"{path.relative_to(ROOT)}: rewrite it with nbformat.write (and check "
+            "nbstripout --verify)")
+
+
+def _copy_to_open(source: Path, name: str) -> Path:
+    """`source` copied where the student's server sees it (results/ is git-ignored)."""
+    copy = ROOT / OPEN_SAVE / name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(source.read_bytes())
+    return copy
+
+
+def _remove_copy(copy: Path) -> None:
+    """The copy, the checkpoint JupyterLab made of it, and their folders once empty."""
+    copy.unlink(missing_ok=True)
+    checkpoints = copy.parent / ".ipynb_checkpoints"
+    for checkpoint in checkpoints.glob(f"{copy.stem}-checkpoint*"):
+        checkpoint.unlink()
+    for empty in (checkpoints, copy.parent):
+        try:
+            empty.rmdir()
+        except OSError:
+            pass
+
+
+def _put_contents(lab, path: str, model: dict) -> None:
+    req = urllib.request.Request(
+        f"{lab.url}/api/contents/{path}", method="PUT", data=json.dumps(model).encode(),
+        headers={"Content-Type": "application/json", **_xsrf_headers(lab)})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status in (200, 201), r.status
+
+
+@pytest.mark.parametrize("source", OPENED_AND_SAVED, ids=lambda p: p.name)
+def test_the_server_gives_the_kernels_language_info_and_saves_the_file_back(lab, source):
+    """Through the student's server's contents API (as JupyterLab reads and saves): the
+    notebook comes with the language_info its kernel will report, and saved back with it
+    (and whatever else JupyterLab keeps) it is the course's file, byte for byte."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    original = source.read_bytes()
+    copy = _copy_to_open(source, f"api-{source.name}")
+    path = f"{OPEN_SAVE}/{copy.name}"
+    try:
+        status, body = lab.get(f"/api/contents/{path}?type=notebook&content=1")
+        assert status == 200, body
+        model = json.loads(body)
+        assert model["content"]["metadata"]["language_info"] == IPythonKernel.language_info
+        _put_contents(lab, path, {"type": "notebook", "format": "json",
+                                  "content": model["content"]})
+        assert copy.read_bytes() == original, copy.read_text()
+    finally:
+        _remove_copy(copy)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("source", OPENED_AND_SAVED, ids=lambda p: p.name)
+def test_browser_open_and_save_leaves_the_file_unchanged(lab, page, source):
+    """A lecture (a jupytext MyST .md) and a lab (an nbstripout'ed .ipynb), opened in a
+    student's JupyterLab: once the kernel is idle the tab is not marked modified, and
+    Ctrl+S writes back exactly the file the course has (a student's checkout stays clean,
+    and the next `git pull` does not conflict)."""
+    from playwright.sync_api import expect
+
+    original = source.read_bytes()
+    copy = _copy_to_open(source, source.name)
+    try:
+        with screenshot_on_failure(page, f"open-save-{copy.stem}"):
+            open_lab(page, f"{lab.url}/lab/tree/{OPEN_SAVE}/{copy.name}")
+            notebook = page.locator(".jp-NotebookPanel")
+            expect(notebook).to_be_visible(timeout=30_000)
+            expect(notebook.locator(".jp-Cell").first).to_be_visible(timeout=30_000)
+            # The kernel started, answered kernel_info (JupyterLab then writes its spec and
+            # language into the notebook's metadata) and is idle.
+            expect(notebook.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+                   ).to_have_count(1, timeout=90_000)
+            page.wait_for_timeout(2000)
+            tab = main_tab(page, copy.name)
+            expect(tab).to_have_count(1)
+            expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"))
+
+            before = copy.stat().st_mtime_ns
+            notebook.locator(".jp-Cell").first.click()
+            page.keyboard.press("Escape")  # command mode: Ctrl+S saves, not the cell editor
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while copy.stat().st_mtime_ns == before and time.monotonic() < deadline:
+                page.wait_for_timeout(250)
+            assert copy.stat().st_mtime_ns != before, "Ctrl+S did not save the file"
+            expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"))
+        saved = copy.read_bytes()
+        if saved != original:
+            import difflib
+
+            diff = "".join(difflib.unified_diff(
+                original.decode().splitlines(True), saved.decode().splitlines(True),
+                f"{source.relative_to(ROOT)}", "saved by JupyterLab", n=1))
+            pytest.fail(f"saving changed the file:\n{diff}")
+    finally:
+        _end_sessions(lab, page)
+        _remove_copy(copy)
+    assert_quiet_log(lab)

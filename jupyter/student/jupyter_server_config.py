@@ -16,11 +16,17 @@ to it hides the matching parts of JupyterLab's interface.
 - workspaces: a fresh one at every start, so the layout saved by an earlier session does
   not reopen other lectures (and start a kernel for each). It lasts as long as this
   server: reloading the page keeps the open tabs.
+- language_info: opening a lecture or a lab does not mark it modified, and saving it
+  writes back the course's file (:class:`CourseContentsManager`).
 """
 
 import atexit
+import copy
 import shutil
 import tempfile
+
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from jupytext.async_contentsmanager import build_async_jupytext_contents_manager_class
 
 c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
 
@@ -35,3 +41,47 @@ c.ServerApp.jpserver_extensions.update({
 _workspaces = tempfile.mkdtemp(prefix="mpilab-workspaces-")
 atexit.register(shutil.rmtree, _workspaces, ignore_errors=True)
 c.LabApp.workspaces_dir = _workspaces
+
+
+# Once its kernel has answered, JupyterLab writes the kernel's language_info into the
+# notebook (name, version, mimetype, ...) and, as it differs from the file's, marks the
+# notebook modified. The course's files cannot hold it: the labs keep only its name
+# (nbstripout), the lectures none (jupytext leaves it out), and its version is the
+# student's Python. So the server hands a notebook out with the language_info of the
+# kernel that will run it, here ipykernel in this Python (jupyter_client runs the
+# `python3` kernel with this server's own interpreter), and saves a notebook with the
+# language's name alone, as the course's sources hold it. The kernelspec the course's
+# files name is the installed one's, so JupyterLab leaves that as it is.
+def _python_language_info() -> dict:
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+    except ImportError:  # no ipykernel here: no python3 kernel to match
+        return {}
+    return copy.deepcopy(IPythonKernel.language_info)
+
+
+class CourseContentsManager(build_async_jupytext_contents_manager_class(AsyncLargeFileManager)):
+    """jupytext's contents manager (as its server extension would make it), with the
+    kernel's language_info filled in on reading a notebook and left out on saving it."""
+
+    async def get(self, path, *args, **kwargs):
+        model = await super().get(path, *args, **kwargs)
+        if model.get("type") == "notebook" and model.get("content"):
+            meta = model["content"]["metadata"]
+            info = _python_language_info()
+            have = meta.get("language_info") or {}
+            if (info and meta.get("kernelspec", {}).get("name") == "python3"
+                    and all(info.get(key) == value for key, value in have.items())):
+                meta["language_info"] = info
+        return model
+
+    async def save(self, model, path=""):
+        if model.get("type") == "notebook" and model.get("content"):
+            meta = model["content"].get("metadata", {})
+            info = meta.get("language_info")
+            if isinstance(info, dict) and "name" in info:
+                meta["language_info"] = {"name": info["name"]}
+        return await super().save(model, path)
+
+
+c.ServerApp.contents_manager_class = CourseContentsManager

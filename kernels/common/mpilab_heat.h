@@ -1,5 +1,5 @@
 /*
- * mpilab_heat.h - the update of the heat problem (mpilab/halo.py), shared by the kernels
+ * mpilab_heat.h - the update of the heat problem (mpilab/halo/problem.py), shared by the kernels
  * that exchange its ghost cells in different ways (stencil: two-sided; onesided: RMA and
  * shared-memory windows), so every exchange is timed around the very same update.
  * Static inline, so each kernel stays one C file.

@@ -2,7 +2,7 @@
  * c_stencil.c - the 2D heat stencil of the halo-exchange lesson, on a 2D process grid.
  *
  * Purpose: the S/R heat code of the SHM-windows paper (Balaji et al.'s tutorial problem),
- * exactly as mpilab/halo.py defines it, so the parallel result equals serial_heat.
+ * exactly as mpilab/halo/problem.py defines it, so the parallel result equals serial_heat.
  * Algorithm: each step exchanges the one-cell ghost frame (mpilab_halo.h, seven modes,
  * datatype or manual packing), sets new = old/2 + (N + S + E + W)/8 on the block
  * (the update of mpilab_heat.h, shared with the onesided kernel), adds

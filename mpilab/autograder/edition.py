@@ -10,7 +10,7 @@ mpilab.autograder.edition DEST``) writes the course a student may see:
 
 - the lectures, the package, the kernels' sources, the reference data, ``binder/`` and
   what ``make lab`` needs to set up (``scripts/setup.sh``, ``setup.py``, the pins, the
-  students' JupyterLab settings);
+  students' JupyterLab settings, ``jupytext.toml``);
 - every lab as nbgrader *releases* it (``generate_assignment``: solutions replaced by
   stubs, hidden tests removed, the students' header added);
 - a README for students (``docs/student-edition.md``).
@@ -41,7 +41,7 @@ __all__ = ["INCLUDE", "SKIP", "KNOWN", "Secret", "secrets", "hidden_cases", "lea
 #: What a student gets besides the released labs, relative to the repository.
 INCLUDE = ("lectures", "mpilab", "kernels", "reference", "binder", "jupyter/student",
            "scripts/setup.sh", "setup.py", "pyproject.toml", "constraints.txt",
-           "environment.yml", "Makefile", ".gitignore")
+           "environment.yml", "Makefile", ".gitignore", "jupytext.toml")
 #: Never copied: builds, caches, a grader's kept measurements.
 SKIP = ("__pycache__", ".ipynb_checkpoints", "*.so", "*.pyc", "_bin", "*.measured.json",
         "*.egg-info")

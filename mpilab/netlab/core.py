@@ -1,40 +1,8 @@
-"""Emulated nodes on one machine: network namespaces joined by shaped links.
-
-A :class:`Fabric` is N "nodes" on this Linux host. Each node is a network namespace with
-one interface, ``eth0``, the end of a veth pair whose other end hangs on a bridge in the
-host's namespace (the "switch"); every process started on a node also gets a UTS
-namespace of its own with the node's hostname (``node0``, ``node1`` ...), because MPI
-libraries decide which ranks share a node by their hostname. Open MPI then uses shared
-memory between the ranks of one node and TCP, through the veth and the bridge, between
-nodes: a real network stack and a real wire protocol, on a wire that does not exist.
-
-What the emulation gives and what it leaves out (every result says it, see
-:attr:`Fabric.shaping`):
-
-* **rate**: ``tc`` shapes each port in both directions (the node's ``eth0`` towards the
-  switch, the switch's port towards the node) with a token bucket (``tbf``), so a link
-  carries at most its profile's bit rate, full duplex, like a NIC on a switch;
-* **delay, jitter, loss** need ``sch_netem``; where the kernel lacks it (the machines
-  this course was written on do) they are not emulated, and the record says so. The
-  latency measured across an emulated link is then the TCP stack's and the veth's, a few
-  microseconds, not the tens of microseconds of a real NIC and switch;
-* **CPU**: the nodes share this machine's cores and memory. Ranks on "different nodes"
-  compete for the same cores, and a node's rank is not bound (binding would put every
-  node's first rank on the same core 0); the processor time TCP spends is the host's.
-
-Names carry a per-fabric id (namespaces ``mpl-<id>-n<i>``, bridge ``mplbr<id>``, host
-ports ``mpl<id>h<i>``) and the fabric's state lives in ``/run/mpilab-netlab/<id>``, with
-the id of the process that owns it: a fabric whose owner is gone (a killed notebook or
-test) is removed by the next :func:`up`, processes and all. ``python -m mpilab.netlab up
---nodes 2 --link fast-ethernet`` makes one that lasts until ``down`` (for a live demo).
-
-Root (CAP_NET_ADMIN) is needed; :func:`available` says why not where it is missing (a
-laptop without sudo, Binder), and the course shows reference data there instead.
-"""
+"""Fabrics: nodes on one bridge, made, launched on, found, and removed (with every process
+on them), under the machine-wide lock."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import fcntl
@@ -45,71 +13,14 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import runtime
-
-__all__ = ["PROFILES", "Link", "Node", "Fabric", "NetlabUnavailable", "available", "up",
-           "fabric", "fabrics", "remove_stale", "link_profile"]
-
-STATE = Path(os.environ.get("MPILAB_NETLAB_DIR", "/run/mpilab-netlab"))
-PREFIX = "mpl"
-SUBNET_BASE = "10.98"  # fabrics use 10.98.<k>.0/24, k = 1 ... 250; nothing leaves them
-
-
-class NetlabUnavailable(RuntimeError):
-    """Emulated nodes cannot be made here (say why: no root, no ``ip``, no namespaces)."""
-
-
-@dataclass(frozen=True)
-class Link:
-    """What one node's link to the switch carries (a profile, or one of your own).
-
-    `rate_bit_s` None leaves the rate alone (as fast as the host moves bytes). `delay_us`,
-    `jitter_us` and `loss_pct` are one way, and applied only where ``sch_netem`` exists.
-    """
-
-    name: str
-    rate_bit_s: float | None
-    delay_us: float = 0.0
-    jitter_us: float = 0.0
-    loss_pct: float = 0.0
-    about: str = ""
-
-    def __post_init__(self):
-        if self.rate_bit_s is not None and not self.rate_bit_s > 0:
-            raise ValueError(f"rate_bit_s must be positive or None, got {self.rate_bit_s!r}")
-        for name in ("delay_us", "jitter_us", "loss_pct"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
-        if self.loss_pct > 100:
-            raise ValueError(f"loss_pct is a percentage, got {self.loss_pct!r}")
-
-
-PROFILES: dict[str, Link] = {
-    "fast-ethernet": Link("fast-ethernet", 100e6, about="100 Mbit/s Fast Ethernet, the "
-                          "network of the ping-pong paper's cluster"),
-    "gige": Link("gige", 1e9, about="1 Gbit/s Gigabit Ethernet"),
-    "10gbe": Link("10gbe", 10e9, about="10 Gbit/s Ethernet (above what one host's TCP "
-                  "stack may move across a veth: check the measured rate)"),
-    "unshaped": Link("unshaped", None, about="no shaping: as fast as this host's TCP stack "
-                     "moves bytes between namespaces"),
-}
-
-
-def link_profile(link: str | Link) -> Link:
-    """A :class:`Link` from a profile name (``fast-ethernet``, ``gige``, ``10gbe``,
-    ``unshaped``) or a Link."""
-    if isinstance(link, Link):
-        return link
-    if link not in PROFILES:
-        raise ValueError(f"unknown link profile {link!r}; the profiles are "
-                         f"{', '.join(PROFILES)} (or pass a netlab.Link)")
-    return PROFILES[link]
+from .. import runtime
+from .host import PREFIX, STATE, SUBNET_BASE, NetlabUnavailable, _ns, _require, _run
+from .links import Link, _has_netem, _shape, link_profile
 
 
 @dataclass(frozen=True)
@@ -119,110 +30,6 @@ class Node:
     netns: str
     address: str
     port: str  # the switch's end of its veth pair, in the host's namespace
-
-
-# ---------------------------------------------------------------------------------------
-# running commands
-
-def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL)
-    if check and res.returncode != 0:
-        raise NetlabUnavailable(f"{' '.join(argv)} failed: "
-                                f"{(res.stderr or res.stdout).strip()}")
-    return res
-
-
-def _ns(netns: str, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    return _run(["ip", "netns", "exec", netns, *argv], check=check)
-
-
-def available() -> str | None:
-    """None if emulated nodes can be made here, else why not (one plain sentence).
-
-    ``MPILAB_NETLAB=off`` turns them off (a shared classroom machine, or to see what a
-    notebook shows without them).
-    """
-    if os.environ.get("MPILAB_NETLAB", "").lower() == "off":
-        return "emulated nodes are turned off (MPILAB_NETLAB=off)"
-    if sys.platform != "linux":
-        return "emulated nodes need Linux network namespaces"
-    for tool in ("ip", "tc", "unshare"):
-        if shutil.which(tool) is None:
-            return f"emulated nodes need the `{tool}` command (Debian: iproute2, util-linux)"
-    if os.geteuid() != 0:
-        return ("emulated nodes need root (CAP_NET_ADMIN) to make network namespaces "
-                "and links; this session runs as an ordinary user")
-    probe = f"{PREFIX}-probe-{os.getpid()}"
-    res = _run(["ip", "netns", "add", probe], check=False)
-    if res.returncode != 0:
-        return f"this kernel refused a network namespace: {res.stderr.strip()}"
-    _run(["ip", "netns", "delete", probe], check=False)
-    return None
-
-
-def _require() -> None:
-    why = available()
-    if why:
-        raise NetlabUnavailable(why)
-
-
-# ---------------------------------------------------------------------------------------
-# shaping
-
-def _tc_rate(bits: float) -> str:
-    return f"{int(round(bits))}bit"
-
-
-def _burst_bytes(rate_bit_s: float) -> int:
-    """Token-bucket depth: what the link may send at once, before it meters.
-
-    A wire has no bucket: every byte takes 8 / rate seconds. Up to 200 Mbit/s the bucket
-    holds one millisecond at the rate (12.5 KB for Fast Ethernet; at least two frames),
-    so a message larger than that is metered at the link's rate, as on a wire; tbf then
-    splits veth's 64 KiB segments into frames, which costs little at such rates. Faster
-    links get one 64 KiB segment and its frame (or half a millisecond at the rate), as
-    splitting every segment there costs more processor time than this host has
-    (measured here: 1 Gbit/s capped at 0.4-0.7 of its rate with a 62.5 KB bucket), at
-    the price of up to 64 KiB passing unmetered when the link was idle.
-    """
-    if rate_bit_s <= 200e6:
-        return int(max(2 * 1514, rate_bit_s / 8 * 0.001))
-    return int(max(64 * 1024 + 1514, rate_bit_s / 8 * 0.0005))
-
-
-def _shape(dev: str, link: Link, netem: bool, netns: str | None) -> list[str]:
-    """Shape egress of `dev` (in `netns`, or the host's namespace); what was applied."""
-    run = (lambda argv: _ns(netns, argv)) if netns else _run
-    applied = []
-    delay = link.delay_us > 0 or link.jitter_us > 0 or link.loss_pct > 0
-    parent = ["root"]
-    if netem and delay:
-        em = ["netem"]
-        if link.delay_us or link.jitter_us:
-            em += ["delay", f"{link.delay_us:g}us"]
-            if link.jitter_us:
-                em += [f"{link.jitter_us:g}us"]
-        if link.loss_pct:
-            em += ["loss", f"{link.loss_pct:g}%"]
-        run(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", *em])
-        applied.append(" ".join(em[1:]) + " (netem)")
-        parent = ["parent", "1:1", "handle", "10:"]
-    if link.rate_bit_s:
-        burst = _burst_bytes(link.rate_bit_s)
-        run(["tc", "qdisc", "replace", "dev", dev, *parent, "tbf", "rate",
-             _tc_rate(link.rate_bit_s), "burst", str(burst), "latency", "100ms"])
-        applied.append(f"rate {link.rate_bit_s / 1e6:g} Mbit/s (tbf, burst {burst} B)")
-    return applied
-
-
-def _has_netem(netns: str) -> bool:
-    """Whether this kernel accepts a netem qdisc (tried on a dummy device in `netns`)."""
-    _ns(netns, ["ip", "link", "add", "probe0", "type", "dummy"], check=False)
-    ok = _ns(netns, ["tc", "qdisc", "add", "dev", "probe0", "root", "netem", "delay", "1ms"],
-             check=False).returncode == 0
-    _ns(netns, ["ip", "link", "delete", "probe0"], check=False)
-    return ok
 
 
 # ---------------------------------------------------------------------------------------
@@ -565,66 +372,3 @@ def load(fid: str) -> Fabric:
     fab = Fabric(s["id"], Link(**s["link"]), [Node(**n) for n in s["nodes"]], s["subnet"],
                  s["switch_address"], s["bridge"], s["owner"], s["shaping"])
     return fab
-
-
-# ---------------------------------------------------------------------------------------
-# command line
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mpilab.netlab", description=(
-        "Emulated nodes on this machine (network namespaces + shaped veth links)."))
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    u = sub.add_parser("up", help="make a fabric that lasts until `down`")
-    u.add_argument("--nodes", type=int, default=2)
-    u.add_argument("--link", default="fast-ethernet", choices=list(PROFILES))
-    sub.add_parser("status", help="list the fabrics on this machine")
-    d = sub.add_parser("down", help="remove a fabric (and everything on its nodes)")
-    d.add_argument("id", nargs="?")
-    d.add_argument("--all", action="store_true")
-    e = sub.add_parser("exec", help="run a command on a node: exec ID NODE -- CMD ...")
-    e.add_argument("id")
-    e.add_argument("node")
-    e.add_argument("command", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    try:
-        if a.cmd == "up":
-            fab = up(a.nodes, a.link, persistent=True)
-            print(f"fabric {fab.id}: {len(fab.nodes)} nodes on {fab.link.name} "
-                  f"({fab.subnet}); remove it with: python -m mpilab.netlab down {fab.id}")
-            for n in fab.nodes:
-                print(f"  {n.hostname}  {n.address}  netns {n.netns}")
-            print("  shaping: " + "; ".join(fab.shaping["applied"]))
-            for w in fab.shaping["not_emulated"]:
-                print(f"  not emulated: {w}")
-        elif a.cmd == "status":
-            states = fabrics()
-            if not states:
-                print("no fabrics")
-            for s in states:
-                life = "until down" if not s["owner"] else (
-                    f"owner {s['owner']}" + ("" if s["alive"] else " (gone: stale)"))
-                print(f"{s['id']}: {len(s['nodes'])} nodes, {s['link']['name']}, "
-                      f"{s['subnet']}, {life}")
-        elif a.cmd == "down":
-            if not a.all and not a.id:
-                ap.error("down needs a fabric id, or --all")
-            ids = [s["id"] for s in fabrics()] if a.all else [a.id]
-            for fid in ids:
-                load(fid).down()
-                print(f"removed fabric {fid}")
-            if a.all:
-                for name in remove_stale():
-                    print(f"removed leftover {name}")
-        elif a.cmd == "exec":
-            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-            if not cmd:
-                ap.error("exec needs a command after the node")
-            return subprocess.call(load(a.id).exec_argv(a.node, cmd))
-    except (NetlabUnavailable, KeyError, ValueError) as exc:
-        print(f"mpilab.netlab: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

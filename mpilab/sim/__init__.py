@@ -1,0 +1,101 @@
+"""Simulated clusters: the course's own C kernels at the papers' process counts (SimGrid SMPI).
+
+The papers ran 32 to 2304 processes; a student's machine has a few cores. SimGrid's SMPI
+runs an unmodified C MPI program on a *simulated* platform: every rank is a thread of one
+process, every message is timed by a network model of the platform's links, and the
+program reads the simulated clock through ``MPI_Wtime``. This module builds the course's
+standalone kernels (``kernels/pingpong/pingpong_main.c``, ``kernels/collectives/coll_main.c``,
+``kernels/stencil/halo_main.c``, linked with the same ``c_*.c`` files the Python kernels
+use) with ``smpicc``, runs them with ``smpirun`` through :mod:`mpilab.jobs` (so a hung or
+killed simulation leaves nothing behind), and returns records shaped like the real
+benchmarks' plus ``simulated: True``, ``platform`` and ``label``.
+
+Platforms are XML files in ``mpilab/platforms/`` (one per paper's machine, every number
+with its source or marked as assumed), plus ``this-machine``, written by
+:func:`calibrate` from a real ping-pong on this machine: compare the two side by side
+(:func:`check_this_machine`) before believing any scale-out.
+
+What a simulation is, and is not
+--------------------------------
+* Messages: a latency + bandwidth model per link, with contention where flows share a
+  link (a node's network card, the backbone). Messages inside a node cross the node's
+  loopback link, with no contention: memory-bandwidth contention between the cores of a
+  node, caches and shared-window effects are **not** simulated.
+* Computation: the collective and ping-pong runs switch it off (``compute=False``: only
+  communication costs time; results are exactly reproducible). The halo runs measure each
+  rank's computing for real on this machine, one rank at a time, and charge it to the
+  simulated clock at this machine's speed: a simulated core is as fast as one of this
+  machine's, with a cache of its own and no neighbour competing for memory.
+* The library: SMPI's own implementation of MPI, with ports of Open MPI's and MPICH's
+  collective algorithms and decision rules (``--cfg=smpi/coll-selector:ompi``), not the
+  real libraries.
+
+Every record and every figure carries ``label``: ``"simulated (SMPI, platform NAME)"``.
+
+The package's modules: :mod:`.smpi` (SimGrid's tools, the programs built with
+``smpicc``), :mod:`.machines` (the platforms and the hostfile), :mod:`.experiments`
+(:func:`run` and the ping-pong, collective and halo experiments, the saved references)
+and :mod:`.calibration` (``this-machine`` and the checks against real runs). Every name
+is here as ``sim.<name>``.
+"""
+
+# ruff: noqa: F401 - the names beyond __all__ are the module's API as before the split
+from __future__ import annotations
+
+from .calibration import (
+    _THIS_MACHINE,
+    CALIBRATION_SIZES,
+    _measure_pingpong,
+    calibrate,
+    check_collective,
+    check_this_machine,
+    measure_collective,
+)
+from .experiments import (
+    _DTYPE,
+    LEAVES_OUT,
+    NOT_SIMULATED_HALO_MODES,
+    OUR_ALGORITHMS,
+    SIMULATED_HALO_MODES,
+    SMPI_ALLGATHER,
+    _alg_code,
+    _launch,
+    _progress,
+    _record,
+    allgather,
+    allgather_summary,
+    collective,
+    halo,
+    load_reference,
+    meta,
+    pingpong,
+    reference_dir,
+    run,
+)
+from .machines import (
+    PLATFORM_DIR,
+    SPEED,
+    Platform,
+    _parse,
+    _this_machine_path,
+    hostfile,
+    label,
+    platform,
+    platforms,
+)
+from .smpi import (
+    CFLAGS,
+    KERNELS,
+    PROGRAMS,
+    SimUnavailable,
+    _cache_dir,
+    _stamp,
+    _tools,
+    available,
+    build,
+    version,
+)
+
+__all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "label",
+           "build", "run", "meta", "pingpong", "collective", "allgather", "halo", "calibrate",
+           "check_this_machine", "check_collective", "measure_collective", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]

@@ -1,0 +1,239 @@
+"""The library's decisions: forcing one of its algorithms, Open MPI 4.1's documented
+default, the decision table from measurements, and the rules file that applies it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import runtime
+from ..collectives import ALGORITHMS, algorithm
+
+# Open MPI's enum COLLTYPE_T (coll_base_functions.h): the collective ids of a rules file.
+_OMPI_COLL_ID = {"allgather": 0, "allreduce": 2, "barrier": 6, "bcast": 7, "gather": 9,
+                 "reduce": 11, "scatter": 15}
+
+
+def library_env(op: str, alg: str | None, lib: str | None = None) -> dict:
+    """Environment that makes the library run `alg` for `op` (None: its default choice).
+
+    Open MPI: ``coll_tuned`` dynamic rules with the algorithm forced
+    (``OMPI_MCA_coll_tuned_use_dynamic_rules=1``, ``OMPI_MCA_coll_tuned_<op>_algorithm``);
+    it is read once at ``MPI_Init``, so each forced algorithm needs its own MPI job.
+    MPICH: the ``MPIR_CVAR_<OP>_INTRA_ALGORITHM`` control variables (not tested here:
+    only Open MPI is installed on the course machine).
+
+    Raises
+    ------
+    ValueError
+        When the library has no such algorithm (e.g. MPICH has no linear allgather).
+    """
+    lib = lib or runtime.selected_library()
+    if alg is None or alg == "default":
+        return {}
+    spec = algorithm(op, alg)
+    if lib == "openmpi":
+        return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                f"OMPI_MCA_coll_tuned_{op}_algorithm": str(spec.ompi)}
+    if lib == "mpich":
+        if not spec.mpich:
+            raise ValueError(f"MPICH has no {alg} {op} to select")
+        return dict(spec.mpich)
+    raise ValueError(f"unknown MPI library {lib!r}")
+
+
+def library_has(op: str, alg: str, lib: str | None = None) -> bool:
+    """Whether the library can be made to run `alg` (see :func:`library_env`)."""
+    try:
+        library_env(op, alg, lib)
+    except ValueError:
+        return False
+    return True
+
+
+# Open MPI 4.1's fixed rule for a reduce with a commutative operation (MPI_SUM), from
+# coll_tuned_decision_fixed.c (ompi_coll_tuned_reduce_intra_dec_fixed): (communicator
+# size bound, [(message size bound, algorithm), ...]); None closes a list.
+_REDUCE_NAMES = {1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial",
+                 6: "in-order_binary", 7: "rabenseifner"}
+_REDUCE_RULE = [
+    (4, [(8, 7), (16, 4), (32, 3), (262144, 1), (524288, 3), (1048576, 2), (None, 3)]),
+    (8, [(4096, 4), (65536, 2), (262144, 5), (524288, 1), (1048576, 5), (None, 1)]),
+    (16, [(8192, 4), (None, 5)]),
+    (32, [(4096, 4), (None, 5)]),
+    (256, [(None, 5)]),
+    (512, [(8192, 5), (16384, 6), (None, 5)]),
+    (2048, [(None, 5)]),
+    (4096, [(512, 5), (1024, 6), (8192, 5), (16384, 6), (None, 5)]),
+    (None, [(16, 5), (32, 6), (1024, 5), (2048, 6), (8192, 5), (16384, 6), (None, 5)]),
+]
+
+
+def _reduce_default(p: int, n: int) -> str:
+    for bound, rules in _REDUCE_RULE:
+        if bound is None or p < bound:
+            return _REDUCE_NAMES[next(a for lim, a in rules if lim is None or n < lim)]
+    raise AssertionError("unreachable: the last rule has no bound")
+
+
+def library_default(op: str, p: int, nbytes: int) -> dict:
+    """The allgather or reduce algorithm Open MPI 4.1 picks by default: its documented rule.
+
+    Derived by reading Open MPI 4.1's ``coll_tuned_decision_fixed.c``
+    (``ompi_coll_tuned_allgather_intra_dec_fixed``, and for a reduce with a commutative
+    operation such as a sum ``ompi_coll_tuned_reduce_intra_dec_fixed``), not asked from
+    the library: a label for comparison with measurements, which is where to check it.
+    ``nbytes`` is the per-rank block for an allgather (the rule's ``dsize * scount``), the
+    whole message for a reduce (``dsize * count``).
+
+    Returns
+    -------
+    dict
+        ``{"decision": alg, "runs": alg, "source": ...}``: ``runs`` differs from
+        ``decision`` where the library falls back (recursive doubling on a
+        non-power-of-two count runs Bruck, neighbor exchange on an odd count runs ring).
+    """
+    if op not in ("allgather", "reduce"):
+        raise ValueError(f"only the allgather and reduce rules are encoded, not {op!r}")
+    n = int(nbytes)
+    if op == "reduce":
+        alg = _reduce_default(int(p), n)
+        return {"decision": alg, "runs": alg,
+                "source": "library's documented default for a commutative operation: "
+                          "derived from Open MPI 4.1 coll_tuned_decision_fixed.c, not "
+                          "queried from the library"}
+    if p == 2:
+        alg = "two_proc"
+    elif p < 32:
+        alg = "recursive_doubling"
+    else:
+        # (communicator-size bound, [(size bound, alg), ...]) for p < 1024
+        table = [
+            (64, [(1024, 3), (65536, 5), (None, 4)]),
+            (128, [(512, 3), (65536, 5), (None, 4)]),
+            (256, [(512, 3), (131072, 5), (524288, 4), (1048576, 5), (None, 4)]),
+            (512, [(32, 3), (128, 2), (1024, 3), (131072, 5), (524288, 4), (1048576, 5),
+                   (None, 4)]),
+            (1024, [(64, 3), (256, 2), (2048, 3), (None, 5)]),
+        ]
+        names = {2: "bruck", 3: "recursive_doubling", 4: "ring", 5: "neighbor_exchange"}
+        alg = "neighbor_exchange"  # p >= 1024 and large blocks; small blocks not encoded
+        for bound, rules in table:
+            if p < bound:
+                alg = next(names[a] for lim, a in rules if lim is None or n < lim)
+                break
+    runs = alg
+    if alg == "recursive_doubling" and p & (p - 1):
+        runs = "bruck"
+    if alg == "neighbor_exchange" and p % 2:
+        runs = "ring"
+    return {"decision": alg, "runs": runs,
+            "source": "library's documented default: derived from Open MPI 4.1 "
+                      "coll_tuned_decision_fixed.c, not queried from the library"}
+
+
+# --------------------------------------------------------------------------- tuning
+
+
+def beyond_noise(fast: dict, slow: dict) -> bool:
+    """Is `fast` faster than `slow` by more than their measured noise?
+
+    Both are timing records (:func:`mpilab.timing.record`): yes when `fast`'s upper
+    quartile lies below `slow`'s lower quartile, so that at least three quarters of the
+    repetitions of each agree on the order (their middle halves do not overlap).
+    """
+    return fast["t_us_q3"] < slow["t_us_q1"]
+
+
+def decision_table(records: Sequence[dict], *, op: str = "allgather",
+                   prefix: str = "library:") -> dict:
+    """Best algorithm per (ranks, size) from measured records; with the library's choice.
+
+    Only records whose impl starts with `prefix` and names an algorithm take part
+    (``library:<alg>``: what a rules file can apply); ``library:default`` is the
+    library's own choice, compared against the best. Each entry's ``choice`` is what a
+    rules file applies: the best algorithm only where it beats the library's default by
+    more than the noise (:func:`beyond_noise`, ``switch`` true), else the library's own
+    (documented) choice: a tuner that switched on every difference would follow noise.
+    """
+    by: dict[tuple[int, int], dict[str, dict]] = {}
+    for r in records:
+        by.setdefault((int(r["ranks"]), int(r["size_bytes"])), {})[r["impl"]] = r
+    rules = []
+    for (p, n), row in sorted(by.items()):
+        cands = {k.removeprefix(prefix): v for k, v in row.items()
+                 if k.startswith(prefix) and k.removeprefix(prefix) in ALGORITHMS[op]}
+        if not cands:
+            continue
+        best = min(cands, key=lambda a: cands[a]["t_us_median"])
+        t_best = cands[best]["t_us_median"]
+        entry = {"ranks": p, "size_bytes": n, "best": best, "t_us_best": t_best,
+                 "t_us": {a: r["t_us_median"] for a, r in cands.items()}}
+        documented = library_default(op, p, n)["runs"] if op == "allgather" else None
+        if documented is not None:
+            entry["library_documented_choice"] = documented
+        default = row.get("library:default")
+        if default is not None:
+            d = default["t_us_median"]
+            entry["t_us_library_default"] = d
+            entry["library_default_vs_best"] = d / t_best if t_best > 0 else None
+        if default is None or documented is None:
+            entry["switch"], entry["choice"] = True, best
+            entry["why"] = "no library default measured or documented to compare with"
+        elif best == documented:
+            entry["switch"], entry["choice"] = False, best
+            entry["why"] = "the library's own choice is the fastest"
+        elif beyond_noise(cands[best], default):
+            entry["switch"], entry["choice"] = True, best
+            entry["why"] = (f"{best} beats the library's default beyond the noise (upper "
+                            f"quartile {cands[best]['t_us_q3']:.1f} < lower quartile "
+                            f"{default['t_us_q1']:.1f} us)")
+        else:
+            entry["switch"], entry["choice"] = False, documented
+            entry["why"] = (f"{best} was faster by its median, but within the noise "
+                            f"(upper quartile {cands[best]['t_us_q3']:.1f} >= the "
+                            f"default's lower quartile {default['t_us_q1']:.1f} us): "
+                            "keep the library's choice")
+        rules.append(entry)
+    return {"op": op, "library": runtime.selected_library(), "rules": rules,
+            "note": "best = lowest median time among the library's forced algorithms; "
+                    "choice = best where it beats the library's default beyond the "
+                    "noise (quartiles apart), else the library's own choice"}
+
+
+def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
+    """Write a decision table as an Open MPI ``coll_tuned`` dynamic rules file.
+
+    Open MPI matches the largest listed communicator size not above the job's, then
+    the largest message size not above the call's; for allgather that size is the
+    whole result (block x ranks), so block sizes are scaled here. Use it with
+    :func:`rules_env`.
+    """
+    op = table["op"]
+    if op not in _OMPI_COLL_ID:
+        raise ValueError(f"no Open MPI collective id for {op!r}")
+    by_p: dict[int, list[tuple[int, int]]] = {}
+    for r in table["rules"]:
+        p = int(r["ranks"])
+        msg = int(r["size_bytes"]) * (p if op in ("allgather", "gather", "scatter") else 1)
+        by_p.setdefault(p, []).append((msg, ALGORITHMS[op][r.get("choice", r["best"])].ompi))
+    lines = ["1  # collectives in this file", f"{_OMPI_COLL_ID[op]}  # {op}",
+             f"{len(by_p)}  # communicator sizes"]
+    for p, rules in sorted(by_p.items()):
+        rules.sort()
+        rules[0] = (0, rules[0][1])  # the smallest size rule covers everything below it
+        lines += [f"{p}  # communicator size", f"{len(rules)}  # message sizes"]
+        lines += [f"{m} {a} 0 0  # bytes, algorithm, fan-in/out, segment size"
+                  for m, a in rules]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Open MPI's reader skips text after the numbers it needs on a line.
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def rules_env(path: str | os.PathLike) -> dict:
+    """Environment that makes Open MPI use a rules file written by :func:`write_ompi_rules`."""
+    return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+            "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(Path(path).resolve())}
