@@ -1,0 +1,71 @@
+"""Reading a notebook's cells as the autograder does: which cells are tests, the
+instructor's locked code or the student's (:func:`classify`), the names a test reads
+(:func:`free_names`: what the grader's kernel must get from the student's), and what of
+a locked cell the grader's kernel runs (:func:`definitions`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+from nbformat import NotebookNode
+
+__all__ = ["classify", "free_names", "definitions"]
+
+_BUILTINS = set(dir(builtins))
+
+
+
+def classify(cell: NotebookNode) -> str:
+    """``test`` (autograder tests), ``locked`` (the instructor's code), ``student`` or ``skip``."""
+    if cell.cell_type != "code" or not cell.source.strip():
+        return "skip"
+    meta = cell.metadata.get("nbgrader", {})
+    if meta.get("grade") and not meta.get("solution"):
+        return "test"
+    if meta.get("locked") and not meta.get("solution"):
+        return "locked"
+    return "student"
+
+
+def free_names(source: str) -> list[str]:
+    """Names the code reads (anywhere, function bodies included), builtins left out."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, ast.Load)}
+    return sorted(names - _BUILTINS)
+
+
+_DEFINITION = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def definitions(source: str) -> str:
+    """The imports, functions and classes of a locked cell, every other line blanked.
+
+    What the grader's kernel runs of the instructor's locked cells: their definitions, at
+    their own line numbers, without their side effects (starting a cluster, printing).
+    A definition that shares a line with another statement is left out too.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    lines = source.splitlines()
+    keep = [False] * len(lines)
+    other = [False] * len(lines)
+    for node in tree.body:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        span = range(first - 1, node.end_lineno)
+        for i in span:
+            (keep if isinstance(node, _DEFINITION) else other)[i] = True
+    for node in tree.body:
+        if isinstance(node, _DEFINITION):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            if any(other[i] for i in range(first - 1, node.end_lineno)):
+                for i in range(first - 1, node.end_lineno):
+                    keep[i] = False
+    return "\n".join(ln if keep[i] and not other[i] else "" for i, ln in enumerate(lines))

@@ -1,0 +1,45 @@
+"""How the autograder reads a notebook's cells (mpilab.autograder.cells): tests, locked
+code and the student's, the names a test reads, and what of a locked cell the grader's
+kernel runs."""
+
+import nbformat
+
+from mpilab.autograder.cells import classify, definitions, free_names
+
+
+def _code(source: str, **nbgrader) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source)
+    if nbgrader:
+        cell.metadata["nbgrader"] = nbgrader
+    return cell
+
+
+def test_cells_are_tests_locked_code_the_students_or_nothing():
+    assert classify(_code("assert f() == 1", grade=True, solution=False, locked=True)) == "test"
+    assert classify(_code("import numpy as np", grade=False, solution=False,
+                          locked=True)) == "locked"
+    assert classify(_code("def f(): ...", grade=False, solution=True, locked=False)) == "student"
+    assert classify(_code("x = 1")) == "student"  # a cell the student added
+    assert classify(_code("   \n")) == "skip"
+    assert classify(nbformat.v4.new_markdown_cell("# title")) == "skip"
+
+
+def test_free_names_are_what_the_code_reads_without_builtins():
+    src = "def g(y):\n    return f(y) + len(data)\nresult = g(3)\nprint(result)"
+    assert free_names(src) == ["data", "f", "g", "result", "y"]
+    assert free_names("def (:") == []  # not Python: nothing to export
+
+
+def test_definitions_keep_imports_functions_and_classes_at_their_lines():
+    src = ("import numpy as np\n"
+           "lab = start(4)\n"
+           "def f(x):\n"
+           "    return x\n"
+           "print(f(1))\n"
+           "class C:\n"
+           "    pass\n"
+           "import os; os.system('x')\n")
+    out = definitions(src).split("\n")
+    assert out == ["import numpy as np", "", "def f(x):", "    return x", "", "class C:",
+                   "    pass", ""]
+    assert definitions("def broken(:") == ""
