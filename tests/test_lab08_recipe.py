@@ -8,33 +8,19 @@ feedback written without the hidden tests.
 
 from __future__ import annotations
 
-import shutil
-
+import made_up_lab
 import nbformat
 import pytest
-from conftest import ROOT
 
-from mpilab.autograder.course import full, make_course, nbgrader, scores, solutions, submit
+from mpilab.autograder.course import full, nbgrader, scores, solutions, submit
 
 LAB = "lab08-recipe"
+_cell = made_up_lab.cell
 HIDDEN = "example.check_message_us(message_us, cases=((4096, 3.0, 2000.0),))"
 
 
-def _cell(kind: str, source: str, gid: str, points: int = 0, solution: bool = False):
-    make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
-    cell = make(source)
-    cell.metadata["nbgrader"] = {"grade": bool(points), "grade_id": gid, "locked": not solution,
-                                 "schema_version": 3, "solution": solution, "task": False}
-    if points:
-        cell.metadata["nbgrader"]["points"] = points
-    return cell
-
-
 def _lab() -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [
+    return made_up_lab.notebook([
         _cell("markdown", "# Lab 08 — a made-up lab on the recipe", "intro"),
         _cell("code", "from mpilab.grading import example", "setup"),
         _cell("code", "def rank_sum(comm):\n    ### BEGIN SOLUTION\n"
@@ -46,8 +32,7 @@ def _lab() -> nbformat.NotebookNode:
               "message_us", solution=True),
         _cell("code", "example.check_message_us(message_us)\n### BEGIN HIDDEN TESTS\n"
               f"{HIDDEN}\n### END HIDDEN TESTS", "test_message_us", points=3),
-    ]
-    return nb
+    ])
 
 
 def _errors(course, student: str, grade_id: str) -> str:
@@ -64,13 +49,7 @@ WRONG = {"rank_sum": "def rank_sum(comm):\n    return comm.Get_rank() + 1",
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("repo")
-    (repo / "labs" / LAB).mkdir(parents=True)
-    nbformat.write(_lab(), repo / "labs" / LAB / f"{LAB}.ipynb")
-    shutil.copytree(ROOT / "autograder", repo / "autograder",
-                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
-                                                  "feedback", "gradebook.db"))
-    root = make_course(tmp_path_factory.mktemp("course"), [LAB], repo=repo)
+    root, repo = made_up_lab.course(tmp_path_factory, LAB, _lab())
     root.joinpath("repo").symlink_to(repo)
     return root
 

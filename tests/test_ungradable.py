@@ -8,36 +8,22 @@ grading again once the grader is mended gives them their points.
 
 from __future__ import annotations
 
-import shutil
-
+import made_up_lab
 import nbformat
 import pytest
-from conftest import ROOT
 from nbgrader.api import Gradebook
 
 from mpilab.autograder import ungradable
-from mpilab.autograder.course import make_course, nbgrader, scores, solutions, submit
+from mpilab.autograder.course import nbgrader, scores, solutions, submit
 
 LAB = "lab99-ungradable"
-
-
-def _cell(kind: str, source: str, gid: str, points: int = 0, solution: bool = False):
-    make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
-    cell = make(source)
-    cell.metadata["nbgrader"] = {"grade": bool(points), "grade_id": gid, "locked": not solution,
-                                 "schema_version": 3, "solution": solution, "task": False}
-    if points:
-        cell.metadata["nbgrader"]["points"] = points
-    return cell
+_cell = made_up_lab.cell
 
 
 def _lab(flag) -> nbformat.NotebookNode:
     """The made-up grader misses what it needs until the file `flag` exists."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
     mended = f"__import__('os').path.exists({str(flag)!r})"
-    nb.cells = [
+    return made_up_lab.notebook([
         _cell("markdown", "# A made-up lab", "intro"),
         _cell("code", "from mpilab.autograder.failures import Ungradable", "setup"),
         _cell("code", "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION",
@@ -49,8 +35,7 @@ def _lab(flag) -> nbformat.NotebookNode:
         _cell("code", f"if not {mended}:\n    __import__('os')._exit(1)\nassert f() == 1",
               "test_dies", points=3),
         _cell("code", "assert f() == 1", "test_after", points=1),
-    ]
-    return nb
+    ])
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +45,7 @@ def flag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory, flag):
-    repo = tmp_path_factory.mktemp("repo")
-    (repo / "labs" / LAB).mkdir(parents=True)
-    nbformat.write(_lab(flag), repo / "labs" / LAB / f"{LAB}.ipynb")
-    shutil.copytree(ROOT / "autograder", repo / "autograder",
-                    ignore=shutil.ignore_patterns("release", "submitted", "autograded",
-                                                  "feedback", "gradebook.db"))
-    root = make_course(tmp_path_factory.mktemp("course"), [LAB], repo=repo)
+    root, repo = made_up_lab.course(tmp_path_factory, LAB, _lab(flag))
     submit(root, LAB, "ada", solutions(LAB, repo))
     return root
 
