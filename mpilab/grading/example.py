@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from . import measured
 from .compare import expect_per_rank
-from .prediction import Part, Prediction, guessed, where
+from .prediction import Part, Prediction, guessed, shown, where
 from .running import run_on_ranks
 
 __all__ = ["check_rank_sum", "reference_message_us", "message_now", "MESSAGE",
@@ -70,9 +70,8 @@ def message_now(cluster_ranks: int = 2) -> dict:
 
 
 def _lines(func: Callable, m: dict, cluster_ranks: int) -> None:
-    got = func(SIZES[2], m["alpha_us"], m["beta_MBps"])
     print(f"a message of {SIZES[2]:,} B on {where(m)}: measured {m['held_out_us']:.1f} µs, "
-          f"predicted {got:.1f} µs")
+          f"predicted {shown(func, SIZES[2], m['alpha_us'], m['beta_MBps']).strip()}")
 
 
 MESSAGE = Prediction(
