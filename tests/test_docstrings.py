@@ -1,0 +1,201 @@
+"""The public API a notebook, an instructor or a lab's checks call is documented in numpydoc.
+
+For every public function and method of the modules below (named in ``__all__`` where the
+module has one; methods of public classes; not properties, not re-exports): a docstring,
+a ``Parameters`` section naming each parameter (``self`` and ``cls`` aside), and a
+``Returns`` (or ``Yields``) section where the function returns a value. What the sections
+say is for a reader; this test checks only that they are there and name every parameter.
+
+numpydoc's own ``numpydoc.validate`` does more (types, summary style), but it brings
+Sphinx into every set-up the course makes (five in CI) for a check this size.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The modules whose public functions are API: what lectures, labs, instructors and lab
+#: checks call (packages: every module in them).
+DOCUMENTED = [
+    "mpilab.cluster", "mpilab.timing", "mpilab.models", "mpilab.tracing",
+    "mpilab.collectives", "mpilab.halo", "mpilab.tuning", "mpilab.sim", "mpilab.netlab",
+    "mpilab.runtime", "mpilab.jobs", "mpilab.notebooks", "mpilab.coarrays",
+    "mpilab.buffers", "mpilab.paths", "mpilab.papers", "mpilab.plots",
+    "mpilab.grading", "mpilab.autograder",
+]
+
+
+def module_files(name: str) -> list[Path]:
+    """The source files of module or package `name`."""
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin, name
+    origin = Path(spec.origin)
+    if origin.name == "__init__.py":
+        return sorted(origin.parent.rglob("*.py"))
+    return [origin]
+
+
+def _all_names(tree: ast.Module) -> set[str] | None:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                return set(ast.literal_eval(node.value))
+            except ValueError:
+                return None
+    return None
+
+
+def _is_property(fn) -> bool:
+    return any((isinstance(d, ast.Name) and d.id in {"property", "cached_property", "overload"})
+               or (isinstance(d, ast.Attribute) and d.attr in {"setter", "getter", "deleter",
+                                                                 "cached_property", "overload"})
+               for d in fn.decorator_list)
+
+
+def public_functions(path: Path):
+    """(qualified name, node) of each public function and public method in `path`."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = _all_names(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not node.name.startswith("_") and (names is None or node.name in names) \
+                    and not _is_property(node):
+                yield node.name, node
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_") \
+                and (names is None or node.name in names):
+            for m in node.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                        and not m.name.startswith("_") and not _is_property(m):
+                    yield f"{node.name}.{m.name}", m
+
+
+def parameters(fn) -> list[str]:
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    if a.vararg:
+        names.append(a.vararg.arg)
+    if a.kwarg:
+        names.append(a.kwarg.arg)
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def _own_nodes(fn):
+    """The nodes of `fn`'s body, not those of functions or classes defined inside it."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                      ast.ClassDef)):
+                todo.append(child)
+
+
+def returns_value(fn) -> bool:
+    for node in _own_nodes(fn):
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(node, ast.Return) and node.value is not None and not (
+                isinstance(node.value, ast.Constant) and node.value.value is None):
+            return True
+    return False
+
+
+def section(doc: str, title: str) -> str | None:
+    """The body of numpydoc section `title` in `doc`, or None."""
+    m = re.search(rf"^\s*{title}\n\s*-{{3,}}\n(.*?)(?=^\s*\w[\w ]*\n\s*-{{3,}}\n|\Z)",
+                  doc, re.M | re.S)
+    return m.group(1) if m else None
+
+
+def documented_names(body: str) -> set[str]:
+    """The parameter names a Parameters section lists (``a, b : int`` lists two)."""
+    names = set()
+    indent = min((len(ln) - len(ln.lstrip()) for ln in body.splitlines() if ln.strip()),
+                 default=0)
+    for line in body.splitlines():
+        if line.strip() and len(line) - len(line.lstrip()) == indent:
+            head = line.split(" : ", 1)[0].strip().rstrip(":")
+            names.update(n.strip().lstrip("*") for n in head.split(","))
+    return names
+
+
+def problems(fn) -> list[str]:
+    """What `fn`'s docstring lacks, in words."""
+    doc = ast.get_docstring(fn)
+    if not doc:
+        return ["no docstring"]
+    found = []
+    params = parameters(fn)
+    if params:
+        body = section(doc, "Parameters")
+        if body is None:
+            found.append("no Parameters section")
+        else:
+            missing = [p for p in params if p not in documented_names(body)]
+            if missing:
+                found.append(f"Parameters does not name {', '.join(missing)}")
+    if returns_value(fn) and section(doc, "Returns") is None and section(doc, "Yields") is None:
+        found.append("no Returns section")
+    return found
+
+
+@pytest.mark.parametrize("module", DOCUMENTED)
+def test_public_functions_have_numpydoc_sections(module):
+    bad = []
+    for path in module_files(module):
+        for name, fn in public_functions(path):
+            for p in problems(fn):
+                bad.append(f"{path.relative_to(ROOT)}:{fn.lineno} {name}: {p}")
+    assert not bad, f"{len(bad)} gaps:\n" + "\n".join(bad)
+
+
+def test_the_checker_finds_what_is_missing():
+    good = ast.parse('''
+def f(a, b=1, *rest, key=None, **extra):
+    """One line.
+
+    Parameters
+    ----------
+    a, b : int
+        Two.
+    *rest : float
+        More.
+    key : str, optional
+        A key.
+    **extra
+        Anything.
+
+    Returns
+    -------
+    int
+        The sum.
+    """
+    return a
+''').body[0]
+    assert problems(good) == []
+    bad = ast.parse('''
+def g(a, b):
+    """One line.
+
+    Parameters
+    ----------
+    a : int
+        One.
+    """
+    def inner():
+        return 1
+    return b
+''').body[0]
+    assert problems(bad) == ["Parameters does not name b", "no Returns section"]
+    nothing = ast.parse("def h(self):\n    '''Does.'''\n    return None\n").body[0]
+    assert problems(nothing) == []
+    assert problems(ast.parse("def k(x):\n    pass\n").body[0]) == ["no docstring"]
