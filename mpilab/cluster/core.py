@@ -54,7 +54,14 @@ def _notebook_path() -> str | None:
 
 
 def default_cluster_id() -> str:
-    """A cluster id unique to this notebook (or, outside Jupyter, to this process)."""
+    """A cluster id unique to this notebook (or, outside Jupyter, to this process).
+
+    Returns
+    -------
+    str
+        ``mpilab-<name>-<hash>``: the notebook's (or script's) name, and a hash of the
+        user and the notebook's path (outside Jupyter: the working folder and process id).
+    """
     where = _notebook_path()
     if where:
         key = os.path.abspath(where)
@@ -183,7 +190,14 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
                 f"{where}{over} on {runtime.usable_cores()} cores, {state}>")
 
     def describe(self) -> str:
-        """One honest sentence about where the measurements come from."""
+        """One honest sentence about where the measurements come from.
+
+        Returns
+        -------
+        str
+            The ranks, transport and cores; the emulated nodes and their link (what is
+            emulated and what is not); Slurm; and whether the ranks are oversubscribed.
+        """
         cores = runtime.usable_cores()
         s = f"{self.n} MPI ranks over {self.transport} on {cores} core{'s' * (cores != 1)}"
         if self.nodes:
@@ -211,7 +225,13 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
             _current = None
 
     def restart(self) -> MPICluster:
-        """Kill everything, start afresh with the same settings, re-activate ``%px``."""
+        """Kill everything, start afresh with the same settings, re-activate ``%px``.
+
+        Returns
+        -------
+        MPICluster
+            This cluster, running again and made current (:func:`current`).
+        """
         t0 = time.perf_counter()
         self.stop()
         self._cold_start()
@@ -220,7 +240,19 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         return self
 
     def healthy(self, timeout: float = 5.0) -> bool:
-        """True when every rank answers within `timeout` seconds."""
+        """True when every rank answers within `timeout` seconds.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait for every rank's answer (default 5).
+
+        Returns
+        -------
+        bool
+            True when all `n` ranks answered in time; False when the cluster is not
+            running, is broken, or some rank did not answer.
+        """
         if self.client is None or self.view is None or self.broken:
             return False
         try:
@@ -247,6 +279,32 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         seconds (the cluster is then unusable until :meth:`restart`, which happens at
         once with ``restart_on_timeout=True``), :class:`RankError` if `func` raised on
         some rank, :class:`ClusterDied` if an engine died.
+
+        Parameters
+        ----------
+        func : callable
+            The function each rank calls (sent with cloudpickle, so a lambda or a
+            function defined in the notebook works).
+        *args
+            Positional arguments of `func`, the same on every rank.
+        timeout : float, optional
+            Seconds every rank has to return (default ``DEFAULT_TIMEOUT``, 30).
+        restart_on_timeout : bool, optional
+            True: restart the cluster at once after a timeout, before raising.
+        **kwargs
+            Keyword arguments of `func`, the same on every rank.
+
+        Returns
+        -------
+        list
+            What `func` returned on each rank, index = rank.
+
+        Raises
+        ------
+        ClusterError
+            The cluster is not running, or is unusable since an earlier failure.
+        MPITimeout, RankError, ClusterDied
+            As above.
         """
         self._check_usable()
         ar = self.view.apply_async(func, *args, **kwargs)
@@ -259,6 +317,30 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
 
         On a timeout the busy ranks' lines are named as the notebook numbers them:
         `line_offset` lines stand above the code in its cell (1 for ``%%mpi``'s line).
+
+        Parameters
+        ----------
+        code : str
+            Python source run on every rank, in each engine's namespace.
+        timeout : float, optional
+            Seconds every rank has to finish (default ``DEFAULT_TIMEOUT``, 30).
+        restart_on_timeout : bool, optional
+            True: restart the cluster at once after a timeout, before raising.
+        display : bool, optional
+            True: show each rank's output (stdout, stderr, results) once the code
+            has finished (also when it raised).
+        line_offset : int, optional
+            Lines of the cell above `code`, added to the line numbers a timeout names.
+
+        Returns
+        -------
+        ipyparallel.AsyncResult
+            The finished execution: each rank's output, for display or inspection.
+
+        Raises
+        ------
+        ClusterError, MPITimeout, RankError, ClusterDied
+            As :meth:`run`.
         """
         self._check_usable()
         ar = self.view.execute(code, block=False, silent=False)
@@ -345,7 +427,13 @@ def start_engines_on_first_use(on: bool = True) -> None:
 
 
 def current() -> MPICluster | None:
-    """The cluster this process started or connected to last, if any."""
+    """The cluster this process started or connected to last, if any.
+
+    Returns
+    -------
+    MPICluster or None
+        That cluster; None when none was started or connected to, or it was stopped.
+    """
     return _current
 
 
@@ -359,6 +447,37 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
     with other settings it replaces it. With `nodes`, the ranks run on that many
     emulated nodes joined by `link`; with ``launcher="slurm"`` the controller and the
     engines are Slurm jobs (see :class:`MPICluster`).
+
+    Parameters
+    ----------
+    n : int, optional
+        Number of engines, i.e. MPI ranks (default 4). More than the cores works,
+        oversubscribed.
+    transport : {"shm", "tcp"}, optional
+        Shared memory between the ranks of a host, or TCP over loopback.
+    cluster_id : str, optional
+        Defaults to :func:`default_cluster_id` (one cluster per notebook).
+    start_timeout : float, optional
+        Seconds to wait for all engines to register (default 60).
+    nodes : int, optional
+        Spread the ranks over this many emulated nodes (:mod:`mpilab.netlab`). None:
+        this host.
+    link : str, optional
+        The emulated nodes' link profile (default ``"fast-ethernet"``); only with `nodes`.
+    map_by : {"node", "slot"}, optional
+        Ranks round-robin over the nodes, or node0 filled first; only with `nodes`.
+    launcher : {"local", "slurm"}, optional
+        Start the processes on this host, or as Slurm batch jobs.
+    partition, time_limit : str, optional
+        Slurm only: ``sbatch --partition`` and ``--time``.
+    sbatch_args : sequence of str, optional
+        Slurm only: more ``sbatch`` options.
+
+    Returns
+    -------
+    MPICluster
+        The running cluster, made current (:func:`current`). After
+        :func:`start_engines_on_first_use`, its engines start at first use instead.
     """
     global _current
     cid = cluster_id or default_cluster_id()
@@ -388,7 +507,25 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
 
 
 def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
-    """Connect to a cluster another process started (e.g. ``python -m mpilab.cluster start``)."""
+    """Connect to a cluster another process started (e.g. ``python -m mpilab.cluster start``).
+
+    Parameters
+    ----------
+    cluster_id : str
+        The id the cluster was started with (``mpilab-...``).
+    timeout : float, optional
+        Not used at present: the engines are given 5 seconds to answer.
+
+    Returns
+    -------
+    MPICluster
+        The cluster, connected and made current (:func:`current`).
+
+    Raises
+    ------
+    ClusterError
+        No cluster of that id was started, or it does not answer.
+    """
     global _current
     from IPython.paths import get_ipython_dir
 

@@ -25,6 +25,16 @@ def cluster_processes(cluster_id: str | None = None) -> list:
     Every process ipyparallel starts for a cluster (controller, mpiexec, engines)
     carries ``IPP_CLUSTER_ID`` in its environment; that is what is matched
     (:func:`mpilab.jobs.tagged`).
+
+    Parameters
+    ----------
+    cluster_id : str, optional
+        The cluster's id; None: every cluster whose id starts with ``mpilab-``.
+
+    Returns
+    -------
+    list of psutil.Process
+        The processes found (only this user's, never this process).
     """
     return jobs.tagged("IPP_CLUSTER_ID",
                        cluster_id if cluster_id else (lambda cid: cid.startswith("mpilab-")))
@@ -38,6 +48,18 @@ def kill_cluster_processes(cluster_id: str | None = None, grace: float = 2.0) ->
     controller and mpiexec get SIGTERM, so Open MPI still removes its session files, and
     SIGKILL after `grace` seconds; then stale shared-memory segments are removed.
     Safe to call when nothing runs.
+
+    Parameters
+    ----------
+    cluster_id : str, optional
+        The cluster's id; None: every mpilab cluster of this user.
+    grace : float, optional
+        Seconds between SIGTERM and SIGKILL for the controller and mpiexec (default 2).
+
+    Returns
+    -------
+    int
+        How many processes were found (and ended).
     """
 
     def gentle(p) -> bool:
@@ -82,13 +104,33 @@ class Diagnostics:
     """Stack dumps, the launcher's output and dead engines (a part of MPICluster)."""
 
     def stack_folder(self) -> Path:
-        """Where each engine writes its Python stack when asked (:meth:`stacks`)."""
+        """Where each engine writes its Python stack when asked (:meth:`stacks`).
+
+        Returns
+        -------
+        pathlib.Path
+            A folder in the IPython profile's ``security`` folder, one per cluster id;
+            rank ``r`` writes ``stack.<r>`` in it.
+        """
         return self._profile_dir() / "security" / f"mpilab-{self.cluster_id}-stacks"
 
     def stacks(self, ranks: Sequence[int], wait: float = 1.0) -> dict[int, str]:
         """The Python stack of each of `ranks` (faulthandler's text, most recent call
         first), asked with SIGUSR1: where a busy rank is, without stopping it. Ranks on
-        another host, or that do not answer within `wait` seconds, are left out."""
+        another host, or that do not answer within `wait` seconds, are left out.
+
+        Parameters
+        ----------
+        ranks : sequence of int
+            The ranks to ask.
+        wait : float, optional
+            Seconds to wait for the dumps (default 1).
+
+        Returns
+        -------
+        dict of int to str
+            Rank -> its stack dump as faulthandler writes it.
+        """
         import signal
 
         folder = self.stack_folder()
@@ -153,7 +195,14 @@ class Diagnostics:
             return {}
 
     def dead_ranks(self) -> list[int]:
-        """Ranks whose engine process is gone (checked on this host, without messages)."""
+        """Ranks whose engine process is gone (checked on this host, without messages).
+
+        Returns
+        -------
+        list of int
+            Ranks whose engine has exited or is a zombie; empty when all live. Engines
+            of unknown process id (another host) are not checked.
+        """
         import psutil
 
         dead = []

@@ -81,7 +81,13 @@ class Launchers:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Self:
-        """Connect to this cluster if it already runs with the same settings, else start it."""
+        """Connect to this cluster if it already runs with the same settings, else start it.
+
+        Returns
+        -------
+        MPICluster
+            This cluster, running (the time it took is in ``timings``).
+        """
         t0 = time.perf_counter()
         if self.client is not None and not self.broken and self.healthy(timeout=5):
             return self
