@@ -32,7 +32,24 @@ WINDOW = 64
 
 
 def summarize(times_s: Sequence[float]) -> dict:
-    """Min, quartiles, median, max (µs) and relative spread of repeated timings."""
+    """Min, quartiles, median, max (µs) and relative spread of repeated timings.
+
+    Parameters
+    ----------
+    times_s : sequence of float
+        The repetitions' times, in seconds (at least one, all finite).
+
+    Returns
+    -------
+    dict
+        ``t_us_min``, ``t_us_q1``, ``t_us_median``, ``t_us_q3``, ``t_us_max`` (µs) and
+        ``spread``: the interquartile range over the median (0 when the median is 0).
+
+    Raises
+    ------
+    ValueError
+        `times_s` is empty or holds a NaN or an infinity.
+    """
     t = np.asarray(times_s, dtype=float) * 1e6
     if t.size == 0 or not np.all(np.isfinite(t)):
         raise ValueError("need at least one finite timing")
@@ -49,7 +66,24 @@ def summarize(times_s: Sequence[float]) -> dict:
 
 
 def record(times_s: Sequence[float], *, size_bytes: int, **fields) -> dict:
-    """A tidy record: the fields given, the summary of `times_s`, and bandwidth (MB/s)."""
+    """A tidy record: the fields given, the summary of `times_s`, and bandwidth (MB/s).
+
+    Parameters
+    ----------
+    times_s : sequence of float
+        The repetitions' times, in seconds.
+    size_bytes : int
+        The message (or copy) size, in bytes.
+    **fields
+        More columns, copied as given (``impl``, ``mode``, ``iters``, ...).
+
+    Returns
+    -------
+    dict
+        `fields`, ``size_bytes``, the :func:`summarize` columns, ``bandwidth_MBps``
+        (`size_bytes` over the median time), ``reps`` and ``times_us`` (each repetition,
+        µs).
+    """
     r = dict(fields)
     r["size_bytes"] = int(size_bytes)
     r.update(summarize(times_s))
@@ -62,7 +96,22 @@ def record(times_s: Sequence[float], *, size_bytes: int, **fields) -> dict:
 def round_trip(comm, out, into, times: int = 1):
     """A function of no argument: `times` round trips of `out` between ranks 0 and 1 of
     `comm`, each answered from `into` once it has arrived (the other ranks do nothing).
-    With `out` and `into` the same array each rank sends on what it has just received."""
+    With `out` and `into` the same array each rank sends on what it has just received.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator (2 ranks or more; only ranks 0 and 1 take part).
+    out, into : numpy.ndarray
+        The array sent, and the array received into (same size).
+    times : int, optional
+        Round trips per call (default 1).
+
+    Returns
+    -------
+    callable
+        A function of no argument that every rank of `comm` calls.
+    """
     rank = comm.Get_rank()
 
     def go():
@@ -83,7 +132,19 @@ def pinned(comm):
     cores enough (``sched_setaffinity``: rank r on the r-th CPU this process may use);
     the affinity is restored after. The cluster's engines are not bound (more engines
     than cores are allowed), and two ranks the scheduler happens to put on one core
-    take turns: an exchange measured so took 2.3 times the same exchange on two cores."""
+    take turns: an exchange measured so took 2.3 times the same exchange on two cores.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator whose ranks are pinned (each rank pins itself).
+
+    Yields
+    ------
+    None
+        Inside the block the rank is pinned; with fewer usable CPUs than ranks, or where
+        the affinity cannot be set, nothing changes.
+    """
     try:
         mask = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -122,6 +183,28 @@ def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
     * ``{name}_us`` for each of `extra` (name: a function of no argument that every rank
       calls, a collective operation), one call from a barrier to the slowest rank: lab 06
       times the course's allgathers in the same loop.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator (2 ranks or more); collective: every rank calls this.
+    nbytes : int, optional
+        The large message's size, in bytes (default 1 MiB; at least 8).
+    reps : int, optional
+        Repetitions; each result is the fastest (default 15).
+    extra : dict of str to callable, optional
+        More operations to time in the same loop, by name.
+
+    Returns
+    -------
+    dict
+        ``alpha_us``, ``resent_us``, ``forwarded_us`` and one ``{name}_us`` per `extra`
+        (µs), with ``nbytes`` and ``ranks`` (the size of `comm`); the same on every rank.
+
+    Raises
+    ------
+    ValueError
+        `comm` has a single rank, or `nbytes` or `reps` is out of range.
     """
     from mpi4py import MPI
 
@@ -230,6 +313,26 @@ def calibrate_iters(comm, nbytes: int, *, min_time: float = 0.01, mode: str = "r
     """Timed iterations for one repetition to last about `min_time` seconds (collective).
 
     Every rank gets the same answer, because the kernel returns the slowest rank's time.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator; every rank calls this.
+    nbytes : int
+        Message size, in bytes.
+    min_time : float, optional
+        Seconds one repetition should last (default 0.01).
+    mode : {"roundtrip", "oneway", "window"}, optional
+        The ping-pong's pattern (see :func:`measure_pingpong`).
+    rank_a, rank_b : int, optional
+        The two ranks that exchange messages (default 0 and 1).
+    max_iters : int, optional
+        The most iterations returned (default 1,000,000).
+
+    Returns
+    -------
+    int
+        Timed iterations per repetition, between 1 and `max_iters`.
     """
     s, r = send_and_receive(nbytes, comm.Get_rank())
     iters = 1
@@ -256,6 +359,46 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
     calibrated so one repetition lasts about `min_time` seconds. `buffers` is the kind
     of memory the messages live in (:data:`mpilab.buffers.BUFFER_KINDS`); records say it, and from
     64 KiB up how much of the sender's buffer sits on huge pages (:func:`mpilab.buffers.huge_page_share`).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator (ranks `rank_a` and `rank_b` exchange; the others wait).
+    sizes : iterable of int
+        Message sizes, in bytes (0 or more).
+    impls : sequence of {"kernel", "mpi4py"}, optional
+        The compiled C kernel, mpi4py's buffer ``Send``/``Recv``, or both.
+    mode : {"roundtrip", "oneway", "window"}, optional
+        ``roundtrip``: half a round trip per message; ``oneway``: a stream of messages
+        and one acknowledgement; ``window``: ``WINDOW`` messages posted at once, then
+        one acknowledgement (osu_bw's pattern).
+    reps : int, optional
+        Repetitions per round and implementation (default 7).
+    warmup : int, optional
+        Untimed iterations first; None: as many as the timed ones, 100 at most.
+    iters : int or dict of int to int, optional
+        Timed iterations per repetition, or per size; None (or a size missing from the
+        dict): calibrated with :func:`calibrate_iters`.
+    min_time : float, optional
+        Seconds one repetition should last when calibrated (default 0.01).
+    rank_a, rank_b : int, optional
+        The two ranks that exchange messages (default 0 and 1).
+    rounds : int, optional
+        Rounds over the implementations, pooled (default 1).
+    buffers : {"huge-pages", "numpy", "4k-pages"}, optional
+        The memory the messages live in.
+
+    Returns
+    -------
+    list of dict
+        One :func:`record` per size and implementation (``impl``, ``mode``, ``iters``,
+        ``warmup``, ``buffer``, ``huge_page_share``; times per message, µs), the same on
+        every rank.
+
+    Raises
+    ------
+    ValueError
+        An unknown `buffers`, `mode` or implementation, or a negative size.
     """
     if buffers not in BUFFER_KINDS:
         raise ValueError(f"buffers must be one of {BUFFER_KINDS}, got {buffers!r}")
@@ -287,7 +430,33 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
 
 def measure_memcopy(comm, sizes: Iterable[int], *, method: str = "loop", reps: int = 7,
                     min_time: float = 0.005) -> list[dict]:
-    """Local copy ``dst[:] = src`` records, sizes in bytes (multiples of 8; collective)."""
+    """Local copy ``dst[:] = src`` records, sizes in bytes (multiples of 8; collective).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator; every rank copies, and times are the slowest rank's.
+    sizes : iterable of int
+        Bytes copied, multiples of 8 (whole doubles).
+    method : {"loop", "memcpy"}, optional
+        The kernel's copy: a C loop over the doubles, or ``memcpy``.
+    reps : int, optional
+        Repetitions (default 7).
+    min_time : float, optional
+        Seconds one repetition should last; iterations are calibrated to it
+        (default 0.005).
+
+    Returns
+    -------
+    list of dict
+        One :func:`record` per size (``impl`` is ``memcopy-<method>``; times per copy,
+        µs).
+
+    Raises
+    ------
+    ValueError
+        A size that is negative or not a multiple of 8.
+    """
     from .kernels import memcopy as k
 
     out = []
@@ -322,6 +491,25 @@ def context(cluster=None, *, ranks: int | None = None, transport: str | None = N
 
     The library facts come from the ranks (`cluster.library`, or `library` as a worker
     reported it), never from this process, which may not run MPI at all.
+
+    Parameters
+    ----------
+    cluster : MPICluster, optional
+        The cluster measured on; when given, its ranks, transport and library are used
+        and `ranks`, `transport` and `library` ignored.
+    ranks : int, optional
+        Ranks of the run (without a cluster).
+    transport : str, optional
+        ``shm`` or ``tcp`` (without a cluster).
+    library : dict, optional
+        The MPI library as a rank reported it (without a cluster).
+
+    Returns
+    -------
+    dict
+        :func:`mpilab.runtime.machine_info`, the library facts, ``ranks`` and
+        ``oversubscribed`` (more ranks than cores), ``transport`` and ``measured_at``
+        (local time, ISO 8601).
     """
     d = {}
     d.update(runtime.machine_info())
@@ -339,7 +527,21 @@ def context(cluster=None, *, ranks: int | None = None, transport: str | None = N
 
 
 def frame(records: list[dict], ctx: dict):
-    """Records as a pandas DataFrame, each row carrying the context columns."""
+    """Records as a pandas DataFrame, each row carrying the context columns.
+
+    Parameters
+    ----------
+    records : list of dict
+        Measurement records (:func:`record`).
+    ctx : dict
+        Their context (:func:`context`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per record; the machine, library and run columns of `ctx` that the
+        records lack are added, and all of `ctx` is in ``df.attrs["context"]``.
+    """
     import pandas as pd
 
     df = pd.DataFrame.from_records(records)
@@ -359,7 +561,25 @@ def _on_world(fn, *args, **kwargs):
 
 
 def pingpong(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
-    """Run :func:`measure_pingpong` on the cluster; a DataFrame with context columns."""
+    """Run :func:`measure_pingpong` on the cluster; a DataFrame with context columns.
+
+    Parameters
+    ----------
+    cluster : MPICluster
+        The running cluster; all its ranks take part (``COMM_WORLD``).
+    sizes : iterable of int
+        Message sizes, in bytes.
+    timeout : float, optional
+        Seconds the whole measurement may take (default 300).
+    **kwargs
+        The options of :func:`measure_pingpong` (``impls``, ``mode``, ``reps``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Rank 0's records, one row per size and implementation, with the cluster's
+        context (:func:`frame`).
+    """
     recs = cluster.run(_on_world, measure_pingpong, list(sizes), timeout=timeout, **kwargs)[0]
     return frame(recs, {**context(cluster), **cluster.info})
 
@@ -368,7 +588,25 @@ def forwarding(cluster, nbytes: int = 1 << 20, *, reps: int = 15,
                timeout: float = 120) -> dict:
     """Run :func:`forwarding_times` on the cluster: rank 0's times, with the context
     (machine, library, ranks, whether they were oversubscribed) and ``ratio``, the
-    forwarded message's time over the resent one's."""
+    forwarded message's time over the resent one's.
+
+    Parameters
+    ----------
+    cluster : MPICluster
+        The running cluster (2 ranks or more).
+    nbytes : int, optional
+        The large message's size, in bytes (default 1 MiB).
+    reps : int, optional
+        Repetitions; each time is the fastest (default 15).
+    timeout : float, optional
+        Seconds the measurement may take (default 120).
+
+    Returns
+    -------
+    dict
+        The context, the cluster's :attr:`~MPICluster.info`, :func:`forwarding_times`'
+        results (µs) and ``ratio``.
+    """
     got = cluster.run(_on_world, forwarding_times, int(nbytes), int(reps),
                       timeout=timeout)[0]
     got["ratio"] = got["forwarded_us"] / got["resent_us"]
@@ -376,7 +614,30 @@ def forwarding(cluster, nbytes: int = 1 << 20, *, reps: int = 15,
 
 
 def memcopy(cluster, sizes: Iterable[int], *, timeout: float = 300, **kwargs):
-    """Time the local copy on rank 0 alone (the others wait); a DataFrame."""
+    """Time the local copy on rank 0 alone (the others wait); a DataFrame.
+
+    Parameters
+    ----------
+    cluster : MPICluster
+        The running cluster; only its rank 0 copies.
+    sizes : iterable of int
+        Bytes copied, multiples of 8.
+    timeout : float, optional
+        Seconds the whole measurement may take (default 300).
+    **kwargs
+        The options of :func:`measure_memcopy` (``method``, ``reps``, ``min_time``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per size, with the cluster's context; ``ranks`` is 1 and
+        ``oversubscribed`` False (one process copied).
+
+    Raises
+    ------
+    ValueError
+        A size that is negative or not a multiple of 8.
+    """
     sizes = [int(n) for n in sizes]
     bad = [n for n in sizes if n < 0 or n % 8]
     if bad:
@@ -410,7 +671,23 @@ def _on_self_rank0(sizes, **kwargs):
 def run_meta(launch: runtime.Launch, settings: dict, library: dict) -> dict:
     """What produced a measurement run: machine, MPI library (as a rank reported it),
     launcher, settings and the command line (``python -m mpilab.bench ...`` or the
-    notebook kernel's)."""
+    notebook kernel's).
+
+    Parameters
+    ----------
+    launch : mpilab.runtime.Launch
+        How the ranks were started (ranks, transport, command, environment).
+    settings : dict
+        The run's settings, stored as given.
+    library : dict
+        The MPI library as a rank reported it.
+
+    Returns
+    -------
+    dict
+        :func:`context`, with ``launcher`` (the command line up to the program),
+        ``launcher_env``, ``settings`` and ``command`` (this process's command line).
+    """
     m = context(ranks=launch.ranks, transport=launch.transport, library=library)
     m["launcher"] = " ".join(launch.command)
     m["launcher_env"] = launch.env
