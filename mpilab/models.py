@@ -180,7 +180,18 @@ class HockneyFit(_Predicts):
         return f"Hockney fit: {params_label(self.alpha_us, self.beta_MBps)}"
 
     def time_us(self, n):
-        """Model time in µs for ``n`` bytes: a float for a scalar, an array otherwise."""
+        """Model time in µs for ``n`` bytes: a float for a scalar, an array otherwise.
+
+        Parameters
+        ----------
+        n : float or array_like
+            Message size(s), in bytes.
+
+        Returns
+        -------
+        float or numpy.ndarray
+            ``alpha_us + n / beta_MBps``, in µs, shaped like `n`.
+        """
         t = self.alpha_us + np.asarray(n, dtype=float) / self.beta_MBps
         return float(t) if t.ndim == 0 else t
 
@@ -232,7 +243,20 @@ class PiecewiseHockney(_Predicts):
         )
 
     def time_us(self, n):
-        """Model time in µs for ``n`` bytes, taken from the segment ``n`` falls in."""
+        """Model time in µs for ``n`` bytes, taken from the segment ``n`` falls in.
+
+        Parameters
+        ----------
+        n : float or array_like
+            Message size(s), in bytes; sizes from ``switch_bytes`` up use the upper
+            segment.
+
+        Returns
+        -------
+        float or numpy.ndarray
+            The model time, in µs: a float for a scalar, an array shaped like `n`
+            otherwise.
+        """
         n_arr = np.asarray(n, dtype=float)
         if self.switch_bytes is None:
             t = self.segments[0].time_us(n_arr)
@@ -488,13 +512,35 @@ class LogGP:
                 f"g = {_format_us(self.g_us)}, 1/G = {_format_bandwidth(self.bandwidth_MBps)}")
 
     def pingpong_us(self, n):
-        """Predicted one-way time of one message alone (half a round trip), µs."""
+        """Predicted one-way time of one message alone (half a round trip), µs.
+
+        Parameters
+        ----------
+        n : float or array_like
+            Message size(s), in bytes (below 1 counts as 1).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            ``L + 2o + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
+        """
         n = np.maximum(np.asarray(n, dtype=float), 1.0)
         t = self.L_2o_us + (n - 1.0) * self.G_us_per_byte
         return float(t) if t.ndim == 0 else t
 
     def stream_us(self, n):
-        """Predicted time per message of a long stream of `n`-byte messages, µs."""
+        """Predicted time per message of a long stream of `n`-byte messages, µs.
+
+        Parameters
+        ----------
+        n : float or array_like
+            Message size(s), in bytes (below 1 counts as 1).
+
+        Returns
+        -------
+        float or numpy.ndarray
+            ``g + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
+        """
         n = np.maximum(np.asarray(n, dtype=float), 1.0)
         t = self.g_us + (n - 1.0) * self.G_us_per_byte
         return float(t) if t.ndim == 0 else t
@@ -509,6 +555,26 @@ def loggp_from(pingpong_small_us: float, stream_small_us: float, stream_large_us
     time less its bytes. ValueError for sizes out of order or times that are not
     positive; a stream slower at the small size than at the large one gives ``G = 0``
     (no per-byte cost seen), never a negative one.
+
+    Parameters
+    ----------
+    pingpong_small_us : float
+        Half a round trip of an `n_small`-byte message, µs (> 0).
+    stream_small_us, stream_large_us : float
+        Per-message time of a stream (osu_bw's window) of `n_small`- and of
+        `n_large`-byte messages, µs (> 0).
+    n_small, n_large : int
+        The two message sizes, in bytes (``1 <= n_small < n_large``).
+
+    Returns
+    -------
+    LogGP
+        The model; ``L_2o_us`` and ``g_us`` are never below 0.
+
+    Raises
+    ------
+    ValueError
+        A time that is not finite and positive, or sizes out of order.
     """
     for name, v in (("pingpong_small_us", pingpong_small_us),
                     ("stream_small_us", stream_small_us), ("stream_large_us", stream_large_us)):
