@@ -203,9 +203,23 @@ class TracingComm:
 
     # -- identity ------------------------------------------------------------------------
     def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        """This rank in the wrapped communicator.
+
+        Returns
+        -------
+        int
+            ``comm.Get_rank()``.
+        """
         return self._comm.Get_rank()
 
     def Get_size(self) -> int:  # noqa: N802
+        """Number of ranks of the wrapped communicator.
+
+        Returns
+        -------
+        int
+            ``comm.Get_size()``.
+        """
         return self._comm.Get_size()
 
     @property
@@ -228,14 +242,64 @@ class TracingComm:
 
     # -- buffers (uppercase) -------------------------------------------------------------
     def Send(self, buf, dest, tag=0):  # noqa: N802
+        """``comm.Send``, recorded as a send of `buf`'s bytes to `dest`.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...).
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        None
+            What ``comm.Send`` returns.
+        """
         self._send(dest, _nbytes(buf))
         return self._comm.Send(buf, dest, tag)
 
     def Ssend(self, buf, dest, tag=0):  # noqa: N802
+        """``comm.Ssend`` (synchronous), recorded as a send of `buf`'s bytes to `dest`.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...).
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        None
+            What ``comm.Ssend`` returns.
+        """
         self._send(dest, _nbytes(buf))
         return self._comm.Ssend(buf, dest, tag)
 
     def Recv(self, buf, source=-1, tag=-1, status=None):  # noqa: N802 - -1: ANY_*
+        """``comm.Recv``, recorded as a receive of the bytes that arrived, from their sender.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        tag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+        status : mpi4py.MPI.Status, optional
+            Filled as mpi4py fills it; None: a status of its own is used.
+
+        Returns
+        -------
+        None
+            What ``comm.Recv`` returns.
+        """
         self._flush()
         st = status if status is not None else self._MPI.Status()
         out = self._comm.Recv(buf, source, tag, st)
@@ -244,6 +308,30 @@ class TracingComm:
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=-1, recvtag=-1,  # noqa: N802
                  status=None):
+        """``comm.Sendrecv``, recorded as a send to `dest`, then a receive from the sender.
+
+        Parameters
+        ----------
+        sendbuf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Sent.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        sendtag : int, optional
+            The message tag (default 0).
+        recvbuf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        recvtag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+        status : mpi4py.MPI.Status, optional
+            Filled as mpi4py fills it; None: a status of its own is used.
+
+        Returns
+        -------
+        None
+            What ``comm.Sendrecv`` returns.
+        """
         self._send(dest, _nbytes(sendbuf))
         st = status if status is not None else self._MPI.Status()
         out = self._comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
@@ -252,6 +340,28 @@ class TracingComm:
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=-1, recvtag=-1,  # noqa: N802
                          status=None):
+        """``comm.Sendrecv_replace``, recorded as a send to `dest`, then a receive from the sender.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Sent, then received into.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        sendtag : int, optional
+            The message tag (default 0).
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        recvtag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+        status : mpi4py.MPI.Status, optional
+            Filled as mpi4py fills it; None: a status of its own is used.
+
+        Returns
+        -------
+        None
+            What ``comm.Sendrecv_replace`` returns.
+        """
         self._send(dest, _nbytes(buf))
         st = status if status is not None else self._MPI.Status()
         out = self._comm.Sendrecv_replace(buf, dest, sendtag, source, recvtag, st)
@@ -259,14 +369,62 @@ class TracingComm:
         return out
 
     def Isend(self, buf, dest, tag=0):  # noqa: N802
+        """``comm.Isend``, recorded as a send when posted.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Not to be changed before the request completes.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        TracedRequest
+            The request, an ``MPI.Request``.
+        """
         self._send(dest, _nbytes(buf))
         return self._wrap(self._comm.Isend(buf, dest, tag))
 
     def Issend(self, buf, dest, tag=0):  # noqa: N802
+        """``comm.Issend`` (synchronous), recorded as a send when posted.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Not to be changed before the request completes.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        TracedRequest
+            The request, an ``MPI.Request``.
+        """
         self._send(dest, _nbytes(buf))
         return self._wrap(self._comm.Issend(buf, dest, tag))
 
     def Irecv(self, buf, source=-1, tag=-1):  # noqa: N802
+        """``comm.Irecv``; the receive is recorded when the request completes.
+
+        Parameters
+        ----------
+        buf : buffer or list
+            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        tag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+
+        Returns
+        -------
+        TracedRequest
+            The request, an ``MPI.Request`` that records the receive when waited on or tested complete.
+        """
         self._flush()
         return self._wrap(self._comm.Irecv(buf, source, tag), source, _nbytes(buf))
 
@@ -276,14 +434,64 @@ class TracingComm:
             pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
 
     def send(self, obj, dest, tag=0):
+        """``comm.send`` (pickled), recorded as a send of the pickle's bytes to `dest`.
+
+        Parameters
+        ----------
+        obj : object
+            Any picklable object.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        None
+            What ``comm.send`` returns.
+        """
         self._send(dest, self._pickled(obj))
         return self._comm.send(obj, dest, tag)
 
     def ssend(self, obj, dest, tag=0):
+        """``comm.ssend`` (pickled, synchronous), recorded as a send of the pickle's bytes.
+
+        Parameters
+        ----------
+        obj : object
+            Any picklable object.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        None
+            What ``comm.ssend`` returns.
+        """
         self._send(dest, self._pickled(obj))
         return self._comm.ssend(obj, dest, tag)
 
     def recv(self, buf=None, source=-1, tag=-1, status=None):
+        """``comm.recv`` (pickled), recorded as a receive of the pickle's bytes, from its sender.
+
+        Parameters
+        ----------
+        buf : buffer, optional
+            Where mpi4py may receive the pickle (None: memory of its own).
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        tag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+        status : mpi4py.MPI.Status, optional
+            Filled as mpi4py fills it; None: a status of its own is used.
+
+        Returns
+        -------
+        object
+            The object received.
+        """
         self._flush()
         st = status if status is not None else self._MPI.Status()
         out = self._comm.recv(buf, source, tag, st)
@@ -292,6 +500,30 @@ class TracingComm:
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=-1, recvtag=-1,
                  status=None):
+        """``comm.sendrecv`` (pickled), recorded as a send to `dest`, then a receive from the sender.
+
+        Parameters
+        ----------
+        sendobj : object
+            Any picklable object, sent.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        sendtag : int, optional
+            The message tag (default 0).
+        recvbuf : buffer, optional
+            Where mpi4py may receive the pickle (None: memory of its own).
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        recvtag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+        status : mpi4py.MPI.Status, optional
+            Filled as mpi4py fills it; None: a status of its own is used.
+
+        Returns
+        -------
+        object
+            The object received.
+        """
         self._send(dest, self._pickled(sendobj))
         st = status if status is not None else self._MPI.Status()
         out = self._comm.sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, st)
@@ -299,10 +531,42 @@ class TracingComm:
         return out
 
     def isend(self, obj, dest, tag=0):
+        """``comm.isend`` (pickled), recorded as a send of the pickle's bytes when posted.
+
+        Parameters
+        ----------
+        obj : object
+            Any picklable object.
+        dest : int
+            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
+        tag : int, optional
+            The message tag (default 0).
+
+        Returns
+        -------
+        TracedRequest
+            The request, an ``MPI.Request``.
+        """
         self._send(dest, self._pickled(obj))
         return self._wrap(self._comm.isend(obj, dest, tag))
 
     def irecv(self, buf=None, source=-1, tag=-1):
+        """``comm.irecv`` (pickled); the receive is recorded when the request completes.
+
+        Parameters
+        ----------
+        buf : buffer, optional
+            Where mpi4py may receive the pickle (None: memory of its own).
+        source : int, optional
+            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
+        tag : int, optional
+            The tag to match (default -1, ``MPI.ANY_TAG``).
+
+        Returns
+        -------
+        TracedRequest
+            The request; its ``wait`` returns the object received.
+        """
         self._flush()
         return self._wrap(self._comm.irecv(buf, source, tag), source, 0)
 
@@ -317,6 +581,17 @@ def trace(comm: Any, func: Callable, *args: Any, **kwargs: Any) -> dict[str, Any
     Collective: every rank of `comm` must call it. Made for grading harnesses:
     ``run_on_ranks(trace, harness, student_function, ...)`` runs
     ``harness(tracing_comm, student_function, ...)`` on every rank.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator; every rank calls this.
+    func : callable
+        Called as ``func(tracing_comm, *args, **kwargs)`` on every rank.
+    *args
+        More positional arguments of `func`.
+    **kwargs
+        Keyword arguments of `func`.
 
     Returns
     -------

@@ -26,7 +26,27 @@ def _integer(x: Any) -> int | None:
 
 
 def as_table(events_by_rank: Sequence | Mapping) -> list[list[tuple[str, int, int]]]:
-    """Events by rank (a list, or a mapping rank -> events) as a list indexed by rank."""
+    """Events by rank (a list, or a mapping rank -> events) as a list indexed by rank.
+
+    Parameters
+    ----------
+    events_by_rank : sequence or mapping
+        Each rank's ``(kind, peer, nbytes)`` events, in program order: a list indexed
+        by rank, or a mapping whose keys are exactly the ranks ``0 .. p-1``.
+
+    Returns
+    -------
+    list of list of tuple
+        ``table[r]`` is rank r's events as ``(str, int, int)`` (NumPy integers made
+        Python ints).
+
+    Raises
+    ------
+    ValueError
+        Keys that are not the ranks ``0 .. p-1``; an event that is not a triple, whose
+        kind is not ``"send"`` or ``"recv"``, whose peer is not a rank, or whose byte
+        count is negative (the message names the rank and the event).
+    """
     if isinstance(events_by_rank, Mapping):
         p = len(events_by_rank)
         if sorted(events_by_rank) != list(range(p)):
@@ -150,12 +170,35 @@ def _explain_blocked(table, pos, blocked) -> str:
 
 
 def steps(sched: Sequence[Mapping]) -> int:
-    """Number of steps of a schedule (its largest step; 0 when nothing was sent)."""
+    """Number of steps of a schedule (its largest step; 0 when nothing was sent).
+
+    Parameters
+    ----------
+    sched : sequence of mapping
+        A schedule, as :func:`schedule` returns it.
+
+    Returns
+    -------
+    int
+        The largest ``"step"``; 0 for an empty schedule.
+    """
     return max((int(m["step"]) for m in sched), default=0)
 
 
 def senders_by_step(sched: Sequence[Mapping]) -> dict[int, list[tuple[int, int]]]:
-    """``{step: [(src, dst), ...]}``: which rank sent to which in each step."""
+    """``{step: [(src, dst), ...]}``: which rank sent to which in each step.
+
+    Parameters
+    ----------
+    sched : sequence of mapping
+        A schedule, as :func:`schedule` returns it.
+
+    Returns
+    -------
+    dict of int to list of tuple
+        Step -> the ``(src, dst)`` rank pairs of its messages, in the schedule's order;
+        steps without messages are absent.
+    """
     out: dict[int, list[tuple[int, int]]] = {}
     for m in sched:
         out.setdefault(int(m["step"]), []).append((int(m["src"]), int(m["dst"])))
@@ -163,7 +206,21 @@ def senders_by_step(sched: Sequence[Mapping]) -> dict[int, list[tuple[int, int]]
 
 
 def format_schedule(sched: Sequence[Mapping], limit: int = 12) -> str:
-    """One line per step: ``step 1: 0->4 (64 B), 1->5 (64 B)`` (for messages to students)."""
+    """One line per step: ``step 1: 0->4 (64 B), 1->5 (64 B)`` (for messages to students).
+
+    Parameters
+    ----------
+    sched : sequence of mapping
+        A schedule, as :func:`schedule` returns it.
+    limit : int, optional
+        Most steps shown (default 12); a last line counts the rest.
+
+    Returns
+    -------
+    str
+        The lines, each indented by two spaces; ``"  (no messages)"`` for an empty
+        schedule.
+    """
     by: dict[int, list[str]] = {}
     for m in sched:
         by.setdefault(int(m["step"]), []).append(f"{m['src']}->{m['dst']} ({m['bytes']} B)")
