@@ -141,7 +141,19 @@ class Algorithm:
     _time: Callable[[int, float, float, float], float] | None = field(default=None, repr=False)
 
     def admissible(self, p: int) -> str | None:
-        """Why this algorithm cannot run on `p` processes, or None when it can."""
+        """Why this algorithm cannot run on `p` processes, or None when it can.
+
+        Parameters
+        ----------
+        p : int
+            Number of processes (ranks).
+
+        Returns
+        -------
+        str or None
+            The reason, in a sentence (``"... needs a power-of-two process count, got
+            6"``); None when `p` is admitted.
+        """
         return self._check(p)
 
     def steps(self, p: int) -> int:
@@ -150,11 +162,38 @@ class Algorithm:
         The length of the longest chain of messages each waiting for the one before
         (:func:`mpilab.tracing.steps`), not the number of sequential sends at one rank:
         the model times (:meth:`time_us`) count those.
+
+        Parameters
+        ----------
+        p : int
+            Number of processes (ranks).
+
+        Returns
+        -------
+        int
+            The number of steps; 0 on one process.
         """
         return self._steps(p)
 
     def time_us(self, p: int, n: float, alpha_us: float, beta_MBps: float) -> float:
-        """Model time in µs (a bare number: use :func:`predict` for a labelled one)."""
+        """Model time in µs (a bare number: use :func:`predict` for a labelled one).
+
+        Parameters
+        ----------
+        p : int
+            Number of processes (ranks); not checked here (see :meth:`admissible`).
+        n : float
+            Message size, or per-rank block (scatter, gather, allgather), in bytes.
+        alpha_us : float
+            Latency of one point-to-point message, µs.
+        beta_MBps : float
+            Bandwidth of one point-to-point message, MB/s.
+
+        Returns
+        -------
+        float
+            The Hockney cost of :attr:`cost`, in µs.
+        """
         return self._time(p, n, alpha_us, beta_MBps)
 
 
@@ -293,7 +332,26 @@ def algorithm(op: str, alg: str) -> Algorithm:
 
 
 def admissible(op: str, p: int) -> list[str]:
-    """The algorithms of `op` that can run on `p` processes, in registry order."""
+    """The algorithms of `op` that can run on `p` processes, in registry order.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+    p : int
+        Number of processes (ranks).
+
+    Returns
+    -------
+    list of str
+        Names of the admitted algorithms of ``ALGORITHMS[op]`` (``"library"`` is not
+        one of them).
+
+    Raises
+    ------
+    ValueError
+        An unknown `op`.
+    """
     if op not in ALGORITHMS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     return [a for a, spec in ALGORITHMS[op].items() if spec.admissible(p) is None]
@@ -360,6 +418,25 @@ def events(comm, op: str, alg: str, nbytes: int, *, root: int = 0) -> list[list[
 
     Recorded in C from the messages the algorithm really sends and receives, in program
     order (a Sendrecv gives its send, then its receive); collected on every rank.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or None
+        Communicator (None: ``COMM_WORLD``); every rank calls this.
+    op : str
+        One of :data:`OPS`.
+    alg : str
+        An algorithm of ``ALGORITHMS[op]``.
+    nbytes : int
+        Message size, or per-rank block (scatter, gather, allgather), in bytes.
+    root : int, optional
+        Root rank of bcast, reduce, scatter and gather (default 0).
+
+    Returns
+    -------
+    list of list of tuple
+        ``events[r]``: rank r's ``(kind, peer, nbytes)``, `kind` ``"send"`` or
+        ``"recv"``; the same on every rank.
     """
     comm = _comm(comm)
     mine = kernel_module().trace(comm, op, alg, nbytes, dtype="uint8", root=root)
@@ -372,6 +449,24 @@ def trace(comm, op: str, alg: str, nbytes: int, *, root: int = 0) -> list[dict]:
     Steps come from Lamport clocks over the traced messages
     (:func:`mpilab.tracing.schedule`); ``mpilab.tracing.steps(trace(...))`` is the
     number of communication steps. Collective; every rank gets the same schedule.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or None
+        Communicator (None: ``COMM_WORLD``); every rank calls this.
+    op : str
+        One of :data:`OPS`.
+    alg : str
+        An algorithm of ``ALGORITHMS[op]``.
+    nbytes : int
+        Message size, or per-rank block (scatter, gather, allgather), in bytes.
+    root : int, optional
+        Root rank of bcast, reduce, scatter and gather (default 0).
+
+    Returns
+    -------
+    list of dict
+        One ``{"step", "src", "dst", "bytes"}`` per message, sorted by step (from 1).
     """
     from . import tracing
 
@@ -399,7 +494,31 @@ def _library_label(op: str) -> str:
 
 def calibrate(comm, op: str, alg: str, nbytes: int, *, min_time: float = 0.005,
               max_iters: int = 100_000, root: int = 0) -> int:
-    """Calls per timed repetition for one repetition to last about `min_time` s (collective)."""
+    """Calls per timed repetition for one repetition to last about `min_time` s (collective).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or None
+        Communicator (None: ``COMM_WORLD``); every rank calls this.
+    op : str
+        One of :data:`OPS`.
+    alg : str
+        An algorithm of ``ALGORITHMS[op]``, or ``"library"``.
+    nbytes : int
+        Message size, or per-rank block (scatter, gather, allgather), in bytes.
+    min_time : float, optional
+        Seconds one repetition should last (default 0.005).
+    max_iters : int, optional
+        The most calls returned (default 100,000).
+    root : int, optional
+        Root rank of bcast, reduce, scatter and gather (default 0).
+
+    Returns
+    -------
+    int
+        Calls per repetition, between 1 and `max_iters`; the same on every rank (the
+        kernel times the slowest rank).
+    """
     k = kernel_module()
     iters = 1
     while True:
@@ -424,6 +543,33 @@ def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
     `separated` an untimed barrier precedes every call and each rank sums the time of
     its calls only (OSU's way), which times one call's latency. Records say which in
     ``timing`` (``back-to-back`` or ``separated``).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or None
+        Communicator (None: ``COMM_WORLD``); every rank calls this.
+    op : str
+        One of :data:`OPS`.
+    alg : str
+        An algorithm of ``ALGORITHMS[op]``, or ``"library"`` for MPI's own.
+    sizes : iterable of int
+        Message sizes, or per-rank blocks (scatter, gather, allgather), in bytes.
+    reps : int, optional
+        Timed repetitions per size (default 7).
+    iters : int or dict of int to int, optional
+        Calls per repetition, or per size; None (or a size missing from the dict):
+        calibrated with :func:`calibrate`.
+    warmup : int, optional
+        Untimed calls first; None: as many as `iters`, 20 at most.
+    min_time : float, optional
+        Seconds one repetition should last when calibrated (default 0.005).
+    root : int, optional
+        Root rank of bcast, reduce, scatter and gather (default 0).
+    impl : str, optional
+        The records' ``impl`` label instead of the one described below.
+    separated : bool, optional
+        True: an untimed barrier before every call (latency); False: calls back to
+        back (throughput for rooted collectives).
 
     Returns
     -------
@@ -502,7 +648,35 @@ def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = Non
 
 def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None = None,
                   beta_MBps: float | None = None, *, fit=None, algs: Sequence[str] | None = None):
-    """Predictions for every admissible algorithm and size: a DataFrame, kind="prediction"."""
+    """Predictions for every admissible algorithm and size: a DataFrame, kind="prediction".
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+    p : int
+        Number of processes (ranks).
+    sizes : iterable of int
+        Message sizes, or per-rank blocks (scatter, gather, allgather), in bytes.
+    alpha_us, beta_MBps : float, optional
+        Latency (µs) and bandwidth (MB/s) of one point-to-point message.
+    fit : mpilab.models.HockneyFit, optional
+        Take α and β from a fit instead.
+    algs : sequence of str, optional
+        The algorithms to predict; None: every one :func:`admissible` on `p`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per algorithm and size: ``impl`` (``model:<alg>``), ``op``, ``alg``,
+        ``ranks``, ``size_bytes``, ``t_us`` (µs), ``kind`` and ``model`` (the label).
+
+    Raises
+    ------
+    ValueError
+        As :func:`predict`: no α and β, an unknown op or algorithm, or one that cannot
+        run on `p` processes.
+    """
     import pandas as pd
 
     rows = []
