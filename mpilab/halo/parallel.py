@@ -110,6 +110,27 @@ def run_wave(comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocking",
     velocity update reads (east and south), then the velocity ghosts the pressure update
     reads (west for vx, north for vy).
 
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Every rank of it calls this function.
+    nx, ny : int
+        Global grid, in cells (columns, rows).
+    steps : int
+        Time steps from the field at rest.
+    mode : str
+        One of the two-sided :data:`MODES` (see :func:`run_heat`).
+    pack : str
+        One of :data:`PACKS` (see :func:`run_heat`).
+    f0 : float
+        Central frequency of the Ricker wavelet (as in :func:`serial_wave`).
+    courant : float
+        The time step ``dt``, in ``(0, 1/sqrt(2)]``.
+    source : (x, y), optional
+        Source cell in the global grid; default the centre, as :func:`serial_wave`.
+    dims : (py, px), optional
+        Process grid; default ``MPI_Dims_create(size, 2)``.
+
     Returns
     -------
     block : numpy.ndarray
@@ -229,6 +250,8 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
         Untimed steps before each measurement (default ``min(iters, 10)``).
     reps, rounds : int
         Repetitions per measurement, and rounds (each round measures every mode).
+    min_time : float
+        Seconds a repetition should last when `iters` is calibrated (default 0.01).
     dims : (py, px), optional
         Process grid; default ``MPI_Dims_create``.
     **problem
@@ -386,6 +409,23 @@ def timeline_frame(tl, app: str = "heat"):
 
     Columns: ``rank``, ``step``, ``round`` (``"heat"``, or ``"pressure"`` /
     ``"velocity"`` for the wave), ``phase``, ``start``, ``end``, ``duration`` (s).
+
+    Parameters
+    ----------
+    tl : array_like
+        What :func:`timeline` returns on its root: shape ``(ranks, rounds, 5, 2)``.
+    app : {"heat", "wave"}
+        The problem timed: the wave has two exchange rounds per step.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per rank, round and phase; times in seconds after the common barrier.
+
+    Raises
+    ------
+    ValueError
+        An unknown `app`, or `tl` of another shape (one rank's timeline, for instance).
     """
     import pandas as pd
 

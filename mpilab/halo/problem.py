@@ -50,6 +50,21 @@ def process_grid(ranks: int) -> tuple[int, int]:
     The most square factorisation, larger factor first (Open MPI and MPICH agree):
     1 -> (1, 1), 2 -> (2, 1), 4 -> (2, 2), 6 -> (3, 2), 7 -> (7, 1). The Fortran programs
     and the lab checks use it where this process must not initialise MPI.
+
+    Parameters
+    ----------
+    ranks : int
+        Number of processes (>= 1).
+
+    Returns
+    -------
+    (int, int)
+        ``(py, px)``: process rows and columns, ``py >= px``, ``py * px == ranks``.
+
+    Raises
+    ------
+    ValueError
+        `ranks` is not a positive integer.
     """
     if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
@@ -65,6 +80,25 @@ def split(n: int, parts: int) -> list[tuple[int, int]]:
     The first ``n % parts`` owners get one point more, so counts differ by at most one
     (``split(10, 4) == [(0, 3), (3, 3), (6, 2), (8, 2)]``). Every owner needs at least
     one point.
+
+    Parameters
+    ----------
+    n : int
+        Points to distribute (>= 1).
+    parts : int
+        Owners (ranks along one axis), at most `n`.
+
+    Returns
+    -------
+    list of (int, int)
+        ``(start, count)`` of each owner, in order; the counts add up to `n`.
+
+    Raises
+    ------
+    TypeError
+        `n` or `parts` is not an integer.
+    ValueError
+        `n` or `parts` below 1, or more owners than points.
     """
     n = validate.count(n, "n")
     parts = validate.count(parts, "parts")
@@ -84,6 +118,16 @@ def heat_sources(nx: int, ny: int) -> list[tuple[int, int]]:
 
     ``(nx/2, ny/2)``, ``(nx/3, ny/3)`` and ``(4nx/5, 8ny/9)``, rounded down; on very small
     grids two may coincide (they then add their heat to the same point).
+
+    Parameters
+    ----------
+    nx, ny : int
+        Grid points along x (columns) and y (rows).
+
+    Returns
+    -------
+    list of (int, int)
+        The three points ``(x, y)``, in the order above.
     """
     nx = validate.count(nx, "nx")
     ny = validate.count(ny, "ny")
@@ -94,6 +138,13 @@ def heat_step(old: np.ndarray, new: np.ndarray) -> None:
     """One stencil update of the interior of `old` (with its ghost frame) into `new`.
 
     Both arrays have shape ``(rows + 2, cols + 2)``; only ``new[1:-1, 1:-1]`` is written.
+
+    Parameters
+    ----------
+    old : numpy.ndarray
+        The field before the step, its ghost frame filled (zeros at the grid's edge).
+    new : numpy.ndarray
+        Where the interior after the step is written (in place), same shape.
     """
     new[1:-1, 1:-1] = old[1:-1, 1:-1] / 2.0 + (
         old[:-2, 1:-1] + old[2:, 1:-1] + old[1:-1, :-2] + old[1:-1, 2:]) / 8.0
@@ -105,6 +156,17 @@ def boundary_loss(u: np.ndarray) -> float:
     Each point on the edge hands an eighth of its heat to each neighbour outside the
     grid, so ``sum(next) == sum(u) - boundary_loss(u) + sources added``: the
     conservation law every correct step obeys.
+
+    Parameters
+    ----------
+    u : array_like
+        The temperature field, shape ``(ny, nx)``.
+
+    Returns
+    -------
+    float
+        The heat lost in one step: an eighth of each edge point's heat per side it
+        lies on (a corner counts twice).
     """
     u = np.asarray(u, dtype=float)
     return float(u[0, :].sum() + u[-1, :].sum() + u[:, 0].sum() + u[:, -1].sum()) / 8.0
@@ -152,7 +214,20 @@ def serial_heat(nx: int, ny: int, steps: int, *, energy: float = 1.0,
 
 
 def ricker(t: float, f0: float) -> float:
-    """Ricker wavelet ``(1 - 2 pi^2 f0^2 (t - t0)^2) exp(-pi^2 f0^2 (t - t0)^2)``, t0 = 1/f0."""
+    """Ricker wavelet ``(1 - 2 pi^2 f0^2 (t - t0)^2) exp(-pi^2 f0^2 (t - t0)^2)``, t0 = 1/f0.
+
+    Parameters
+    ----------
+    t : float
+        Time, in the wave's units (time steps of ``dt`` add up to it).
+    f0 : float
+        Central frequency (> 0); the peak is at ``t0 = 1/f0``.
+
+    Returns
+    -------
+    float
+        The wavelet's value, 1 at its peak.
+    """
     q = math.pi * f0 * (t - 1.0 / f0)
     a = q * q
     return (1.0 - 2.0 * a) * math.exp(-a)
@@ -241,6 +316,18 @@ def blocks(nx: int, ny: int, dims: tuple[int, int]) -> list[tuple[int, int, int,
     Rank ``r`` sits at ``(r // px, r % px)``; rows and columns come from :func:`split`,
     so uneven grids give blocks that differ by one point.
 
+    Parameters
+    ----------
+    nx, ny : int
+        Global grid points along x (columns) and y (rows).
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    list of (int, int, int, int)
+        ``(y0, rows, x0, cols)`` of each rank, indexed by rank.
+
     Examples
     --------
     >>> blocks(5, 3, (1, 2))
@@ -257,6 +344,20 @@ def halo_bytes(app: str, nx: int, ny: int, dims: tuple[int, int]) -> int:
 
     Heat sends both neighbours' ghosts across every interface (2 values per interface
     point); the wave sends px and py one way and one velocity the other (3 values).
+
+    Parameters
+    ----------
+    app : {"heat", "wave"}
+        The problem.
+    nx, ny : int
+        Global grid points along x (columns) and y (rows).
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    int
+        Bytes (8 per float64 value), all interfaces and both directions together.
     """
     py, px = dims
     per_point = {"heat": 2, "wave": 3}[_check_app(app)]
@@ -271,7 +372,23 @@ def _check_app(app) -> str:
 
 def check_onesided(app: str, modes: Sequence[str], packs: Sequence[str]) -> None:
     """The one-sided and hybrid modes exist for the heat problem and its datatype packing
-    only."""
+    only.
+
+    Parameters
+    ----------
+    app : {"heat", "wave"}
+        The problem.
+    modes : sequence of str
+        The modes asked for; only the one-sided and hybrid ones are checked.
+    packs : sequence of str
+        The packings asked for.
+
+    Raises
+    ------
+    ValueError
+        A one-sided or hybrid mode with the wave, or with a packing other than
+        ``"datatype"``.
+    """
     one = [m for m in modes if m in ONESIDED_MODES + HYBRID_MODES]
     if not one:
         return
