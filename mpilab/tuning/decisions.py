@@ -24,6 +24,22 @@ def library_env(op: str, alg: str | None, lib: str | None = None) -> dict:
     MPICH: the ``MPIR_CVAR_<OP>_INTRA_ALGORITHM`` control variables (not tested here:
     only Open MPI is installed on the course machine).
 
+    Parameters
+    ----------
+    op : str
+        One of :data:`mpilab.collectives.OPS`.
+    alg : str or None
+        An algorithm of ``ALGORITHMS[op]``; None or ``"default"``: the library's own
+        choice.
+    lib : {"openmpi", "mpich"}, optional
+        The MPI library; None: the one this course selected
+        (:func:`mpilab.runtime.selected_library`).
+
+    Returns
+    -------
+    dict of str to str
+        Environment variables to set for the MPI job (empty for the default).
+
     Raises
     ------
     ValueError
@@ -44,7 +60,24 @@ def library_env(op: str, alg: str | None, lib: str | None = None) -> dict:
 
 
 def library_has(op: str, alg: str, lib: str | None = None) -> bool:
-    """Whether the library can be made to run `alg` (see :func:`library_env`)."""
+    """Whether the library can be made to run `alg` (see :func:`library_env`).
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`mpilab.collectives.OPS`.
+    alg : str
+        An algorithm of ``ALGORITHMS[op]``.
+    lib : {"openmpi", "mpich"}, optional
+        The MPI library; None: the one this course selected
+        (:func:`mpilab.runtime.selected_library`).
+
+    Returns
+    -------
+    bool
+        False where :func:`library_env` raises ValueError (an algorithm the library has
+        not, an unknown op, algorithm or library).
+    """
     try:
         library_env(op, alg, lib)
     except ValueError:
@@ -86,6 +119,15 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
     the library: a label for comparison with measurements, which is where to check it.
     ``nbytes`` is the per-rank block for an allgather (the rule's ``dsize * scount``), the
     whole message for a reduce (``dsize * count``).
+
+    Parameters
+    ----------
+    op : {"allgather", "reduce"}
+        The collective; the other rules are not encoded (ValueError).
+    p : int
+        Number of processes (ranks).
+    nbytes : int
+        Per-rank block (allgather) or whole message (reduce), in bytes.
 
     Returns
     -------
@@ -142,6 +184,16 @@ def beyond_noise(fast: dict, slow: dict) -> bool:
     Both are timing records (:func:`mpilab.timing.record`): yes when `fast`'s upper
     quartile lies below `slow`'s lower quartile, so that at least three quarters of the
     repetitions of each agree on the order (their middle halves do not overlap).
+
+    Parameters
+    ----------
+    fast, slow : dict
+        Timing records with ``t_us_q1`` and ``t_us_q3`` (µs).
+
+    Returns
+    -------
+    bool
+        True when ``fast["t_us_q3"] < slow["t_us_q1"]``.
     """
     return fast["t_us_q3"] < slow["t_us_q1"]
 
@@ -156,6 +208,26 @@ def decision_table(records: Sequence[dict], *, op: str = "allgather",
     rules file applies: the best algorithm only where it beats the library's default by
     more than the noise (:func:`beyond_noise`, ``switch`` true), else the library's own
     (documented) choice: a tuner that switched on every difference would follow noise.
+
+    Parameters
+    ----------
+    records : sequence of dict
+        Timing records (:func:`mpilab.tuning.measure`, :func:`mpilab.collectives.time_alg`)
+        with ``impl``, ``ranks``, ``size_bytes`` and the quartiles; a later record of the
+        same impl, ranks and size replaces an earlier one.
+    op : str, optional
+        The collective measured (default ``"allgather"``); the documented default is
+        encoded for the allgather only.
+    prefix : str, optional
+        The ``impl`` prefix of the library's forced algorithms (default ``"library:"``).
+
+    Returns
+    -------
+    dict
+        ``op``, ``library``, ``note`` and ``rules``: per (ranks, size), sorted, a dict
+        with ``best`` and ``t_us_best``, ``t_us`` (each algorithm's median, µs), the
+        library's documented choice and measured default where known, ``switch``,
+        ``choice`` and ``why`` (the reason, in words).
     """
     by: dict[tuple[int, int], dict[str, dict]] = {}
     for r in records:
@@ -209,6 +281,24 @@ def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
     the largest message size not above the call's; for allgather that size is the
     whole result (block x ranks), so block sizes are scaled here. Use it with
     :func:`rules_env`.
+
+    Parameters
+    ----------
+    table : dict
+        A decision table (:func:`decision_table`); each rule's ``choice`` (else its
+        ``best``) is written.
+    path : str or os.PathLike
+        The file to write (its folder is made if missing; the file replaced).
+
+    Returns
+    -------
+    pathlib.Path
+        `path`.
+
+    Raises
+    ------
+    ValueError
+        An operation Open MPI's rules files have no id for here.
     """
     op = table["op"]
     if op not in _OMPI_COLL_ID:
@@ -234,6 +324,19 @@ def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:
 
 
 def rules_env(path: str | os.PathLike) -> dict:
-    """Environment that makes Open MPI use a rules file written by :func:`write_ompi_rules`."""
+    """Environment that makes Open MPI use a rules file written by :func:`write_ompi_rules`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The rules file.
+
+    Returns
+    -------
+    dict of str to str
+        ``OMPI_MCA_coll_tuned_use_dynamic_rules`` and
+        ``OMPI_MCA_coll_tuned_dynamic_rules_filename`` (the absolute path), for the MPI
+        job's environment.
+    """
     return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
             "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(Path(path).resolve())}

@@ -116,6 +116,54 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
     to share the machine with a busy neighbour does not decide a row alone. With
     `observe` (Open MPI), the algorithm the library runs by default is also observed
     from its messages at the smallest and largest size (:func:`observe_library`).
+
+    Parameters
+    ----------
+    ranks : int
+        Processes of each MPI job (oversubscribed when above the cores).
+    sizes : iterable of int
+        Allgather block sizes per rank, in bytes.
+    algs : sequence of str, optional
+        Allgather algorithms to measure; None: every one admissible on `ranks`.
+    reps : int, optional
+        Timed repetitions per row, size and round (default 7).
+    rounds : int, optional
+        Times the rows alternate per size inside a job (default 2).
+    passes : int, optional
+        Times every MPI job runs (default 1, at least 1).
+    min_time : float, optional
+        Seconds a repetition should last; the first job calibrates the iterations and
+        every later job reuses them (default 0.005).
+    timeout : float, optional
+        Seconds each MPI job may take (default 600).
+    transport : {"shm", "tcp"}, optional
+        Transport between the ranks (when `launch` is None).
+    observe : bool, optional
+        Also observe the library's default algorithm (Open MPI, this host only).
+    mode : {"cvar", "jobs"}, optional
+        As above; None: ``"cvar"`` with Open MPI, ``"jobs"`` otherwise.
+    launch : mpilab.runtime.Launch, optional
+        How to start the jobs; it must start `ranks` ranks. None: this host's.
+    where : dict, optional
+        Placement fields every record and the settings carry.
+
+    Returns
+    -------
+    meta : dict
+        :func:`mpilab.timing.run_meta` with the settings (iterations included), the load
+        average before and after, the library's documented (and with `observe`,
+        observed) default per size, and ``summary`` (:func:`summary`).
+    records : list of dict
+        One :func:`mpilab.timing.record` per row and size, sorted by size then
+        ``impl``: ``library:default``, ``library:<alg>`` (forced) and ``mpilab:<alg>``
+        (ours), times per call in µs, pooled over passes and rounds.
+
+    Raises
+    ------
+    ValueError
+        A `launch` of another rank count; `observe` on emulated nodes; an unknown
+        `mode` (or ``"cvar"`` without Open MPI); an unknown or inadmissible algorithm;
+        `passes` below 1.
     """
     if launch is None:
         launch = runtime.launch(ranks, transport)
@@ -204,6 +252,34 @@ def library_run(ranks: int, sizes, env: dict | None = None, *, iters=None, reps:
     (`iters`, ``{size: iterations}``, e.g. from an earlier run's
     ``meta["settings"]["iters"]``; calibrated here when None). Returns one record per
     size (``impl`` = `label`, ``library_env`` = `env`), as :func:`run` makes them.
+
+    Parameters
+    ----------
+    ranks : int
+        Processes of the MPI job.
+    sizes : iterable of int
+        Allgather block sizes per rank, in bytes.
+    env : dict of str to str, optional
+        Environment added to the job (e.g. :func:`rules_env`); None: none.
+    iters : dict, optional
+        Timed calls per repetition, by size; None: calibrated to `min_time`.
+    reps : int, optional
+        Timed repetitions per size and round (default 7).
+    rounds : int, optional
+        Rounds over the sizes, pooled (default 2).
+    min_time : float, optional
+        Seconds a repetition should last when calibrated (default 0.005).
+    timeout : float, optional
+        Seconds the MPI job may take (default 600).
+    transport : {"shm", "tcp"}, optional
+        Transport between the ranks.
+    label : str, optional
+        The records' ``impl`` (default ``"library"``).
+
+    Returns
+    -------
+    list of dict
+        One :func:`mpilab.timing.record` per size, by size; times per call in µs.
     """
     env = dict(env or {})
     sizes = [int(n) for n in sizes]
@@ -225,7 +301,25 @@ def _by(records):
 
 
 def summary(records: list[dict]) -> dict:
-    """Own/library ratios per algorithm and size, the best row per size, the k-of-n count."""
+    """Own/library ratios per algorithm and size, the best row per size, the k-of-n count.
+
+    Parameters
+    ----------
+    records : list of dict
+        The records of :func:`measure` (``impl``, ``alg``, ``source``, ``size_bytes``,
+        the times in µs).
+
+    Returns
+    -------
+    dict
+        ``own_vs_library``: per algorithm measured both ways, our median over the
+        library's forced one per size (``by_size``), their geometric mean and maximum,
+        the same of the minimum times and of the per-round medians paired
+        (``by_size_paired``, ``paired_geomean``, ``paired_max``);
+        ``best_library_row``: the fastest ``library:`` row per size (by median);
+        ``library_choice_best``: at how many of the ``sizes`` the library's default was
+        the fastest (``strict``) or within ``TOLERANCE`` (5 %) of it (``within_5pct``).
+    """
     by = _by(records)
     by_min = {(r["impl"], r["size_bytes"]): r["t_us_min"] for r in records}
     rounds = {(r["impl"], r["size_bytes"]): r.get("round_medians_us", []) for r in records}

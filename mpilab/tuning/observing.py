@@ -62,6 +62,23 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
     the allgather benchmark does (coll_tuned's MPI_T control variable, then a new
     communicator); without either, this observes the default.
 
+    Parameters
+    ----------
+    ranks : int
+        Processes of the MPI job.
+    nbytes : int, optional
+        Block size per rank, in bytes (default 64 KiB; at least 1).
+    env : dict of str to str, optional
+        Environment added to the job (:func:`library_env`, :func:`rules_env`).
+    force : str, optional
+        An allgather algorithm to force inside the job; None: none.
+    calls : int, optional
+        Allgather calls (default 2; raised so that they carry at least 64 KiB).
+    transport : {"shm", "tcp"}, optional
+        Transport between the ranks.
+    timeout : float, optional
+        Seconds the MPI job may take (default 120).
+
     Returns
     -------
     dict
@@ -69,6 +86,13 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
         same pattern; empty when the library did something else, e.g. its linear
         allgather, which gathers and broadcasts with its own tree algorithms), ``ranks``,
         ``nbytes``, ``env``.
+
+    Raises
+    ------
+    ValueError
+        The library is not Open MPI, or `nbytes` is not a positive integer.
+    RuntimeError
+        Open MPI's monitoring wrote no report for some rank (its component missing).
     """
     if runtime.selected_library() != "openmpi":
         raise ValueError("observing the library's messages needs Open MPI's pml monitoring")
