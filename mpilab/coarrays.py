@@ -455,11 +455,11 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
     iters : int, optional
         Timed steps per repetition; default: calibrated by the first launch so that a
         repetition lasts about `min_time` seconds, then the same for every launch.
+    warmup : int, optional
+        Untimed steps before the repetitions (default ``min(iters, 10)``).
     min_time : float
         Seconds a repetition should last when `iters` is calibrated, in ``(0, 60)``
         (default 0.01).
-    warmup : int, optional
-        Untimed steps before the repetitions (default ``min(iters, 10)``).
     dims : (py, px), optional
         Process grid; default :func:`mpilab.halo.process_grid`.
     transport : {"shm", "tcp"}

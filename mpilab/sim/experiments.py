@@ -306,8 +306,8 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
     ValueError
         An unknown `op` or algorithm.
     RuntimeError
-        A simulated job failed (an algorithm that does not admit `ranks`, a wrong
-        result).
+        A simulated job failed, e.g. with a wrong result or an algorithm that cannot run
+        on `ranks` (:func:`mpilab.collectives.admissible`).
     """
     validate.names(op, tuple(OUR_ALGORITHMS), "op")
     sizes = [validate.count(n, "size", 0) for n in sizes]
