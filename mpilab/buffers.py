@@ -28,6 +28,17 @@ def message_buffer(nbytes: int) -> np.ndarray:
     and a 4 MiB message on 4 KiB pages moved at about a third of the speed measured on
     huge pages. NumPy advises huge pages for large arrays too, but its allocation is
     rarely 2 MiB aligned, so the advice covers only part of it.
+
+    Parameters
+    ----------
+    nbytes : int
+        Size in bytes (at least one byte is made).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint8`` zeros of `nbytes` bytes: a NumPy array below :data:`HUGE_FROM`, a view
+        of a private anonymous mapping from it up.
     """
     n = max(int(nbytes), 1)
     if n < HUGE_FROM:
@@ -68,6 +79,23 @@ def buffer(kind: str, nbytes: int) -> np.ndarray:
     kernel backs the whole 2 MiB extents inside it and not its edges); ``4k-pages`` is an
     anonymous mapping advised ``MADV_NOHUGEPAGE``. What the kernel really did:
     :func:`huge_page_share`.
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`BUFFER_KINDS`: ``"huge-pages"``, ``"numpy"`` or ``"4k-pages"``.
+    nbytes : int
+        Size in bytes (at least one byte is made).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint8`` ones of `nbytes` bytes (writing them touches every page).
+
+    Raises
+    ------
+    ValueError
+        `kind` is not one of :data:`BUFFER_KINDS`.
     """
     import mmap
 
@@ -93,7 +121,20 @@ def buffer(kind: str, nbytes: int) -> np.ndarray:
 def huge_page_share(a: np.ndarray) -> float | None:
     """Share of the memory mappings that hold `a` which the kernel backs with transparent
     huge pages (their ``AnonHugePages / Rss`` in /proc/self/smaps; a buffer advised in
-    part is split into several mappings); None where the file cannot be read."""
+    part is split into several mappings); None where the file cannot be read.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        An array of this process (its address range is looked up).
+
+    Returns
+    -------
+    float or None
+        Between 0 and 1: ``AnonHugePages / Rss`` summed over the mappings `a` overlaps
+        (whole mappings, so memory beside `a` in them counts too); None where
+        ``/proc/self/smaps`` cannot be read or they hold no resident memory.
+    """
     lo_a = a.ctypes.data
     hi_a = lo_a + max(a.nbytes, 1)
     rss = huge = 0
@@ -117,7 +158,14 @@ def huge_page_share(a: np.ndarray) -> float | None:
 
 
 def transparent_hugepages() -> str | None:
-    """This kernel's transparent huge page mode: "always", "madvise" or "never"."""
+    """This kernel's transparent huge page mode: "always", "madvise" or "never".
+
+    Returns
+    -------
+    str or None
+        The bracketed mode in ``/sys/kernel/mm/transparent_hugepage/enabled``; None
+        where the file cannot be read (not Linux, no transparent huge pages).
+    """
     try:
         text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
     except OSError:
@@ -131,7 +179,20 @@ def doubles(n: int, value: float = 1.0) -> np.ndarray:
     array's pages depend on what was allocated before it (4 KiB pages, or huge pages an
     earlier array left advised), and a large message from 4 KiB pages moves at a third of
     the speed (lecture 01): two buffers of one measurement that got different pages would
-    make a model look wrong by that factor."""
+    make a model look wrong by that factor.
+
+    Parameters
+    ----------
+    n : int
+        Number of float64 values (at least one is made).
+    value : float, optional
+        What every element is set to (default 1.0).
+
+    Returns
+    -------
+    numpy.ndarray
+        `n` float64, a view of a ``"huge-pages"`` :func:`buffer`.
+    """
     out = buffer("huge-pages", 8 * max(1, int(n))).view(np.float64)
     out[:] = value
     return out
@@ -141,7 +202,23 @@ def send_and_receive(nbytes: int, rank: int, kind: str = "huge-pages"):
     """A ping-pong's send and receive buffers of `nbytes` (at least one byte, so an empty
     message has an address), of one of :data:`BUFFER_KINDS` (``huge-pages``: laid out as
     :func:`message_buffer`), the send buffer filled with the rank's byte. Separate
-    buffers: receiving into the one a rank sends from costs 1.5-2.5x at 8 KiB-1 MiB."""
+    buffers: receiving into the one a rank sends from costs 1.5-2.5x at 8 KiB-1 MiB.
+
+    Parameters
+    ----------
+    nbytes : int
+        Message size in bytes.
+    rank : int
+        The calling rank; the send buffer's bytes are ``(rank + 1) & 0xFF``.
+    kind : str, optional
+        One of :data:`BUFFER_KINDS` (default ``"huge-pages"``).
+
+    Returns
+    -------
+    send, recv : numpy.ndarray
+        Two separate ``uint8`` buffers of `nbytes` bytes: the filled send buffer and the
+        receive buffer (zeros for ``"huge-pages"``, ones otherwise).
+    """
     make = message_buffer if kind == "huge-pages" else (lambda n: buffer(kind, n))
     s = make(nbytes)
     s[:] = (rank + 1) & 0xFF

@@ -383,6 +383,36 @@ def reference(nx: int, ny: int, steps: int, *, f0: float = 0.05, courant: float 
     `max_points` cells the serial reference is computed on the window of ``steps + 2``
     cells around the source (clipped to the grid; its other edges are never reached)
     and the rest is exactly zero: the same bits at a fraction of the cost.
+
+    Parameters
+    ----------
+    nx, ny : int
+        Cells along x (columns) and y (rows) of the global grid.
+    steps : int
+        Time steps (>= 0).
+    f0 : float, optional
+        Central frequency of the source's Ricker wavelet (default 0.05: about 20 cells
+        per wavelength).
+    courant : float, optional
+        Courant number, the time step ``dt``; in ``(0, 1/sqrt(2)]`` (default 0.5).
+    source : (x, y), optional
+        Source cell; default ``(nx // 2, ny // 2)``.
+    max_points : int, optional
+        Largest grid (cells) computed whole; above it only the window around the source
+        is computed (default ``2**22``).
+
+    Returns
+    -------
+    numpy.ndarray
+        The pressure, shape ``(ny, nx)``, float64: bit for bit what
+        :func:`mpilab.halo.serial_wave` gives on the whole grid.
+
+    Raises
+    ------
+    TypeError
+        A grid size or step count that is not an integer.
+    ValueError
+        A grid size, step count or wave parameter out of range.
     """
     nx, ny, steps, f0, courant, sx, sy = _problem(nx, ny, steps, f0, courant, source)
     if nx * ny <= max_points:
@@ -427,6 +457,9 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
         repetition lasts about `min_time` seconds, then the same for every launch.
     warmup : int, optional
         Untimed steps before the repetitions (default ``min(iters, 10)``).
+    min_time : float
+        Seconds a repetition should last when `iters` is calibrated, in ``(0, 60)``
+        (default 0.01).
     dims : (py, px), optional
         Process grid; default :func:`mpilab.halo.process_grid`.
     transport : {"shm", "tcp"}

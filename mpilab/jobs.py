@@ -70,6 +70,20 @@ def tagged(var: str, match: str | Callable[[str], bool]) -> list:
     """Live processes whose environment has `var` equal to `match` (or passing it).
 
     Only processes this user may read are seen; this process never is.
+
+    Parameters
+    ----------
+    var : str
+        The environment variable: :data:`TAG` (``MPILAB_JOB``) for a :class:`Job`,
+        ``IPP_CLUSTER_ID`` for a cluster's processes.
+    match : str or callable
+        The value it must have, or a test of the value (``match(value) -> bool``; an unset
+        or empty variable never matches).
+
+    Returns
+    -------
+    list of psutil.Process
+        The matching processes, in no particular order.
     """
     import psutil
 
@@ -94,6 +108,22 @@ def end(procs: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
     Processes for which `gentle(p)` is true get SIGTERM first and SIGKILL after `grace`
     seconds (an ``mpiexec`` that may still remove its session files); the rest get
     SIGKILL at once. Returns after every one is gone or `wait` seconds have passed.
+
+    Parameters
+    ----------
+    procs : sequence of psutil.Process
+        The processes to end (e.g. from :func:`tagged`); those already gone are skipped.
+    gentle : callable, optional
+        ``gentle(p) -> bool``: which processes get SIGTERM first (default: none).
+    grace : float, optional
+        Seconds a gently ended process has before SIGKILL (default 2).
+    wait : float, optional
+        Seconds to wait, at most, for all of them to be gone (default 10).
+
+    Returns
+    -------
+    int
+        How many processes were given, ``len(procs)``.
     """
     import psutil
 
@@ -127,6 +157,12 @@ def reap_orphans() -> int:
     A process that starts a job and is then killed itself (SIGKILL, a crashed kernel)
     cannot end it; its job id starts with its process id, so the next job started on
     this machine finds such a job and ends it (:class:`Job` calls this on every start).
+
+    Returns
+    -------
+    int
+        How many processes were ended (0 if no job was orphaned). Jobs started in another
+        PID namespace are left alone.
     """
     import psutil
 
@@ -216,11 +252,24 @@ class Job:
         return " ".join(words)
 
     def processes(self) -> list:
-        """The job's live processes (launcher, daemons, ranks)."""
+        """The job's live processes (launcher, daemons, ranks).
+
+        Returns
+        -------
+        list of psutil.Process
+            The processes tagged with this job's id (see :func:`tagged`).
+        """
         return tagged(TAG, self.id)
 
     def kill(self) -> int:
-        """End every process of the job (see the module's kill policy); how many were found."""
+        """End every process of the job (see the module's kill policy); how many were found.
+
+        Returns
+        -------
+        int
+            How many tagged processes were found and ended, after the launcher's process
+            group was killed (0 when the job had already ended).
+        """
         try:  # first the launcher's group: nothing new is started after this
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -237,6 +286,26 @@ class Job:
 
         Raises :class:`JobTimeout` after `timeout` seconds (the job is killed first) and,
         with `check`, :class:`JobFailed` if it exited with a non-zero status.
+
+        Parameters
+        ----------
+        timeout : float
+            Seconds to wait for the job before it is killed.
+        check : bool, optional
+            Raise :class:`JobFailed` on a non-zero exit status (default True).
+
+        Returns
+        -------
+        subprocess.CompletedProcess
+            The job's ``argv``, exit status and output (``stdout``, ``stderr`` as text;
+            empty strings where the job was started with ``capture=False``).
+
+        Raises
+        ------
+        JobTimeout
+            The job ran past `timeout` (it has been killed).
+        JobFailed
+            With `check`, the job exited with a non-zero status.
         """
         try:
             out, err = self.proc.communicate(timeout=timeout)
@@ -264,7 +333,19 @@ LAUNCHER_START_FAILURES = ("The PMIx server's listener thread failed to start",)
 
 
 def launcher_did_not_start(res: subprocess.CompletedProcess) -> bool:
-    """Did this job fail in its launcher before any rank started?"""
+    """Did this job fail in its launcher before any rank started?
+
+    Parameters
+    ----------
+    res : subprocess.CompletedProcess
+        A finished job (from :meth:`Job.wait`).
+
+    Returns
+    -------
+    bool
+        True if it exited with a non-zero status and its output holds one of
+        :data:`LAUNCHER_START_FAILURES`: running it again runs nothing twice.
+    """
     return res.returncode != 0 and any(s in (res.stderr or "") + (res.stdout or "")
                                        for s in LAUNCHER_START_FAILURES)
 
@@ -276,6 +357,35 @@ def run(launch: runtime.Launch, program: Sequence[str], *, timeout: float,
 
     A launcher that failed before starting any rank (:data:`LAUNCHER_START_FAILURES`)
     gets one more try.
+
+    Parameters
+    ----------
+    launch : mpilab.runtime.Launch
+        How to start the ranks (:func:`mpilab.runtime.launch`).
+    program : sequence of str
+        The program and its arguments, run on every rank.
+    timeout : float
+        Seconds the job may run (each try) before it is killed.
+    check : bool, optional
+        Raise :class:`JobFailed` on a non-zero exit status (default True).
+    mpi_args : sequence of str, optional
+        Launcher options placed between ``launch.command`` and the program.
+    env : dict, optional
+        Environment variables added to ``launch.full_env()``.
+    cwd : str or path-like, optional
+        The job's working directory (default: this process's).
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        The last try's ``argv``, exit status, ``stdout`` and ``stderr``.
+
+    Raises
+    ------
+    JobTimeout
+        The job ran past `timeout` (it has been killed).
+    JobFailed
+        With `check`, the job exited with a non-zero status.
     """
     for attempt in (1, 2):
         job = Job(launch, program, mpi_args=mpi_args, env=env, cwd=cwd)
@@ -295,6 +405,28 @@ def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: floa
     """Run ``python -m <module> --worker ARGS.json OUT.json`` under `launch`; OUT's JSON.
 
     The module's ``--worker`` entry point runs on every rank and rank 0 writes the JSON.
+
+    Parameters
+    ----------
+    launch : mpilab.runtime.Launch
+        How to start the ranks.
+    module : str
+        The module to run with ``python -m`` (``"mpilab.bench.halo"``); it must accept
+        ``--worker ARGS.json OUT.json``.
+    args : dict
+        What the worker reads from ARGS.json (JSON-serialisable).
+    timeout : float
+        Seconds the job may run before it is killed.
+
+    Returns
+    -------
+    dict
+        What rank 0 wrote to OUT.json.
+
+    Raises
+    ------
+    JobTimeout, JobFailed
+        As :func:`run` (always checked).
     """
     with tempfile.TemporaryDirectory(prefix="mpilab-job-") as d:
         a, o = Path(d) / "args.json", Path(d) / "out.json"

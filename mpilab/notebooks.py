@@ -25,7 +25,19 @@ DEFAULT_TIMEOUT = 300.0
 
 
 def read(path: str | os.PathLike):
-    """A notebook from an ``.ipynb`` file or any jupytext text format (``.md``, ``.py``)."""
+    """A notebook from an ``.ipynb`` file or any jupytext text format (``.md``, ``.py``).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The notebook's file; its suffix picks the reader (``.ipynb``: nbformat, any
+        other: jupytext).
+
+    Returns
+    -------
+    nbformat.NotebookNode
+        The notebook (nbformat version 4), not executed.
+    """
     path = Path(path)
     if path.suffix == ".ipynb":
         import nbformat
@@ -37,7 +49,18 @@ def read(path: str | os.PathLike):
 
 
 def cluster_id(path: str | os.PathLike) -> str:
-    """The cluster id the notebook at `path` gets (see :func:`mpilab.cluster.default_cluster_id`)."""
+    """The cluster id the notebook at `path` gets (see :func:`mpilab.cluster.default_cluster_id`).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The notebook's file (made absolute, as ``MPILAB_NOTEBOOK`` is when it runs).
+
+    Returns
+    -------
+    str
+        The id its cluster's processes carry, the one :func:`execute` kills after a run.
+    """
     env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
     env["MPILAB_NOTEBOOK"] = str(Path(path).resolve())
     with mock.patch.dict(os.environ, env, clear=True):

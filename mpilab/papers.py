@@ -142,7 +142,24 @@ SHM_HYBRID: dict[str, dict] = {
 
 def table(tables: dict[str, dict], name: str, index_name: str = "N doubles"):
     """One of a paper's tables as a DataFrame (the paper's figures, labelled as such in
-    ``attrs["source"]``)."""
+    ``attrs["source"]``).
+
+    Parameters
+    ----------
+    tables : dict
+        One paper's tables: :data:`PINGPONG`, :data:`HALO_K1` or :data:`SHM_HYBRID`.
+    name : str
+        The table's key in `tables` (``"T1: 2 × Pentium IV 3.0 GHz, Fast Ethernet"``).
+    index_name : str, optional
+        Name of the index, what the paper's rows are (default ``"N doubles"``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table's ``columns`` (in their own units: ``_us`` µs, ``_s`` seconds) indexed
+        by its ``index``; ``attrs["source"]`` names the table and the machine it was
+        published for.
+    """
     import pandas as pd
 
     t = tables[name]

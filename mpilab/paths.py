@@ -29,7 +29,19 @@ def _is_course(path: Path) -> bool:
 
 
 def course_root() -> Path:
-    """The course's folder (see the module's docstring); :class:`CourseNotFound` if none."""
+    """The course's folder (see the module's docstring); :class:`CourseNotFound` if none.
+
+    Returns
+    -------
+    pathlib.Path
+        The resolved folder that holds ``lectures/``, ``labs/`` and ``reference/``.
+
+    Raises
+    ------
+    CourseNotFound
+        ``$MPILAB_COURSE`` names a folder without them, or no such folder is beside the
+        package or at or above the working directory.
+    """
     env = os.environ.get("MPILAB_COURSE")
     if env:
         root = Path(env).expanduser().resolve()
@@ -49,18 +61,54 @@ def course_root() -> Path:
 
 
 def reference_dir() -> Path:
-    """``reference/``: measurements and simulations saved on known machines, labelled."""
+    """``reference/``: measurements and simulations saved on known machines, labelled.
+
+    Returns
+    -------
+    pathlib.Path
+        ``reference/`` in :func:`course_root` (raises :class:`CourseNotFound` as it does).
+    """
     return course_root() / "reference"
 
 
 def reference_run(folder: str, name: str) -> dict:
-    """A benchmark's output kept in ``reference/<folder>/<name>``: ``{"meta", "records"}``."""
+    """A benchmark's output kept in ``reference/<folder>/<name>``: ``{"meta", "records"}``.
+
+    Parameters
+    ----------
+    folder : str
+        A folder of ``reference/``, one machine and MPI (``"16core-xeon-openmpi5"``).
+    name : str
+        The JSON file in it (``"allgather16.json"``).
+
+    Returns
+    -------
+    dict
+        The run as the benchmark wrote it: ``"meta"`` (machine, MPI, settings, date) and
+        ``"records"`` (the measurements).
+    """
     return json.loads((reference_dir() / folder / name).read_text())
 
 
 def reference_label(folder: str, meta: dict) -> str:
     """What a lecture prints above a run kept in ``reference/<folder>``: where it is kept,
-    the machine, the MPI and the day it was measured, and that it is not this machine."""
+    the machine, the MPI and the day it was measured, and that it is not this machine.
+
+    Parameters
+    ----------
+    folder : str
+        The folder of ``reference/`` the run is kept in.
+    meta : dict
+        The run's ``"meta"`` (from :func:`reference_run`): ``cores``, ``cpu_model``,
+        ``mpi_library``, ``mpi_version`` and ``measured_at`` are read.
+
+    Returns
+    -------
+    str
+        One line, e.g. ``REFERENCE DATA from reference/16core-xeon-openmpi5 (16 cores of
+        an Intel(R) Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-26), NOT this
+        machine``.
+    """
     library = {"openmpi": "Open MPI", "mpich": "MPICH"}.get(meta.get("mpi_library"), "MPI")
     return (f"REFERENCE DATA from reference/{folder} ({meta['cores']} cores of an "
             f"{meta['cpu_model']}, {library} {meta['mpi_version']}, measured "

@@ -14,6 +14,20 @@ from .links import PROFILES
 # command line
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``up``, ``status``, ``down`` or ``exec`` command; its exit status.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The command line without the program name (default ``sys.argv[1:]``), e.g.
+        ``["up", "--nodes", "4", "--link", "gige"]``.
+
+    Returns
+    -------
+    int
+        0 on success; 2 when nodes cannot be made here or an id, node or value is wrong
+        (the reason on stderr); for ``exec``, the command's own exit status.
+    """
     ap = argparse.ArgumentParser(prog="python -m mpilab.netlab", description=(
         "Emulated nodes on this machine (network namespaces + shaped veth links)."))
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -59,25 +59,85 @@ class Fabric:
         return self.state_dir / "agent"
 
     def node(self, which: int | str) -> Node:
+        """One of the fabric's nodes, by index, hostname, address or namespace.
+
+        Parameters
+        ----------
+        which : int or str
+            Its index (``0``), hostname (``"node0"``), address (``"10.98.1.1"``) or
+            network namespace.
+
+        Returns
+        -------
+        Node
+            The node.
+
+        Raises
+        ------
+        KeyError
+            The fabric has no such node.
+        """
         for n in self.nodes:
             if which in (n.index, n.hostname, n.address, n.netns):
                 return n
         raise KeyError(f"fabric {self.id} has no node {which!r}")
 
     def exec_argv(self, which: int | str, argv: list[str]) -> list[str]:
-        """`argv` made to run on a node: its network namespace and its hostname."""
+        """`argv` made to run on a node: its network namespace and its hostname.
+
+        Parameters
+        ----------
+        which : int or str
+            The node (see :meth:`node`).
+        argv : list of str
+            The command and its arguments.
+
+        Returns
+        -------
+        list of str
+            An ``ip netns exec ... unshare --uts`` command line that sets the node's
+            hostname and then runs `argv` (root needed to run it).
+        """
         n = self.node(which)
         return ["ip", "netns", "exec", n.netns, "unshare", "--uts", "/bin/sh", "-c",
                 'hostname "$0" && exec "$@"', n.hostname, *argv]
 
     def run(self, which: int | str, argv: list[str], timeout: float = 60
             ) -> subprocess.CompletedProcess:
-        """Run `argv` on a node to completion; its output."""
+        """Run `argv` on a node to completion; its output.
+
+        Parameters
+        ----------
+        which : int or str
+            The node (see :meth:`node`).
+        argv : list of str
+            The command and its arguments.
+        timeout : float, optional
+            Seconds before it is killed and ``subprocess.TimeoutExpired`` raised
+            (default 60).
+
+        Returns
+        -------
+        subprocess.CompletedProcess
+            Its exit status, ``stdout`` and ``stderr`` as text (a non-zero status does
+            not raise).
+        """
         return subprocess.run(self.exec_argv(which, argv), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
     def hostfile(self, slots: int) -> Path:
-        """A hostfile with `slots` slots on each node (Open MPI syntax)."""
+        """A hostfile with `slots` slots on each node (Open MPI syntax).
+
+        Parameters
+        ----------
+        slots : int
+            Ranks each node may take.
+
+        Returns
+        -------
+        pathlib.Path
+            ``hostfile-<slots>`` in the fabric's state folder, (re)written now.
+        """
         path = self.state_dir / f"hostfile-{slots}"
         path.write_text("".join(f"{n.hostname} slots={slots}\n" for n in self.nodes))
         return path
@@ -93,6 +153,36 @@ class Fabric:
         `transport` ``shm`` lets ranks of one node use shared memory (TCP between
         nodes); ``tcp`` makes every message go through TCP, inside a node too.
         Ranks are not bound to cores: the nodes share this host's cores.
+
+        Parameters
+        ----------
+        ranks : int
+            MPI processes to start, over all nodes.
+        ranks_per_node : int, optional
+            Slots per node (default ``ceil(ranks / nodes)``).
+        map_by : {"node", "slot"}, optional
+            Cyclic (default) or block placement.
+        transport : {"shm", "tcp"}, optional
+            ``shm`` (default): shared memory inside a node, TCP between nodes; ``tcp``:
+            TCP everywhere.
+        lib : {"openmpi", "mpich"}, optional
+            As :func:`mpilab.runtime.launch`; only Open MPI's launcher works here.
+        thread_level : str, optional
+            The ``MPI_Init_thread`` level, as :func:`mpilab.runtime.launch`.
+
+        Returns
+        -------
+        mpilab.runtime.Launch
+            The launch with the fabric's hostfile, agent and subnet added; its
+            ``placement`` is :meth:`placement`'s record.
+
+        Raises
+        ------
+        ValueError
+            `ranks` is not a positive integer, `map_by` is unknown, or the ranks do not
+            fit at `ranks_per_node`.
+        NetlabUnavailable
+            The launcher is not Open MPI's.
         """
         if not isinstance(ranks, int) or ranks < 1:
             raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
@@ -122,7 +212,24 @@ class Fabric:
             ranks, per, map_by))
 
     def placement(self, ranks: int, per: int, map_by: str) -> dict:
-        """What :meth:`launch` records about where ranks run."""
+        """What :meth:`launch` records about where ranks run.
+
+        Parameters
+        ----------
+        ranks : int
+            MPI processes.
+        per : int
+            Ranks per node (the hostfile's slots).
+        map_by : {"node", "slot"}
+            Cyclic or block placement.
+
+        Returns
+        -------
+        dict
+            ``nodes``, ``ranks_per_node``, ``map_by``, ``node_of_rank`` (the node index of
+            each rank), ``link`` (its name), ``fabric`` (the id), ``shaping`` and
+            ``emulated`` (True).
+        """
         nodes = len(self.nodes)
         if map_by == "node":
             where = [r % nodes for r in range(ranks)]
@@ -133,6 +240,14 @@ class Fabric:
                 "shaping": self.shaping, "emulated": True}
 
     def describe(self) -> dict:
+        """The fabric as plain data: what ``fabric.json`` in its state folder records.
+
+        Returns
+        -------
+        dict
+            ``id``, ``nodes`` and ``link`` (as dicts), ``subnet``, ``switch_address``,
+            ``bridge``, ``owner`` and ``shaping``.
+        """
         return {"id": self.id, "nodes": [dataclasses.asdict(n) for n in self.nodes],
                 "link": dataclasses.asdict(self.link), "subnet": self.subnet,
                 "switch_address": self.switch_address, "bridge": self.bridge,
@@ -191,7 +306,15 @@ def _owner_alive(state: dict) -> bool:
 
 
 def fabrics() -> list[dict]:
-    """The fabrics on this machine (their state), whoever made them."""
+    """The fabrics on this machine (their state), whoever made them.
+
+    Returns
+    -------
+    list of dict
+        Each fabric's ``fabric.json`` (see :meth:`Fabric.describe`, plus
+        ``owner_started`` and ``made``) with ``alive``: False when its owner is gone (it
+        is stale); sorted by id.
+    """
     found = []
     if STATE.is_dir():
         for f in sorted(STATE.glob("*/fabric.json")):
@@ -205,7 +328,14 @@ def fabrics() -> list[dict]:
 def remove_stale() -> list[str]:
     """Remove the fabrics whose owner is gone, and namespaces or bridges of the course's
     that no fabric claims (a crash between making them and writing the state); their ids
-    or names."""
+    or names.
+
+    Returns
+    -------
+    list of str
+        The ids of the fabrics removed and the names of the leftover namespaces and
+        bridges removed (empty when nothing was stale).
+    """
     # under the lock up() builds under: a fabric being made (its bridge and namespaces
     # up, its fabric.json not yet written) is never taken for a crashed one. up() calls
     # this before it takes the lock; nothing calls it with the lock held.
@@ -279,6 +409,29 @@ def up(nodes: int = 2, link: str | Link = "fast-ethernet", *, persistent: bool =
 
     The fabric belongs to this process (removed by the next :func:`up` once this process
     is gone) unless `persistent`. Call :meth:`Fabric.down`, or use :func:`fabric`.
+
+    Parameters
+    ----------
+    nodes : int, optional
+        Emulated nodes, 1 to 64 (default 2).
+    link : str or Link, optional
+        A profile name of :data:`mpilab.netlab.PROFILES` or a :class:`Link` (default
+        ``"fast-ethernet"``).
+    persistent : bool, optional
+        Keep the fabric after this process ends, until ``down`` (default False).
+
+    Returns
+    -------
+    Fabric
+        The fabric, built and shaped (``shaping`` says what could not be emulated).
+
+    Raises
+    ------
+    ValueError
+        `nodes` is out of range or `link` is not a profile.
+    NetlabUnavailable
+        Emulated nodes cannot be made here (see :func:`mpilab.netlab.available`), or a
+        command failed.
     """
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 1 <= nodes <= 64:
         raise ValueError(f"nodes must be an integer from 1 to 64, got {nodes!r}")
@@ -355,7 +508,21 @@ def _build(fab: Fabric, net: str) -> None:
 
 @contextlib.contextmanager
 def fabric(nodes: int = 2, link: str | Link = "fast-ethernet"):
-    """``with netlab.fabric(2, "gige") as fab:`` ... the fabric is gone afterwards."""
+    """``with netlab.fabric(2, "gige") as fab:`` ... the fabric is gone afterwards.
+
+    Parameters
+    ----------
+    nodes : int, optional
+        Emulated nodes, 1 to 64 (default 2).
+    link : str or Link, optional
+        A profile name or a :class:`Link` (default ``"fast-ethernet"``).
+
+    Yields
+    ------
+    Fabric
+        The fabric made by :func:`up`; removed with everything on it when the block
+        ends.
+    """
     fab = up(nodes, link)
     try:
         yield fab
@@ -364,7 +531,23 @@ def fabric(nodes: int = 2, link: str | Link = "fast-ethernet"):
 
 
 def load(fid: str) -> Fabric:
-    """The fabric with id `fid` (made by this or another process)."""
+    """The fabric with id `fid` (made by this or another process).
+
+    Parameters
+    ----------
+    fid : str
+        The fabric's id (six hex digits, as ``python -m mpilab.netlab status`` lists).
+
+    Returns
+    -------
+    Fabric
+        The fabric as its state folder records it.
+
+    Raises
+    ------
+    KeyError
+        No fabric has that id.
+    """
     path = STATE / fid / "fabric.json"
     if not path.exists():
         raise KeyError(f"no fabric {fid!r} (see `python -m mpilab.netlab status`)")

@@ -39,6 +39,13 @@ def available() -> str | None:
 
     ``MPILAB_NETLAB=off`` turns them off (a shared classroom machine, or to see what a
     notebook shows without them).
+
+    Returns
+    -------
+    str or None
+        None where they can be made (a network namespace was made and removed as a
+        test); else the reason: turned off, not Linux, a missing command, not root, or
+        the kernel's refusal.
     """
     if os.environ.get("MPILAB_NETLAB", "").lower() == "off":
         return "emulated nodes are turned off (MPILAB_NETLAB=off)"

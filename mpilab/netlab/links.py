@@ -46,7 +46,23 @@ PROFILES: dict[str, Link] = {
 
 def link_profile(link: str | Link) -> Link:
     """A :class:`Link` from a profile name (``fast-ethernet``, ``gige``, ``10gbe``,
-    ``unshaped``) or a Link."""
+    ``unshaped``) or a Link.
+
+    Parameters
+    ----------
+    link : str or Link
+        A key of :data:`PROFILES`, or a :class:`Link` (returned as it is).
+
+    Returns
+    -------
+    Link
+        The link's rate, delay, jitter and loss.
+
+    Raises
+    ------
+    ValueError
+        `link` names no profile.
+    """
     if isinstance(link, Link):
         return link
     if link not in PROFILES:

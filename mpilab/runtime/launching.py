@@ -30,6 +30,12 @@ def cma_works() -> bool:
 
     Open MPI's shared-memory transport uses it for single-copy transfers; in containers
     without ptrace it fails mid-run with "Read -1, expected ..., errno = 1".
+
+    Returns
+    -------
+    bool
+        True if a forked child's memory could be read with ``process_vm_readv`` (tried
+        once per process, then cached); False elsewhere and on any system but Linux.
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -80,6 +86,18 @@ class Launch:
         return (self.exe, "-n", str(self.ranks), *self.args)
 
     def argv(self, program: list[str]) -> list[str]:
+        """The full command line that starts `program` on every rank.
+
+        Parameters
+        ----------
+        program : list of str
+            The program and its arguments.
+
+        Returns
+        -------
+        list of str
+            :attr:`command` followed by `program`.
+        """
         return [*self.command, *program]
 
     def full_env(self) -> dict:
@@ -89,12 +107,26 @@ class Launch:
         test run) carries its singleton's ``PMIX_*`` / ``OMPI_MCA_ess`` ... settings in its
         environment, and so does every child started without an explicit environment. An
         ``mpiexec`` that inherits them exits 1 without a word; they are dropped here.
+
+        Returns
+        -------
+        dict of str to str
+            :func:`clean_env` updated with this launch's :attr:`env`: the environment to
+            start the launcher with.
         """
         env = clean_env()
         env.update(self.env)
         return env
 
     def describe(self) -> dict:
+        """This launch as a record's metadata: its fields, the command line as one string.
+
+        Returns
+        -------
+        dict
+            ``ranks``, ``transport``, ``env``, ``oversubscribed``, ``family``,
+            ``placement`` and ``command`` (launcher, ``-n`` and options, space-separated).
+        """
         d = asdict(self)
         d["command"] = " ".join(self.command)
         del d["exe"], d["args"]
@@ -121,7 +153,14 @@ def _mpi_singleton_var(name: str) -> bool:
 
 def clean_env() -> dict[str, str]:
     """This process's environment less what an initialised MPI left in it (see
-    :meth:`Launch.full_env`): for any child that will start MPI processes itself."""
+    :meth:`Launch.full_env`): for any child that will start MPI processes itself.
+
+    Returns
+    -------
+    dict of str to str
+        A copy of ``os.environ`` without the variables an MPI job or singleton sets for
+        its own processes (``PMIX_*``, ``OMPI_COMM_WORLD_*``, ...).
+    """
     return {k: v for k, v in os.environ.items() if not _mpi_singleton_var(k)}
 
 
@@ -133,6 +172,11 @@ def without_mpi_singleton_env():
     an ``mpiexec`` that inherits a singleton's ``PMIX_*`` settings exits 1 without a word.
     A notebook kernel that imported a compiled kernel (mpi4py initialises MPI on import)
     and then starts a cluster would otherwise fail.
+
+    Yields
+    ------
+    None
+        The variables removed on entry are put back on exit, even after an exception.
     """
     saved = {k: os.environ.pop(k) for k in list(os.environ) if _mpi_singleton_var(k)}
     try:
@@ -168,6 +212,35 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
     shared segment: Open MPI 4 ``btl_vader_single_copy_mechanism none``, Open MPI 5 no
     ``smsc`` component, MPICH ``MPIR_CVAR_CH4_CMA_ENABLE=0`` and ``..._XPMEM_ENABLE=0``.
     With the default the path is used where this machine allows it (:func:`cma_works`).
+
+    Parameters
+    ----------
+    ranks : int
+        Processes to start (more than :func:`mpilab.runtime.usable_cores`: oversubscribed).
+    transport : {"shm", "tcp"}, optional
+        How ranks exchange messages (default ``"shm"``).
+    lib : {"openmpi", "mpich"}, optional
+        The MPI library whose launcher is used (default
+        :func:`mpilab.runtime.selected_library`).
+    crash_ends_job : bool, optional
+        Whether one rank's exit ends the others at once (default True).
+    thread_level : {"single", "funneled", "serialized", "multiple"}, optional
+        The ``MPI_Init_thread`` level the ranks ask for (default ``"single"``).
+    single_copy : bool, optional
+        Allow the shared-memory single-copy path where it works (default True).
+
+    Returns
+    -------
+    Launch
+        The launcher, its options and environment for this job; starting it is
+        :class:`mpilab.jobs.Job`'s work.
+
+    Raises
+    ------
+    ValueError
+        `ranks` is not a positive integer, or `transport` or `thread_level` is unknown.
+    mpilab.runtime.MPINotFound
+        No launcher was found.
     """
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")

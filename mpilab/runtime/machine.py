@@ -27,6 +27,17 @@ def cgroup_dirs(controller: str) -> list[str]:
     else the v1 hierarchy that carries `controller`. A limit set on any ancestor applies,
     so callers take the smallest. Paths are mapped through the mount's own root (in a
     container with a cgroup namespace the mount shows only the container's subtree).
+
+    Parameters
+    ----------
+    controller : str
+        The cgroup controller, e.g. ``"cpu"`` or ``"memory"``.
+
+    Returns
+    -------
+    list of str
+        Folders under the cgroup mount, this process's own first and the mount point
+        last; empty where ``/proc`` cannot be read or no hierarchy carries `controller`.
     """
     try:
         with open("/proc/self/cgroup") as f:
@@ -88,6 +99,13 @@ def cpu_quota() -> tuple[float | None, str]:
     (over this cgroup and its ancestors) and ``$CPU_LIMIT`` (JupyterHub and Binder set
     it). ``(None, "none")`` without a quota. A quota is not an affinity mask: a container
     limited to one CPU still sees every core in ``sched_getaffinity`` and ``nproc``.
+
+    Returns
+    -------
+    cpus : float or None
+        CPUs' worth of time (1.5: one and a half CPUs), None without a quota.
+    source : str
+        Where it comes from: ``"cgroup <file>"``, ``"$CPU_LIMIT"`` or ``"none"``.
     """
     best: tuple[float | None, str] = (None, "none")
 
@@ -116,6 +134,11 @@ def usable_cores() -> int:
     The smaller of the CPU affinity mask and the cgroup/``$CPU_LIMIT`` quota, rounded
     down (at least 1): MPI ranks poll while they wait, so two ranks under a 1.5-CPU quota
     take turns on the CPU time as surely as on one core.
+
+    Returns
+    -------
+    int
+        Usable cores, at least 1.
     """
     cores = _affinity_cores()
     quota, _ = cpu_quota()
@@ -133,6 +156,22 @@ def rank_counts(most: int = 16, *, squares: bool = False, beyond: int = 0,
     most `most`; then the next `beyond` counts of the same sequence above the cores,
     which run oversubscribed (a run says so). ``rank_counts(squares=True, beyond=1)`` is
     ``[1, 2, 4]`` on 2 cores and ``[1, 2, 4, 8, 9, 16]`` on 16.
+
+    Parameters
+    ----------
+    most : int, optional
+        Largest count in the sweep (default 16).
+    squares : bool, optional
+        Also the squares 9, 25, 36, ... (default False: powers of two only).
+    beyond : int, optional
+        How many counts above the cores to add, oversubscribed (default 0).
+    cores : int, optional
+        Cores to size the sweep to instead of :func:`usable_cores`.
+
+    Returns
+    -------
+    list of int
+        Rank counts in ascending order.
     """
     cores = usable_cores() if cores is None else int(cores)
     seq = {1 << k for k in range(16)} | ({k * k for k in range(1, 256)} if squares else set())
@@ -144,6 +183,13 @@ _NO_LIMIT = 1 << 60  # cgroup v1 reports "unlimited" as a page-rounded 2**63 - 1
 
 
 def physical_memory() -> int:
+    """Bytes of RAM this machine has, whatever limits this process.
+
+    Returns
+    -------
+    int
+        Page size times physical pages; 0 where the system does not say (not Linux).
+    """
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
@@ -155,6 +201,13 @@ def memory_limit() -> tuple[int, str]:
 
     The smallest of physical memory, cgroup v2 ``memory.max`` / v1
     ``memory.limit_in_bytes`` over this cgroup and its ancestors, and ``$MEM_LIMIT``.
+
+    Returns
+    -------
+    nbytes : int
+        The limit in bytes.
+    source : str
+        What sets it: ``"physical memory"``, ``"cgroup <file>"`` or ``"$MEM_LIMIT"``.
     """
     best = (physical_memory(), "physical memory")
     for d in cgroup_dirs("memory"):
@@ -176,6 +229,17 @@ def shm_size(directory: str = "/dev/shm") -> tuple[int, int]:
     Docker's default is 64 MiB. Open MPI puts one segment per rank there (a few MiB
     each; ``vader_segment.*`` or ``sm_segment.*``), and MPI-3 shared-memory windows
     allocate from it too: a big window in a small /dev/shm dies with SIGBUS.
+
+    Parameters
+    ----------
+    directory : str, optional
+        A folder on the file system (default ``/dev/shm``).
+
+    Returns
+    -------
+    size, free : int
+        Its size and the bytes available to an unprivileged user, in bytes; ``(0, 0)``
+        where it cannot be read.
     """
     try:
         st = os.statvfs(directory)
@@ -189,6 +253,14 @@ def resources() -> dict:
 
     Every measurement record carries it (:func:`machine_info`), and lectures scale their
     problem sizes by it (:func:`small_machine`).
+
+    Returns
+    -------
+    dict
+        ``cores`` (:func:`usable_cores`), ``affinity_cores``, ``cpu_quota`` and
+        ``cpu_quota_from`` (:func:`cpu_quota`), ``memory_bytes`` and ``memory_from``
+        (:func:`memory_limit`), ``physical_memory_bytes``, ``shm_bytes`` and
+        ``shm_free_bytes`` (:func:`shm_size`).
     """
     quota, quota_from = cpu_quota()
     mem, mem_from = memory_limit()
@@ -216,6 +288,12 @@ def small_machine() -> str:
     for the operating system to switch ranks) or less than 4 GiB of memory (Binder's 1-2
     GiB: the full sweeps' largest grids and messages would not fit beside the engines).
     ``MPILAB_QUICK=0`` asks for the full sweeps anyway.
+
+    Returns
+    -------
+    str
+        The reason, as a lecture prints it (``"MPILAB_QUICK=1"``, ``"one core"``,
+        ``"1.5 GiB of memory"``); ``""`` (false) when the full sweeps fit.
     """
     forced = os.environ.get("MPILAB_QUICK", "").strip()
     if forced == "1":
@@ -231,6 +309,13 @@ def small_machine() -> str:
 
 
 def is_root() -> bool:
+    """Whether this process runs as root (Open MPI's launcher then needs to be told).
+
+    Returns
+    -------
+    bool
+        True if the effective user id is 0; False also where there is none (not POSIX).
+    """
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -239,7 +324,17 @@ _RECORDED_RESOURCES = ("cores", "cpu_quota", "memory_bytes", "shm_bytes")
 
 @functools.cache
 def machine_info() -> dict:
-    """Host facts every measurement record carries."""
+    """Host facts every measurement record carries.
+
+    Computed once per process (cached).
+
+    Returns
+    -------
+    dict
+        ``hostname``, ``cpu_model`` (``/proc/cpuinfo``'s model name), ``cores``,
+        ``cpu_quota``, ``memory_bytes`` and ``shm_bytes`` (from :func:`resources`),
+        ``os``, ``python`` (its version) and ``binder`` (whether it runs on Binder).
+    """
     model = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as f:

@@ -68,6 +68,26 @@ def calibrate(*, sizes: Sequence[int] = CALIBRATION_SIZES, reps: int = 5,
     platform whose node loopback has the lower line's latency and bandwidth, with SMPI
     latency/bandwidth factors from the switch size on for the upper line.
     Returns ``{"path", "fit", "measured"}``.
+
+    Parameters
+    ----------
+    sizes : sequence of int, optional
+        Message sizes in bytes to measure (default :data:`CALIBRATION_SIZES`, 8 B to
+        1 MiB).
+    reps : int, optional
+        Timed repetitions per size (default 5).
+    timeout : float, optional
+        Seconds the real ping-pong may run (default 300).
+    measured : list of dict, optional
+        Ping-pong records (``size_bytes``, ``t_us_median`` one-way) to fit instead of
+        measuring; `sizes`, `reps` and `timeout` are then unused.
+
+    Returns
+    -------
+    dict
+        ``"path"`` (str: the platform file written), ``"fit"``
+        (:class:`mpilab.models.PiecewiseHockney`) and ``"measured"`` (the records
+        fitted).
     """
     recs = measured if measured is not None else _measure_pingpong(sizes, reps, timeout)
     pw = models.fit_piecewise([r["size_bytes"] for r in recs],
@@ -98,6 +118,22 @@ def check_this_machine(sizes: Sequence[int] = (8, 1024, 65536, 1 << 20), *,
 
     Calibrates first when there is no ``this-machine`` platform (or `recalibrate`).
     Rows: size_bytes, measured_us, simulated_us, error (simulated / measured - 1).
+
+    Parameters
+    ----------
+    sizes : sequence of int, optional
+        Message sizes in bytes to compare (default 8 B, 1 KiB, 64 KiB, 1 MiB).
+    recalibrate : bool, optional
+        Calibrate again even if ``this-machine`` exists (default False).
+    measured : list of dict, optional
+        Ping-pong records to use instead of measuring (and to calibrate from, when it
+        calibrates); sizes they lack are measured.
+
+    Returns
+    -------
+    list of dict
+        One row per size: ``size_bytes``, ``measured_us`` and ``simulated_us`` (median
+        one-way µs), ``error`` (simulated / measured - 1: +0.1 is a simulated time 10 % too long) and ``label``.
     """
     cal = None
     if recalibrate or not _this_machine_path().exists():
@@ -119,6 +155,35 @@ def measure_collective(op: str, alg: str, sizes: Iterable[int], *, ranks: int,
     `op` with algorithm `alg` (ours, or ``"library"``: the real library's own) on `ranks`
     real MPI processes of this machine, timed in C exactly as the simulated runs are:
     records as :func:`collective`'s, with ``simulated: False`` and ``oversubscribed``.
+
+    Parameters
+    ----------
+    op : str
+        A key of :data:`OUR_ALGORITHMS` (``"allgather"``, ``"bcast"``, ...).
+    alg : str
+        One of ``OUR_ALGORITHMS[op]``, or ``"library"``.
+    sizes : iterable of int
+        Bytes per rank (per block for allgather, gather, scatter), >= 0.
+    ranks : int
+        Real MPI processes (more than the usable cores: oversubscribed).
+    reps : int, optional
+        Timed repetitions per size (default 5).
+    timeout : float, optional
+        Seconds the job may run (default 300).
+
+    Returns
+    -------
+    list of dict
+        One record per size: times per call in µs (``t_us_median``, ...), ``size_bytes``,
+        ``impl``, ``op``, ``alg``, ``ranks``, ``simulated`` (False), ``measured`` (True),
+        ``oversubscribed`` and ``checked``.
+
+    Raises
+    ------
+    ValueError
+        An unknown `op` or algorithm.
+    mpilab.jobs.JobFailed, mpilab.jobs.JobTimeout
+        The MPI job failed or ran past `timeout`.
     """
     from .. import kernels
 
@@ -153,6 +218,27 @@ def check_collective(op: str = "allgather", algs: Sequence[str] = ("ring", "bruc
     Runs with more ranks than cores are flagged (``oversubscribed``): there the real
     ranks share cores, which the platform (one core per rank) does not model.
     Rows: op, alg, ranks, size_bytes, measured_us, simulated_us, error, oversubscribed.
+
+    Parameters
+    ----------
+    op : str, optional
+        The operation (default ``"allgather"``).
+    algs : sequence of str, optional
+        Our algorithms to compare (default ring and Bruck); an algorithm that does not
+        admit a rank count is skipped there.
+    sizes : sequence of int, optional
+        Bytes per rank (default 64 B and 64 KiB).
+    ranks : sequence of int, optional
+        Rank counts (default 2, 3 and 4).
+    recalibrate : bool, optional
+        Calibrate ``this-machine`` again first (default False: only if it is missing).
+
+    Returns
+    -------
+    list of dict
+        One row per rank count, algorithm and size: ``op``, ``alg``, ``ranks``,
+        ``size_bytes``, ``measured_us`` and ``simulated_us`` (median µs per call),
+        ``error`` (simulated / measured - 1), ``oversubscribed`` and ``label``.
     """
     if recalibrate or not _this_machine_path().exists():
         calibrate()

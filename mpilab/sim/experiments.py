@@ -54,6 +54,49 @@ def run(program: str, args: Sequence, *, ranks: int, platform: str | Platform,
 
     Returns ``(objects printed by rank 0, meta)``; meta says the platform, placement,
     SimGrid version, settings, and the wall time the simulation took on this machine.
+
+    Parameters
+    ----------
+    program : str
+        One of :data:`PROGRAMS` (``"mpilab-pingpong"``, ``"mpilab-coll"``,
+        ``"mpilab-halo"``), built with ``smpicc`` on first use.
+    args : sequence
+        The program's command-line arguments (converted with ``str``).
+    ranks : int
+        Simulated MPI processes.
+    platform : str or Platform
+        The simulated machine (see :func:`platforms`).
+    map_by : {"slot", "node"}, optional
+        Block (default) or cyclic placement of ranks on nodes (see :func:`hostfile`).
+    per_node : int, optional
+        Ranks per node with ``map_by="slot"`` (default: the node's cores).
+    compute : bool, optional
+        Charge the ranks' computation, measured on this machine, to the simulated clock
+        (default False: only communication takes simulated time).
+    cfg : dict, optional
+        Extra SimGrid settings, passed as ``--cfg=key:value`` (they override the
+        course's).
+    timeout : float, optional
+        Seconds of real time the simulation may take (default 600).
+
+    Returns
+    -------
+    objects : list of dict
+        The JSON objects the program printed, one per line.
+    meta : dict
+        ``simulated``, ``platform``, ``label``, ``platform_description``, ``simgrid``,
+        ``ranks``, ``map_by``, ``nodes_used``, ``ranks_per_node``, ``node_of_rank``,
+        ``oversubscribed``, ``compute``, ``settings`` and ``wall_s`` (seconds of real
+        time).
+
+    Raises
+    ------
+    SimUnavailable
+        SimGrid's tools are not installed (or ``this-machine`` is not calibrated).
+    RuntimeError
+        The simulated program failed or reported an error.
+    mpilab.jobs.JobTimeout
+        The simulation ran past `timeout`.
     """
     ranks = validate.count(ranks, "ranks")
     plat = globals()["platform"](platform)
@@ -88,7 +131,30 @@ def run(program: str, args: Sequence, *, ranks: int, platform: str | Platform,
 
 
 def meta(platform: str | Platform, **settings) -> dict:
-    """What a simulated result's JSON says about how it was made (bench ``meta``)."""
+    """What a simulated result's JSON says about how it was made (bench ``meta``).
+
+    Parameters
+    ----------
+    platform : str or Platform
+        The simulated machine.
+    **settings
+        The experiment's settings, recorded as they are (``op="allgather"``,
+        ``ranks=128``, ...).
+
+    Returns
+    -------
+    dict
+        ``simulated``, ``label``, ``platform``, ``platform_description``,
+        ``platform_file``, ``platform_params`` (the network's numbers),
+        ``platform_sources``, ``simgrid`` (version), ``simulated_by`` (this machine's
+        :func:`mpilab.runtime.machine_info`), ``settings`` and ``leaves_out``
+        (:data:`LEAVES_OUT`).
+
+    Raises
+    ------
+    SimUnavailable
+        SimGrid's tools are not installed.
+    """
     plat = globals()["platform"](platform)
     return {"simulated": True, "label": plat.label, "platform": plat.name,
             "platform_description": plat.description, "platform_file": plat.path.name,
@@ -128,6 +194,35 @@ def pingpong(sizes: Iterable[int], *, platform: str | Platform = "this-machine",
     after the timing protocol's barrier also pays the barrier's skew between the two
     ranks (about one latency), which many iterations amortise (cheap: nothing computes). Records as :func:`mpilab.timing.record` plus
     ``simulated``, ``platform``, ``label``, ``placement``.
+
+    Parameters
+    ----------
+    sizes : iterable of int
+        Message sizes in bytes (>= 0).
+    platform : str or Platform, optional
+        The simulated machine (default ``"this-machine"``: needs :func:`calibrate`).
+    across : bool, optional
+        Put the two ranks on two nodes (default False: both on one node).
+    reps : int, optional
+        Timed repetitions per size (default 5).
+    iters : int, optional
+        Round trips per repetition (default 100).
+    timeout : float, optional
+        Seconds of real time the simulation may take (default 300).
+
+    Returns
+    -------
+    list of dict
+        One record per size: one-way times in µs (``t_us_min``, ``t_us_median``, ...)
+        and ``size_bytes``, ``impl="kernel"``, ``iters``, ``placement``, ``simulated``,
+        ``platform``, ``label``, ``ranks``, ``map_by``, ``oversubscribed``.
+
+    Raises
+    ------
+    ValueError
+        `across` on a platform of one node, or a negative size.
+    SimUnavailable
+        SimGrid's tools are not installed, or the platform is not calibrated.
     """
     sizes = [validate.count(n, "size", 0) for n in sizes]
     plat = globals()["platform"](platform)
@@ -165,6 +260,54 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
     result is checked against the expected values (``check``; by default when the
     buffers are small enough to be real, below 1 MiB per rank in all).
     Records: impl ``mpilab:<alg>`` or ``library:<library>``, alg, size_bytes, t_us_*.
+
+    Parameters
+    ----------
+    op : str
+        A key of :data:`OUR_ALGORITHMS`: ``"bcast"``, ``"reduce"``, ``"allreduce"``,
+        ``"barrier"``, ``"scatter"``, ``"gather"`` or ``"allgather"``.
+    algs : sequence of str
+        Our algorithms of `op` (``OUR_ALGORITHMS[op]``) and/or ``"library"``.
+    sizes : iterable of int
+        Bytes per rank (per block for allgather, gather, scatter), >= 0.
+    ranks : int
+        Simulated MPI processes.
+    platform : str or Platform
+        The simulated machine.
+    map_by : {"slot", "node"}, optional
+        Block (default) or cyclic placement.
+    library : str, optional
+        SMPI's algorithm for ``"library"`` (default ``"ompi"``).
+    reps : int, optional
+        Timed repetitions per size (default 3).
+    iters : int, optional
+        Calls per repetition (default 10 below 64 KiB, 2 from it).
+    root : int, optional
+        The root rank of rooted operations (default 0).
+    check : bool, optional
+        Check every result against the expected values (default: when all ranks'
+        buffers total at most 1 MiB).
+    timeout : float, optional
+        Seconds of real time each simulated job may take (default 600).
+    progress : bool or callable, optional
+        True prints a line before each job; a callable gets that line (default None:
+        silent).
+
+    Returns
+    -------
+    list of dict
+        One record per algorithm and size: times per call in µs (``t_us_min``,
+        ``t_us_median``, ...), ``size_bytes``, ``impl``, ``alg`` (`library` for the
+        library's), ``op``, ``iters``, ``checked`` and the simulated run's ``simulated``,
+        ``platform``, ``label``, ``ranks``, ``map_by``, ``oversubscribed``.
+
+    Raises
+    ------
+    ValueError
+        An unknown `op` or algorithm.
+    RuntimeError
+        A simulated job failed, e.g. with a wrong result or an algorithm that cannot run
+        on `ranks` (:func:`mpilab.collectives.admissible`).
     """
     validate.names(op, tuple(OUR_ALGORITHMS), "op")
     sizes = [validate.count(n, "size", 0) for n in sizes]
@@ -208,6 +351,37 @@ def allgather(ranks: int, sizes: Iterable[int], *, platform: str | Platform,
     names the algorithm the decision picked, per size. Returns ``(records, summary)``:
     summary gives per size the best of our algorithms, the library's time and choice,
     and whether the library picked the best (:func:`allgather_summary`).
+
+    Parameters
+    ----------
+    ranks : int
+        Simulated MPI processes (at least 2).
+    sizes : iterable of int
+        Bytes per block (per rank), at least 1.
+    platform : str or Platform
+        The simulated machine.
+    map_by : {"node", "slot"}, optional
+        Cyclic (default: the paper's placement) or block placement.
+    algs : sequence of str, optional
+        Our algorithms to run (default: every one that admits `ranks`).
+    library : str, optional
+        SMPI's algorithm for the library's call (default ``"ompi"``).
+    identify : bool, optional
+        Also run SMPI's versions of Open MPI's algorithms, forced, to name the
+        library's choice (default True).
+    reps : int, optional
+        Timed repetitions per size (default 3; 1 for the forced runs).
+    timeout : float, optional
+        Seconds of real time each simulated job may take (default 900).
+    progress : bool or callable, optional
+        As :func:`collective`.
+
+    Returns
+    -------
+    records : list of dict
+        :func:`collective`'s records of every run.
+    summary : dict
+        :func:`allgather_summary` of them, by size in bytes.
     """
     ranks = validate.count(ranks, "ranks", 2)
     sizes = [validate.count(n, "size", 1) for n in sizes]
@@ -235,7 +409,27 @@ def allgather(ranks: int, sizes: Iterable[int], *, platform: str | Platform,
 
 def allgather_summary(recs: list[dict], forced: dict | None = None,
                       library: str = "ompi") -> dict:
-    """Per size: best C algorithm, library time and (from `forced`) choice, ratio."""
+    """Per size: best C algorithm, library time and (from `forced`) choice, ratio.
+
+    Parameters
+    ----------
+    recs : list of dict
+        Allgather records of :func:`collective`, at least one ``mpilab:<alg>`` per size.
+    forced : dict, optional
+        ``{algorithm: {size_bytes: t_us}}``, SMPI's algorithms run forced; the one whose
+        time equals the library's (to a millionth) is its choice.
+    library : str, optional
+        Which ``library:<library>`` records are the library's (default ``"ompi"``).
+
+    Returns
+    -------
+    dict
+        By size in bytes: ``best`` and ``best_us`` (our fastest algorithm, its median
+        µs), ``library_us`` (None without a library record); with `forced`,
+        ``library_choice`` (an algorithm, several joined by ``/``, or
+        ``"unidentified"``); with a library time, ``library_over_best`` (its ratio to
+        the best) and ``library_picked_best``.
+    """
     lib = f"library:{library}"
     out = {}
     for n in sorted({r["size_bytes"] for r in recs}):
@@ -282,6 +476,59 @@ def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform
     clock (see the module's notes); ``compute=False`` leaves it out, so a step costs
     only its exchange (deterministic). `per_node` ranks per node (block placement). Records: impl = mode, app, dims, sub, t_us_* per
     step, ``sum`` (the field's sum after `steps` steps: the same as the serial code's).
+
+    Parameters
+    ----------
+    app : {"heat", "wave"}
+        The stencil: the heat equation or the acoustic wave.
+    modes : sequence of str
+        Exchange modes among :data:`SIMULATED_HALO_MODES`.
+    ranks : int
+        Simulated MPI processes, on a process grid of :func:`mpilab.halo.process_grid`.
+    platform : str or Platform
+        The simulated machine.
+    sub : int, optional
+        Points per rank and axis (the grid is ``sub * px`` x ``sub * py``); overrides
+        `nx` and `ny`.
+    nx, ny : int, optional
+        The global grid, instead of `sub`.
+    map_by : {"slot", "node"}, optional
+        Block (default) or cyclic placement.
+    per_node : int, optional
+        Ranks per node with ``map_by="slot"`` (default: the node's cores).
+    compute : bool, optional
+        Charge the computation, measured on this machine, to the simulated clock
+        (default True).
+    pack : str, optional
+        How halo columns are sent: ``"datatype"`` (default), ``"manual"`` or
+        ``"subarray"``.
+    steps : int, optional
+        Steps from rest whose field ``sum`` is reported (default 2).
+    warmup : int, optional
+        Untimed warm-up steps of the timing protocol (default 1).
+    iters : int, optional
+        Timed steps per repetition (default 3).
+    reps : int, optional
+        Timed repetitions (default 3).
+    timeout : float, optional
+        Seconds of real time each simulated job may take (default 900).
+    progress : bool or callable, optional
+        As :func:`collective`.
+
+    Returns
+    -------
+    list of dict
+        One record per mode: times per step in µs (``t_us_min``, ``t_us_median``, ...)
+        and ``impl``, ``app``, ``mode``, ``pack``, ``nx``, ``ny``, ``dims``, ``sub``,
+        ``iters``, ``steps``, ``sum``, ``compute``, with the simulated run's
+        ``simulated``, ``platform``, ``label``, ``ranks``, ``map_by``,
+        ``oversubscribed``.
+
+    Raises
+    ------
+    ValueError
+        An unknown `app` or mode, a mode SMPI cannot simulate
+        (:data:`NOT_SIMULATED_HALO_MODES`), or neither `sub` nor `nx` and `ny`.
     """
     from .. import halo as _halo
 
@@ -314,12 +561,35 @@ def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform
 
 
 def reference_dir() -> Path:
-    """Where the simulated reference results live (for machines without SimGrid)."""
+    """Where the simulated reference results live (for machines without SimGrid).
+
+    Returns
+    -------
+    pathlib.Path
+        ``reference/simulated/`` in the course's folder (:func:`mpilab.paths.course_root`).
+    """
     return paths.reference_dir() / "simulated"
 
 
 def load_reference(name: str) -> dict:
-    """A saved simulation (``reference/simulated/<name>.json``), labelled as such."""
+    """A saved simulation (``reference/simulated/<name>.json``), labelled as such.
+
+    Parameters
+    ----------
+    name : str
+        The file's name without ``.json`` (``"allgather-paper-128"``).
+
+    Returns
+    -------
+    dict
+        The saved run (``"meta"``, ``"records"``, ...) with ``"label"``:
+        ``"reference data: "`` and the simulation's label, unless it had one.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such reference.
+    """
     path = reference_dir() / f"{name}.json"
     data = json.loads(path.read_text())
     data.setdefault("label", "reference data: " + data.get("meta", {}).get("label", "simulated"))

@@ -42,6 +42,18 @@ class Platform:
         return self.info.get("description", self.name)
 
     def host(self, i: int) -> str:
+        """The SimGrid name of node `i`: the cluster's prefix and the number.
+
+        Parameters
+        ----------
+        i : int
+            The node's index, from 0.
+
+        Returns
+        -------
+        str
+            The host name the hostfile uses (``"cervino-1"`` on ``allgather-paper``).
+        """
         return f"{self.prefix}{i}"
 
     @property
@@ -49,12 +61,31 @@ class Platform:
         return label(self.name)
 
     def sources(self) -> dict:
-        """Where each number comes from: ``{attribute: source}``."""
+        """Where each number comes from: ``{attribute: source}``.
+
+        Returns
+        -------
+        dict of str to str
+            For each attribute with an ``mpilab:source:<attribute>`` property in the
+            file (``bw``, ``lat``, ...), where its value comes from (a paper, a
+            calibration).
+        """
         return {k.split(":", 1)[1]: v for k, v in self.info.items() if k.startswith("source:")}
 
 
 def label(name: str) -> str:
-    """The label every simulated record, table and figure carries."""
+    """The label every simulated record, table and figure carries.
+
+    Parameters
+    ----------
+    name : str
+        The platform's name.
+
+    Returns
+    -------
+    str
+        ``"simulated (SMPI, platform <name>)"``.
+    """
     return f"simulated (SMPI, platform {name})"
 
 
@@ -63,7 +94,14 @@ def _this_machine_path() -> Path:
 
 
 def platforms() -> list[str]:
-    """Names of the platforms: the papers' machines and ``this-machine``."""
+    """Names of the platforms: the papers' machines and ``this-machine``.
+
+    Returns
+    -------
+    list of str
+        The XML files of ``mpilab/platforms/`` by name (sorted), then ``"this-machine"``
+        (listed whether or not it is calibrated yet).
+    """
     return sorted(p.stem for p in PLATFORM_DIR.glob("*.xml")) + ["this-machine"]
 
 
@@ -80,7 +118,25 @@ def _parse(path: Path, name: str) -> Platform:
 
 
 def platform(name: str | Platform) -> Platform:
-    """The platform called `name` (see :func:`platforms`), or a clear error."""
+    """The platform called `name` (see :func:`platforms`), or a clear error.
+
+    Parameters
+    ----------
+    name : str or Platform
+        A name from :func:`platforms`; a :class:`Platform` is returned as it is.
+
+    Returns
+    -------
+    Platform
+        The platform read from its XML file.
+
+    Raises
+    ------
+    ValueError
+        `name` is not a platform.
+    SimUnavailable
+        ``this-machine`` was asked for and :func:`mpilab.sim.calibrate` has not run.
+    """
     if isinstance(name, Platform):
         return name
     if name == "this-machine":
@@ -104,6 +160,31 @@ def hostfile(plat: Platform, ranks: int, map_by: str = "slot",
     ``"node"`` deals ranks round the nodes (cyclic: the allgather paper's placement).
     More ranks than cores: the cores are dealt again (oversubscribed, as the paper's 128
     processes on 64 cores).
+
+    Parameters
+    ----------
+    plat : Platform
+        The simulated machine.
+    ranks : int
+        MPI processes.
+    map_by : {"slot", "node"}, optional
+        Block (default) or cyclic placement.
+    per_node : int, optional
+        Ranks per node with ``map_by="slot"`` (default: the node's cores, or more where
+        the ranks outnumber the cores).
+
+    Returns
+    -------
+    text : str
+        The hostfile, one ``<host>:1`` line per rank in rank order.
+    nodes : list of int
+        The node index of each rank.
+
+    Raises
+    ------
+    ValueError
+        `map_by` is unknown, `per_node` is given with ``map_by="node"``, or the ranks at
+        `per_node` need more nodes than the platform has.
     """
     validate.names(map_by, ("slot", "node"), "map_by")
     if per_node is not None:

@@ -42,13 +42,32 @@ def _tools() -> tuple[dict, str]:
 
 
 def available() -> tuple[bool, str]:
-    """Whether simulations can run here; ``(True, "")`` or ``(False, why)``."""
+    """Whether simulations can run here; ``(True, "")`` or ``(False, why)``.
+
+    Returns
+    -------
+    ok : bool
+        True if ``smpicc`` and ``smpirun`` are on ``PATH``.
+    why : str
+        ``""``, or which tool is missing and how to install SimGrid.
+    """
     tools, why = _tools()
     return bool(tools), why
 
 
 def version() -> str:
-    """SimGrid's version, e.g. ``"3.32"``."""
+    """SimGrid's version, e.g. ``"3.32"``.
+
+    Returns
+    -------
+    str
+        The version ``smpirun -version`` prints (its whole output where it names none).
+
+    Raises
+    ------
+    SimUnavailable
+        SimGrid's tools are not installed.
+    """
     tools, why = _tools()
     if not tools:
         raise SimUnavailable(why)
@@ -81,7 +100,27 @@ def _stamp(name: str, smpicc: str) -> str:
 
 
 def build(name: str) -> Path:
-    """The program `name` of :data:`PROGRAMS` built with ``smpicc`` (cached by source hash)."""
+    """The program `name` of :data:`PROGRAMS` built with ``smpicc`` (cached by source hash).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`PROGRAMS`: ``"mpilab-pingpong"``, ``"mpilab-coll"`` or
+        ``"mpilab-halo"``.
+
+    Returns
+    -------
+    pathlib.Path
+        The executable in the simulation cache (``$MPILAB_SIM_CACHE``, else
+        ``~/.cache/mpilab/sim``), built now unless its sources are unchanged.
+
+    Raises
+    ------
+    SimUnavailable
+        SimGrid's tools are not installed.
+    RuntimeError
+        ``smpicc`` failed (its error output is in the message).
+    """
     validate.names(name, tuple(PROGRAMS), "program")
     tools, why = _tools()
     if not tools:
