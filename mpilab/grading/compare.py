@@ -284,6 +284,7 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
 
     Timings on a shared machine vary by several times, so only what is off by far more
     than noise fails: a time in seconds, or the total of a loop instead of one message.
+
     Parameters
     ----------
     got_us : float

@@ -415,7 +415,7 @@ def check_blocking_calls(exchange: Callable, *, name: str | None = None) -> None
     Raises
     ------
     mpilab.grading.CheckFailed
-        When its code lacks a ``Send`` (or ``Ssend``) or a ``Recv``, or calls
+        When its code lacks a ``Send`` (``Ssend``, ``send``) or a ``Recv``, or calls
         ``Sendrecv``, ``Isend``, ``Issend`` or ``Irecv``.
     """
     __tracebackhide__ = True
