@@ -72,11 +72,24 @@ def allgather_harness(comm, allgather: Callable, n: int, dtype: str) -> dict:
     Rank r's block is ``r * 1_000_000 + 0, 1, 2, ...`` (:data:`OWNER`): a value says whose
     block it came from.
 
-    `allgather` is the student's ``allgather(comm, sendbuf, recvbuf)``, called with a
-    :class:`mpilab.tracing.TracingComm`; `n` elements per block, of NumPy type `dtype`.
-    Returns ``recv`` (the student's recvbuf, which starts as -1 everywhere), ``ref``
-    (after ``comm.Allgather``), ``unchanged`` (whether sendbuf was left as it was) and the
-    tracer's ``schedule``, ``error`` and ``untraced``.
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks of the check.
+    allgather : callable
+        The student's ``allgather(comm, sendbuf, recvbuf)``, called with a
+        :class:`mpilab.tracing.TracingComm`; what it returns is ignored.
+    n : int
+        Elements per block.
+    dtype : str
+        NumPy type of the blocks, e.g. ``"float64"``, ``"int32"``.
+
+    Returns
+    -------
+    dict
+        ``recv`` (the student's recvbuf, which starts as -1 everywhere), ``ref`` (after
+        ``comm.Allgather``), ``unchanged`` (whether sendbuf was left as it was) and the
+        tracer's ``schedule``, ``error`` and ``untraced``.
     """
     r, p = comm.Get_rank(), comm.Get_size()
     send = (r * OWNER + np.arange(n)).astype(dtype)
@@ -91,6 +104,16 @@ def allgather_harness(comm, allgather: Callable, n: int, dtype: str) -> dict:
 
 def refuses_harness(comm, allgather: Callable, n: int) -> tuple[str, int]:
     """On every rank: what ``allgather(comm, zeros(n), zeros(p * n))`` does, in words.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks of the check (a number the algorithm cannot serve).
+    allgather : callable
+        The student's ``allgather(comm, sendbuf, recvbuf)``, called with a
+        :class:`mpilab.tracing.TracingComm` that counts its messages.
+    n : int
+        Float64 elements per block.
 
     Returns
     -------
@@ -113,6 +136,17 @@ def cython_harness(comm, kernel: Callable, n: int, extra: int) -> dict:
 
     Float64 blocks as in :func:`allgather_harness`. With `extra` != 0 recvbuf has `extra`
     numbers too many, which the kernel must refuse with ValueError.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks of the check.
+    kernel : callable
+        The compiled ``kernel(comm, sendbuf, recvbuf)``.
+    n : int
+        Float64 numbers per block.
+    extra : int
+        Numbers added to the end of recvbuf (0: the right size).
 
     Returns
     -------
@@ -197,6 +231,13 @@ def block_problems(outs: Sequence[dict], n: int, limit: int = 5) -> list[str]:
         Elements per block.
     limit : int
         At most this many lines.
+
+    Returns
+    -------
+    list of str
+        One line per wrong block (never written, another rank's, or a mix), at most
+        `limit`; empty when every block is right. Ranks whose recvbuf has the wrong
+        shape are left out.
     """
     lines: list[str] = []
     p = len(outs)
@@ -265,8 +306,29 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
 def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int = 8) -> int:
     """A right Bruck or recursive-doubling allgather's messages: ``ceil(log2 p)`` steps.
 
-    Every block must reach every other rank once: ``p (p - 1)`` blocks in all. Parameters
-    and result as for :func:`check_ring_schedule`.
+    Every block must reach every other rank once: ``p (p - 1)`` blocks in all.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's :func:`allgather_harness` output.
+    p, n : int
+        Ranks, and elements per block.
+    name : str
+        What messages call the function.
+    itemsize : int, optional
+        Bytes per element (default 8).
+
+    Returns
+    -------
+    int
+        The steps it took.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it took more than ``ceil(log2 p)`` steps, or moved more or fewer bytes than
+        ``p (p - 1)`` blocks.
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
@@ -316,6 +378,19 @@ def check_ring_source(source: str, *, name: str = "the ring") -> None:
     """Cython source of a ring: calls MPI's C functions, no library collective.
 
     Comments do not count.
+
+    Parameters
+    ----------
+    source : str
+        The student's Cython source.
+    name : str, optional
+        What the message calls it (default "the ring").
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When `source` is not a string, calls no C send or receive (``MPI_Sendrecv``,
+        ``MPI_Send`` ...), or calls a library collective.
     """
     __tracebackhide__ = True
     grading.expect(isinstance(source, str), f"the source of {name} should be a string")
@@ -407,9 +482,25 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
                     name: str | None = None, timeout: float = 10) -> list[int]:
     """A right allgather, then ``ceil(log2 p)`` steps moving ``p (p - 1)`` blocks in all.
 
-    For Bruck's algorithm and recursive doubling. Parameters as for
-    :func:`check_ring_steps`; returns the steps on each rank count
-    (:func:`check_log_schedule`).
+    For Bruck's algorithm and recursive doubling.
+
+    Parameters
+    ----------
+    allgather : callable
+        ``allgather(comm, sendbuf, recvbuf)``.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int, optional
+        Float64 per block (default 3).
+    name : str, optional
+        What messages call `allgather` (its ``__name__`` by default).
+    timeout : float, optional
+        Seconds before a run fails as stuck (default 10).
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count (:func:`check_log_schedule`).
     """
     __tracebackhide__ = True
     return _steps(allgather, ranks, n, name, timeout, check_log_schedule)
@@ -510,7 +601,33 @@ def time_compiled(kernel: Callable, *, name: str, n: int = 1024, iters: int = 5,
                   reps: int = 3, timeout: float = 10) -> float:
     """Lenient: the kernel runs when timed and stays right; its times are real numbers.
 
-    The time itself is never judged. Returns the fastest repetition, in µs per call.
+    The time itself is never judged. It runs on all the cluster's ranks.
+
+    Parameters
+    ----------
+    kernel : callable
+        The compiled ``kernel(comm, sendbuf, recvbuf)``.
+    name : str
+        What messages call it.
+    n : int, optional
+        Float64 per block (default 1024: 8 KiB).
+    iters : int, optional
+        Calls per repetition (default 5).
+    reps : int, optional
+        Repetitions (default 3).
+    timeout : float, optional
+        Seconds before the run fails as stuck (default 10).
+
+    Returns
+    -------
+    float
+        The fastest repetition, in µs per call.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the result was wrong after the timed calls, or a time is not a float
+        between 0 and 10 s.
     """
     __tracebackhide__ = True
     with traced.explained(name):

@@ -53,7 +53,27 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
     allgather's alike, so α and β carry over. Large messages are copied once, straight from
     the sender's buffer, and then what that buffer held last decides the cost: a ping-pong
     resending one array finds it in the other core's cache, a ring forwards what it has
-    just received (:func:`mpilab.timing.forwarding_times`)."""
+    just received (:func:`mpilab.timing.forwarding_times`).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks to time on (2 or more).
+    block_bytes : int
+        Bytes of the ping-pong's message and of each rank's allgather block.
+    reps : int, optional
+        Repetitions, of which the fastest counts (default 7).
+    iters : int, optional
+        Calls per timed loop (default 100).
+
+    Returns
+    -------
+    dict
+        ``alpha_us`` (one way of 8 B), ``block_us`` (one way of `block_bytes`), both in
+        µs; ``block_bytes``; ``beta_MBps`` (MB/s, from the two); and ``{alg}_us`` for
+        each of :data:`PREDICTED` (µs per call, None where the algorithm does not take
+        `p` ranks).
+    """
     from mpilab import collectives
     from mpilab.kernels import pingpong as kp
 
@@ -105,7 +125,26 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
                            beta_MBps: float) -> float:
     """The model (lecture 06, :func:`mpilab.collectives.predict`): per step α plus the
     step's message at β; the ring p - 1 steps of one block, recursive doubling and Bruck
-    ⌈log2 p⌉ steps that together carry p - 1 blocks."""
+    ⌈log2 p⌉ steps that together carry p - 1 blocks.
+
+    Parameters
+    ----------
+    alg : {"ring", "recursive_doubling", "bruck"}
+        The allgather.
+    p : int
+        Number of ranks.
+    block_bytes : float
+        Bytes of each rank's block.
+    alpha_us : float
+        Latency α, in µs.
+    beta_MBps : float
+        Bandwidth β, in MB/s.
+
+    Returns
+    -------
+    float
+        The allgather's time, in µs.
+    """
     from mpilab import collectives
 
     return collectives.predict("allgather", alg, p, block_bytes, alpha_us, beta_MBps).t_us
@@ -113,7 +152,19 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
 
 def allgather_now(cluster_ranks: int = 4) -> dict:
     """α, β and the course's allgathers of 1 KiB blocks, measured (once per grading
-    session) on one rank per core (:func:`mpilab.grading.measured.measure`)."""
+    session) on one rank per core (:func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`eager_times`'s dict of 1 KiB blocks, with ``ranks``, ``cores`` and
+        ``oversubscribed``.
+    """
     return measured.measure("allgather-eager", eager_times, BLOCK_BYTES,
                             cluster_ranks=cluster_ranks)
 
@@ -192,7 +243,31 @@ def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
     `cases` ((alg, p, n, α, β) tuples), and its predictions hold against the course's
     compiled allgathers of 1 KiB blocks measured just now, each within
     :data:`PREDICTION_TOLERANCE`. Returns the measurement with ``{alg}_predicted_us`` and
-    ``{alg}_ratio`` for every algorithm measured."""
+    ``{alg}_ratio`` for every algorithm measured.
+
+    Parameters
+    ----------
+    allgather_us : callable
+        The student's model, ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps) ->
+        float`` (µs).
+    cases : iterable of tuple
+        Made-up ``(alg, p, block_bytes, alpha_us, beta_MBps)`` to compare it with the
+        model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`allgather_now`'s measurement, with ``{alg}_predicted_us`` (µs) and
+        ``{alg}_ratio`` (measured / predicted) per algorithm measured.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or a measurement is outside
+        :data:`PREDICTION_TOLERANCE` times its prediction.
+    """
     __tracebackhide__ = True
     return ALLGATHER.check(allgather_us, cases, cluster_ranks=cluster_ranks)
 
@@ -201,5 +276,19 @@ def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and the course's allgathers of 1 KiB blocks measured now (the
     first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
     the same model for 1 MiB blocks with β from a ping-pong that resends one array and
-    from one that forwards what it received (:func:`mpilab.timing.forwarding_times`)."""
+    from one that forwards what it received (:func:`mpilab.timing.forwarding_times`).
+
+    Parameters
+    ----------
+    allgather_us : callable
+        The student's model, ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps) ->
+        float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return ALLGATHER.show(allgather_us, cluster_ranks)

@@ -87,6 +87,19 @@ def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
     """Part A: ``exchange(cart, u)`` stores its edges into the neighbours' images of a
     coarray, ``sync_all``, then copies what arrived into its frame; fail saying why.
 
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``, run on every image.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` images.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+
     Raises
     ------
     mpilab.grading.CheckFailed
@@ -100,7 +113,27 @@ def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 def check_pull(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
                timeout: float = 20) -> None:
     """Part B: ``exchange(cart, u)`` puts its own edges in its image, and loads the
-    neighbours' edges from theirs; fail saying why."""
+    neighbours' edges from theirs; fail saying why.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``, run on every image.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` images.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming what the code lacks (a coarray, ``sync_all``, a load; or it stores), or
+        the rank, the ghost edge and the neighbour.
+    """
     __tracebackhide__ = True
     _check(exchange, nx, ny, dims, steps, stores=False, timeout=timeout,
            hint=_BETWEEN_CALLS)
@@ -109,7 +142,28 @@ def check_pull(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 def check_segments(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
                    given: Callable | None = None, timeout: float = 20) -> None:
     """Part C: the given push exchange with its ``sync_all`` made by every image; with
-    `given`, first show the given one not finishing on the same grid."""
+    `given`, first show the given one not finishing on the same grid.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's fixed ``exchange(cart, u)``, run on every image.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` images.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    given : callable, optional
+        The lab's given exchange, shown first with slow ranks (5 s timeout, not graded).
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming what the code lacks, or the rank, the ghost edge and the neighbour.
+    """
     __tracebackhide__ = True
     if given is not None:
         print("The given exchange, with slow ranks:")
@@ -137,7 +191,26 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     `iters`, per call in µs (the slowest image's), and the copy's bandwidth in MB/s.
 
     One store, not one per image: the model is one store's, and several copies at once
-    would share the memory system (on one core, take turns)."""
+    would share the memory system (on one core, take turns).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Two images (ranks) or more.
+    nbytes : int
+        Bytes of the large push and of the copy (rounded down to whole doubles, at least
+        one).
+    iters : int, optional
+        Calls per repetition (default 20).
+    reps : int, optional
+        Repetitions, of which the fastest counts (default 7).
+
+    Returns
+    -------
+    dict
+        ``sync_us``, ``tiny_push_us``, ``push_us`` and ``copy_us`` (µs per call),
+        ``nbytes`` (the bytes pushed) and ``copy_MBps`` (the local copy's MB/s).
+    """
 
     import numpy as np
 
@@ -177,14 +250,41 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
 def reference_push_us(n_bytes: float, tiny_push_us: float, copy_MBps: float) -> float:
     """The model: a store's fixed cost (a push of one double: the indexing, the Put, the
     sync_all) plus its bytes copied once, straight into the other image's block, at the
-    speed of a local copy: ``tiny + n / β_copy`` (µs; 1 MB/s is one byte per µs)."""
+    speed of a local copy: ``tiny + n / β_copy`` (µs; 1 MB/s is one byte per µs).
+
+    Parameters
+    ----------
+    n_bytes : float
+        Bytes stored.
+    tiny_push_us : float
+        A push of one double, in µs.
+    copy_MBps : float
+        The bandwidth β_copy of a local copy, in MB/s.
+
+    Returns
+    -------
+    float
+        The push's time, in µs.
+    """
     return tiny_push_us + n_bytes / copy_MBps
 
 
 def push_now(cluster_ranks: int = 4) -> dict:
     """A ping-pong's α and β (for comparison), ``sync_all``, a push of one double, a push
     of 1 MiB and a local copy of 1 MiB, measured (once per grading session) on one image
-    per core (:func:`mpilab.grading.measured.measure`)."""
+    per core (:func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`push_times`'s dict, with ``alpha_us``, ``beta_MBps``, ``ranks``,
+        ``cores`` and ``oversubscribed``.
+    """
     return measured.with_alpha_beta("push", push_times, PUSH_BYTES, nbytes=PUSH_BYTES,
                                     cluster_ranks=cluster_ranks)
 
@@ -230,12 +330,46 @@ PUSH = Prediction(
 def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
     β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
-    Returns the measurement with ``predicted_us`` and ``ratio``."""
+
+    Parameters
+    ----------
+    push_us : callable
+        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float`` (µs).
+    cases : iterable of tuple
+        Made-up ``(n_bytes, tiny_push_us, copy_MBps)`` to compare it with the model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`push_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
+        predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or the measurement is outside
+        :data:`PREDICTION_TOLERANCE` times the prediction.
+    """
     __tracebackhide__ = True
     return PUSH.check(push_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_push(push_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
-    (the first call measures them, a few seconds), beside ``push_us``'s prediction."""
+    (the first call measures them, a few seconds), beside ``push_us``'s prediction.
+
+    Parameters
+    ----------
+    push_us : callable
+        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return PUSH.show(push_us, cluster_ranks)

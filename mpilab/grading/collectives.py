@@ -155,7 +155,22 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
     """The course's linear and binomial broadcasts of `nbytes` from rank 0, in mpi4py with
     blocking ``Send``/``Recv`` (the lab's own code), timed one call at a time: a barrier,
     the call, the slowest rank's time; the fastest of `reps` (µs). One call at a time,
-    because calls that follow each other overlap (lecture 05)."""
+    because calls that follow each other overlap (lecture 05).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks of the broadcast; rank 0 is the root.
+    nbytes : int
+        Bytes broadcast (whole doubles).
+    reps : int, optional
+        Timed calls of each broadcast, of which the fastest counts (default 15).
+
+    Returns
+    -------
+    dict
+        ``linear_us`` and ``binomial_us``: one broadcast, in µs.
+    """
     from mpi4py import MPI
 
     rank, p = comm.Get_rank(), comm.Get_size()
@@ -202,6 +217,18 @@ def butterfly_steps(p: int) -> tuple[int, str]:
 
     ``log2 p`` for a power of two; otherwise ``log2 pof2`` plus one step to fold the
     extra ranks in and one to hand them the result (3 on 3 ranks, 4 on 6).
+
+    Parameters
+    ----------
+    p : int
+        Number of ranks (1 or more).
+
+    Returns
+    -------
+    steps : int
+        The steps a butterfly allreduce needs.
+    why : str
+        How they add up, for a message ("log2 4", ...).
     """
     pof2 = 1 << (int(p).bit_length() - 1)
     if pof2 == p:
@@ -309,8 +336,28 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
 def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butterfly") -> int:
     """A right allreduce's messages: a butterfly's steps (:func:`butterfly_steps`).
 
-    As :func:`check_bcast_schedule`, for one rank's :func:`allreduce_harness` output on `p`
-    ranks: returns the steps it took.
+    As :func:`check_bcast_schedule`, for one rank's :func:`allreduce_harness` output.
+
+    Parameters
+    ----------
+    info : dict
+        One rank's :func:`allreduce_harness` output (``schedule``, ``error``,
+        ``untraced``).
+    p : int
+        Ranks of the run.
+    name : str, optional
+        What messages call the function (default "allreduce_butterfly").
+
+    Returns
+    -------
+    int
+        The steps it took.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When a library collective was called, the messages do not pair up, a rank
+        received no message, or it took more steps than :func:`butterfly_steps` allows.
     """
     __tracebackhide__ = True
     label = f"{name} on {p} ranks"
@@ -480,14 +527,45 @@ BCAST_BYTES = 1 << 20
 def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
                        beta_MBps: float) -> float:
     """The model: messages one after the other at α + n/β each; the root's p - 1 in
-    turn (linear), ⌈log2 p⌉ steps of the tree (binomial)."""
+    turn (linear), ⌈log2 p⌉ steps of the tree (binomial).
+
+    Parameters
+    ----------
+    alg : {"linear", "binomial"}
+        The broadcast (anything but "linear" is taken as the tree).
+    p : int
+        Number of ranks.
+    n_bytes : float
+        Bytes broadcast.
+    alpha_us : float
+        Latency α, in µs.
+    beta_MBps : float
+        Bandwidth β, in MB/s.
+
+    Returns
+    -------
+    float
+        The broadcast's time, in µs.
+    """
     msgs = p - 1 if alg == "linear" else log_steps(p)
     return msgs * (alpha_us + n_bytes / beta_MBps)
 
 
 def bcast_now(cluster_ranks: int = 4) -> dict:
     """α and β, and the two broadcasts of 1 MiB, measured (once per grading session) on
-    one rank per core (:func:`mpilab.grading.measured.measure`)."""
+    one rank per core (:func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`bcast_times`'s ``linear_us`` and ``binomial_us``, with ``alpha_us``,
+        ``beta_MBps``, ``ranks``, ``cores`` and ``oversubscribed``.
+    """
     return measured.with_alpha_beta("bcast", bcast_times, BCAST_BYTES, nbytes=BCAST_BYTES,
                                     cluster_ranks=cluster_ranks)
 
@@ -533,13 +611,49 @@ BCAST = Prediction(
 def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 4) -> dict:
     """``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)`` equals the model on `cases`
     ((alg, p, n, α, β) tuples), and its predictions for both broadcasts on this machine
-    hold against the broadcasts measured just now. Returns the measurement with
-    ``{alg}_predicted_us`` and ``{alg}_ratio``."""
+    hold against the broadcasts measured just now.
+
+    Parameters
+    ----------
+    bcast_us : callable
+        The student's model, ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps) -> float``
+        (µs).
+    cases : iterable of tuple
+        Made-up ``(alg, p, n_bytes, alpha_us, beta_MBps)`` to compare it with the model
+        on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`bcast_now`'s measurement, with ``linear_predicted_us``, ``linear_ratio``,
+        ``binomial_predicted_us`` and ``binomial_ratio`` (measured / predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or a measurement is outside
+        :data:`PREDICTION_TOLERANCE` times its prediction.
+    """
     __tracebackhide__ = True
     return BCAST.check(bcast_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and both broadcasts measured now (the first call measures them, a
-    few seconds), beside ``bcast_us``'s predictions."""
+    few seconds), beside ``bcast_us``'s predictions.
+
+    Parameters
+    ----------
+    bcast_us : callable
+        The student's model, ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps) -> float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return BCAST.show(bcast_us, cluster_ranks)

@@ -125,7 +125,21 @@ def _diff_plain(got: Any, want: Any, close: tuple[float, float] | None) -> str |
 
 
 def expect(condition: Any, message: str) -> None:
-    """Fail with `message` unless `condition` holds (a bare ``assert`` says nothing)."""
+    """Fail with `message` unless `condition` holds (a bare ``assert`` says nothing).
+
+    Parameters
+    ----------
+    condition : bool
+        What must hold; only ``True`` (a Python or NumPy bool) passes, so a truthy object
+        the student returned does not.
+    message : str
+        The failure's message, in the student's terms.
+
+    Raises
+    ------
+    CheckFailed
+        Unless `condition` is true.
+    """
     __tracebackhide__ = True
     if not (condition is True or (type(condition) in (bool, np.bool_) and bool(condition))):
         fail(CheckFailed(message))
@@ -134,6 +148,24 @@ def expect(condition: Any, message: str) -> None:
 def expect_equal(got: Any, want: Any, what: str = "the result", hint: str = "") -> None:
     """Fail unless `got` equals `want`, saying where they differ.
 
+    Parameters
+    ----------
+    got : object
+        What the student's code returned (made plain data before it is compared).
+    want : object
+        The expected value: a number, string, sequence, array or dict of them.
+    what : str, optional
+        What `got` is, to start the message with (default "the result").
+    hint : str, optional
+        A line added after the message when the check fails.
+
+    Raises
+    ------
+    CheckFailed
+        Naming the first difference ("the list[2] is 5, expected 3").
+
+    Examples
+    --------
     >>> expect_equal([1, 2, 5], [1, 2, 3], what="the list")
     Traceback (most recent call last):
     ...
@@ -148,7 +180,28 @@ def expect_equal(got: Any, want: Any, what: str = "the result", hint: str = "") 
 
 def expect_close(got: Any, want: Any, what: str = "the result", *, rtol: float = 1e-6,
                  atol: float = 0.0, hint: str = "") -> None:
-    """Fail unless `got` is within ``atol + rtol * |want|`` of `want` (numbers or arrays)."""
+    """Fail unless `got` is within ``atol + rtol * |want|`` of `want` (numbers or arrays).
+
+    Parameters
+    ----------
+    got : object
+        What the student's code returned: a number, a sequence or an array of numbers.
+    want : object
+        The expected value, of the same shape.
+    what : str, optional
+        What `got` is, to start the message with (default "the result").
+    rtol : float, optional
+        Relative tolerance (default 1e-6).
+    atol : float, optional
+        Absolute tolerance, in the unit of `want` (default 0).
+    hint : str, optional
+        A line added after the message when the check fails.
+
+    Raises
+    ------
+    CheckFailed
+        Naming the first element out of tolerance, and the tolerance.
+    """
     __tracebackhide__ = True
     d = _diff(got, want, (rtol, atol))
     if d is not None:
@@ -168,6 +221,30 @@ def expect_per_rank(got: Sequence, want: Sequence, what: str = "returned", *,
     4 ranks, token 7"); `hint` follows the list. With `known`, a wrong value equal to one
     of its values is named by its key ("rank 1 received rank 1's array, expected rank
     0's array"). With `rtol`, values are compared as :func:`expect_close` does.
+
+    Parameters
+    ----------
+    got : sequence
+        The results by rank, as :func:`~mpilab.grading.run_on_ranks` returns them.
+    want : sequence
+        The expected result of each rank, rank ``k`` at index ``k``.
+    what : str, optional
+        The verb of the message (default "returned").
+    rtol : float, optional
+        Relative tolerance; None (the default) compares for equality.
+    atol : float, optional
+        Absolute tolerance, used with `rtol` (default 0).
+    known : dict, optional
+        Names for values a wrong result may be equal to, e.g. ``{"rank 0's array": a0}``.
+    label : str, optional
+        Which case this is, put before the message.
+    hint : str, optional
+        A line added after the list of wrong ranks.
+
+    Raises
+    ------
+    CheckFailed
+        Naming each wrong rank (the first four), or the wrong number of results.
     """
     __tracebackhide__ = True
     if len(got) != len(want):
@@ -207,7 +284,31 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
 
     Timings on a shared machine vary by several times, so only what is off by far more
     than noise fails: a time in seconds, or the total of a loop instead of one message.
-    Returns the ratio ``got_us / reference_us``.
+
+    Parameters
+    ----------
+    got_us : float
+        The student's time, in µs.
+    reference_us : float
+        The course's own measurement of the same thing, in µs.
+    what : str, optional
+        What the time is, to start the message with (default "the one-way time").
+    factor : float, optional
+        How many times off either way is still accepted (default 20).
+    iters : int, optional
+        Round trips the student's loop made; with it a failure can recognise the time of
+        the whole loop instead of one message.
+
+    Returns
+    -------
+    float
+        The ratio ``got_us / reference_us``.
+
+    Raises
+    ------
+    CheckFailed
+        When `got_us` is not a positive finite number or is off by more than `factor`,
+        naming the likely slip (seconds instead of µs, the whole loop).
     """
     __tracebackhide__ = True
     got, why = _trusted(got_us)

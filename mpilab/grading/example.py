@@ -40,7 +40,20 @@ SIZES = (8, 1 << 20, 4 << 20)  # α, β, and the held-out size the prediction is
 
 
 def check_rank_sum(rank_sum: Callable, *, sizes=(2, 3)) -> None:
-    """``rank_sum(comm)`` returns 1 + 2 + ... + p on every one of p ranks."""
+    """``rank_sum(comm)`` returns 1 + 2 + ... + p on every one of p ranks.
+
+    Parameters
+    ----------
+    rank_sum : callable
+        The student's function, ``rank_sum(comm) -> int``.
+    sizes : sequence of int, optional
+        The numbers of ranks to run it on (default 2, then 3), 10 s each.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming the wrong ranks, or what stopped the run (a timeout, an exception).
+    """
     __tracebackhide__ = True
     for p in sizes:
         got = run_on_ranks(rank_sum, ranks=p, timeout=10)
@@ -48,7 +61,22 @@ def check_rank_sum(rank_sum: Callable, *, sizes=(2, 3)) -> None:
 
 
 def reference_message_us(n_bytes: float, alpha_us: float, beta_MBps: float) -> float:
-    """Hockney's model: α + n / β (µs; 1 MB/s is one byte per µs)."""
+    """Hockney's model: α + n / β (µs; 1 MB/s is one byte per µs).
+
+    Parameters
+    ----------
+    n_bytes : float
+        Message size, in bytes.
+    alpha_us : float
+        Latency α, in µs.
+    beta_MBps : float
+        Bandwidth β, in MB/s.
+
+    Returns
+    -------
+    float
+        The one-way time of the message, in µs.
+    """
     return alpha_us + n_bytes / beta_MBps
 
 
@@ -61,7 +89,21 @@ def _hint(got, n: float, a: float, b: float) -> str:
 
 def message_now(cluster_ranks: int = 2) -> dict:
     """One-way times of 8 B, 1 MiB and 4 MiB, measured once per grading session, with α
-    and β from the first two."""
+    and β from the first two.
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 2); the ping-pong uses ranks 0 and 1.
+
+    Returns
+    -------
+    dict
+        :func:`mpilab.grading.measured.measure`'s dict of
+        :func:`~mpilab.grading.measured.one_way_times` (``sizes``, ``t_us``, ``ranks``,
+        ``cores``, ``oversubscribed``), plus ``alpha_us`` (µs), ``beta_MBps`` (MB/s) and
+        ``held_out_us`` (the 4 MiB one-way time, µs).
+    """
     m = measured.measure("example-message", measured.one_way_times, list(SIZES),
                          cluster_ranks=cluster_ranks)
     alpha, t_big, t_held = m["t_us"]
@@ -86,11 +128,46 @@ MESSAGE = Prediction(
 def check_message_us(message_us: Callable, cases=((0, 2.0, 1000.0), (1e6, 1.5, 5000.0)),
                      *, cluster_ranks: int = 2) -> dict:
     """``message_us(n, α, β)`` equals α + n / β on `cases`, and its prediction holds
-    against a message of 4 MiB measured just now."""
+    against a message of 4 MiB measured just now.
+
+    Parameters
+    ----------
+    message_us : callable
+        The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
+    cases : iterable of tuple, optional
+        Made-up ``(n_bytes, alpha_us, beta_MBps)`` to compare it with the model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 2).
+
+    Returns
+    -------
+    dict
+        :func:`message_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
+        predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or the measurement is outside
+        :data:`TOLERANCE` times the prediction.
+    """
     __tracebackhide__ = True
     return MESSAGE.check(message_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_message(message_us: Callable, cluster_ranks: int = 2) -> None:
-    """Not graded: the message measured now beside ``message_us``'s prediction."""
+    """Not graded: the message measured now beside ``message_us``'s prediction.
+
+    Parameters
+    ----------
+    message_us : callable
+        The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 2).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return MESSAGE.show(message_us, cluster_ranks)

@@ -28,23 +28,69 @@ SIDES = [("north", "row", -1, 0, "south"), ("south", "row", 1, 0, "north"),
 
 
 def numbered(nx: int, ny: int) -> np.ndarray:
-    """The numbered grid, shape ``(ny, nx)``: point ``(y, x)`` holds ``y * nx + x + 1``."""
+    """The numbered grid, shape ``(ny, nx)``: point ``(y, x)`` holds ``y * nx + x + 1``.
+
+    Parameters
+    ----------
+    nx, ny : int
+        Points of the grid across and down.
+
+    Returns
+    -------
+    numpy.ndarray
+        The grid, float64, unframed.
+    """
     return np.arange(1.0, nx * ny + 1).reshape(ny, nx)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:
-    """True when the arrays have the same shape and equal elements."""
+    """True when the arrays have the same shape and equal elements.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray
+        The arrays to compare.
+
+    Returns
+    -------
+    bool
+        Whether they have the same shape and equal elements.
+    """
     return bool(a.shape == b.shape and not (a != b).any())
 
 
 def short(a: np.ndarray) -> str:
-    """The first four values of `a`, for a message: ``[1, 2, 3, 4, ...]``."""
+    """The first four values of `a`, for a message: ``[1, 2, 3, 4, ...]``.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        A one-dimensional array of numbers (an edge).
+
+    Returns
+    -------
+    str
+        Its first four values, with "..." when there are more.
+    """
     vals = ", ".join(f"{v:g}" for v in a[:4].tolist()) + (", ..." if a.size > 4 else "")
     return f"[{vals}]"
 
 
 def ghost(u: np.ndarray, side: str) -> np.ndarray:
-    """The ghost edge `side` ("north", "south", "west", "east") of the framed array `u`."""
+    """The ghost edge `side` ("north", "south", "west", "east") of the framed array `u`.
+
+    Parameters
+    ----------
+    u : numpy.ndarray
+        A rank's block with its one-point ghost frame.
+    side : str
+        "north", "south", "west" or "east".
+
+    Returns
+    -------
+    numpy.ndarray
+        A view of that ghost row or column, corners excluded.
+    """
     return {"north": u[0, 1:-1], "south": u[-1, 1:-1], "west": u[1:-1, 0],
             "east": u[1:-1, -1]}[side]
 
@@ -61,6 +107,12 @@ def what_it_holds(got: np.ndarray, owned: dict, r: int) -> str:
         rank's own edges on the numbered grid.
     r : int
         The rank whose ghost edge `got` is.
+
+    Returns
+    -------
+    str
+        E.g. "rank 1's west edge [2, 4]", "its own east edge reversed", "0.0s (nothing
+        arrived?)", or "[...], which is no rank's edge".
     """
     if not got.any():
         return "0.0s (nothing arrived?)"
@@ -141,10 +193,23 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
     """Where one step from the numbered grid went wrong, rank by rank, in words.
 
     As :func:`ghost_problems`, with `probes` the framed ``new`` of each rank after one
-    step from the numbered grid. Returns one line per wrong rank: the interior and/or
-    which parts of the boundary ring are wrong, and the first wrong point; empty when the
-    step was right. The reference is exact: the numbers, halves and eighths are exact in
-    binary.
+    step from the numbered grid. The reference is exact: the numbers, halves and eighths
+    are exact in binary.
+
+    Parameters
+    ----------
+    probes : sequence of numpy.ndarray
+        Rank by rank, the framed ``new`` after one step from the numbered grid.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    list of str
+        One line per wrong rank: the interior and/or which parts of the boundary ring are
+        wrong, and the first wrong point (or a wrong shape); empty when the step was right.
     """
     grid = np.zeros((ny + 2, nx + 2))
     grid[1:-1, 1:-1] = numbered(nx, ny)
@@ -176,7 +241,22 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
 
 def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
              dims: Sequence[int]) -> np.ndarray:
-    """The ranks' blocks (no frame, rank by rank) put together into one ``(ny, nx)`` field."""
+    """The ranks' blocks (no frame, rank by rank) put together into one ``(ny, nx)`` field.
+
+    Parameters
+    ----------
+    fields : sequence of numpy.ndarray
+        Rank by rank, the block the rank owns, without its ghost frame.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)`` (:func:`mpilab.halo.blocks`).
+
+    Returns
+    -------
+    numpy.ndarray
+        The whole field, shape ``(ny, nx)``.
+    """
     field = np.zeros((ny, nx))
     for (y0, rows, x0, cols), block in zip(halo.blocks(nx, ny, dims), fields, strict=True):
         field[y0:y0 + rows, x0:x0 + cols] = block
@@ -185,13 +265,49 @@ def gathered(fields: Sequence[np.ndarray], nx: int, ny: int,
 
 def where_on(label: str, nx: int, ny: int, dims: Sequence[int]) -> str:
     """What a check's messages call its run: ``"exchange on a 16 × 12 grid, 2 × 2 process
-    grid"``."""
+    grid"``.
+
+    Parameters
+    ----------
+    label : str
+        What ran, e.g. "exchange".
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+
+    Returns
+    -------
+    str
+        The run's description.
+    """
     return f"{label} on a {nx} × {ny} grid, {dims[0]} × {dims[1]} process grid"
 
 
 def expect_heat(outs: Sequence[dict], where: str, nx: int, ny: int, dims: Sequence[int],
                 steps: int, hint: str) -> None:
-    """The ranks' ``field`` blocks, put together, equal :func:`mpilab.halo.serial_heat`."""
+    """The ranks' ``field`` blocks, put together, equal :func:`mpilab.halo.serial_heat`.
+
+    Parameters
+    ----------
+    outs : sequence of dict
+        Rank by rank, the harness's output, with ``field`` (the rank's unframed block).
+    where : str
+        What the message calls the run (:func:`where_on`).
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+    steps : int
+        Heat steps the run made.
+    hint : str
+        A line added to the failure.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the field differs from the serial one by more than 1e-10 (relative).
+    """
     __tracebackhide__ = True
     grading.expect_close(gathered([o["field"] for o in outs], nx, ny, dims),
                          halo.serial_heat(nx, ny, steps),
@@ -200,7 +316,26 @@ def expect_heat(outs: Sequence[dict], where: str, nx: int, ny: int, dims: Sequen
 
 
 def grid_of(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
-    """`dims`, checked against `ranks`; by default the grid MPI gives `ranks` (4 if None)."""
+    """`dims`, checked against `ranks`; by default the grid MPI gives `ranks` (4 if None).
+
+    Parameters
+    ----------
+    ranks : int or None
+        Number of ranks, or None.
+    dims : (int, int) or None
+        The process grid ``(py, px)`` asked for, or None for
+        :func:`mpilab.halo.process_grid`'s.
+
+    Returns
+    -------
+    (int, int)
+        The process grid ``(py, px)``.
+
+    Raises
+    ------
+    ValueError
+        When `dims` does not hold `ranks` ranks.
+    """
     if dims is None:
         return halo.process_grid(4 if ranks is None else ranks)
     py, px = (int(d) for d in dims)
@@ -210,7 +345,18 @@ def grid_of(ranks: int | None, dims: Sequence[int] | None) -> tuple[int, int]:
 
 
 def tried(run: Callable[[], list[dict]]) -> list[dict] | None:
-    """``run()``, or None after printing why it failed: a try-it cell prints, never raises."""
+    """``run()``, or None after printing why it failed: a try-it cell prints, never raises.
+
+    Parameters
+    ----------
+    run : callable
+        Runs the student's code on the ranks, with no arguments.
+
+    Returns
+    -------
+    list of dict or None
+        What `run` returned, or None when it failed a check (the failure is printed).
+    """
     try:
         return run()
     except grading.CheckFailed as exc:
@@ -220,7 +366,24 @@ def tried(run: Callable[[], list[dict]]) -> list[dict] | None:
 
 def heat_difference(outs: Sequence[dict], nx: int, ny: int, dims: Sequence[int],
                     steps: int) -> float:
-    """Print and return the largest difference of the ranks' heat field from the serial one."""
+    """Print and return the largest difference of the ranks' heat field from the serial one.
+
+    Parameters
+    ----------
+    outs : sequence of dict
+        Rank by rank, the harness's output, with ``field`` (the rank's unframed block).
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+    steps : int
+        Heat steps the run made.
+
+    Returns
+    -------
+    float
+        The largest absolute difference from :func:`mpilab.halo.serial_heat`.
+    """
     field = gathered([o["field"] for o in outs], nx, ny, dims)
     ref = halo.serial_heat(nx, ny, steps)
     diff = float(np.abs(field - ref).max())

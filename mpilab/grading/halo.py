@@ -146,7 +146,26 @@ def halo_harness(comm, func: Callable, kind: str, nx: int, ny: int, dims: Sequen
 def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> dict:
     """The course's nonblocking halo exchange (``Irecv``/``Isend`` of rows, one
     ``Waitall``, as the lab's Part B) on a p × 1 process grid of the nx × ny grid: the
-    fastest of `reps` repetitions, per exchange in µs (the slowest rank's)."""
+    fastest of `reps` repetitions, per exchange in µs (the slowest rank's).
+
+    Runs on every rank of `comm` (through :func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The p ranks of the p × 1 process grid.
+    nx, ny : int
+        The grid: rows of `nx` doubles, `ny` rows split over the ranks.
+    iters : int, optional
+        Exchanges per repetition (default 10).
+    reps : int, optional
+        Repetitions, of which the fastest counts (default 7).
+
+    Returns
+    -------
+    dict
+        ``{"exchange_us": float}``: one exchange, in µs.
+    """
     from mpi4py import MPI
 
     p = comm.Get_size()
@@ -171,6 +190,23 @@ def code_of(func: Callable, name: str) -> str:
     """The source of `func` without comments (what the structure checks read).
 
     Fails the check, saying why, when the source cannot be found.
+
+    Parameters
+    ----------
+    func : callable
+        The student's function.
+    name : str
+        What the message calls it.
+
+    Returns
+    -------
+    str
+        Its source (:func:`mpilab.grading.source_of`) with every ``#`` comment removed.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the source cannot be found.
     """
     src = grading.source_of(func)
     grading.expect(bool(src), f"the check reads the code of {name}, but cannot find it: "
@@ -273,7 +309,21 @@ def check_step(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int
 
 
 def check_posts_and_waits(exchange: Callable, *, name: str | None = None) -> None:
-    """Part B's structure: the code posts Irecv and Isend and completes them with a Wait."""
+    """Part B's structure: the code posts Irecv and Isend and completes them with a Wait.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``; only its source is read.
+    name : str, optional
+        What messages call it; its ``__name__`` by default.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When its code (comments aside) lacks an ``Irecv``, an ``Isend``/``Issend`` or a
+        ``Wait``/``Waitall``/``Waitany``/``Waitsome`` call.
+    """
     __tracebackhide__ = True
     name = _name(exchange, name)
     code = code_of(exchange, name)
@@ -285,7 +335,15 @@ def check_posts_and_waits(exchange: Callable, *, name: str | None = None) -> Non
 
 def check_nonblocking(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int,
                       *, name: str | None = None, timeout: float = 10) -> None:
-    """Part B: :func:`check_posts_and_waits`, then :func:`check_exchange`."""
+    """Part B: :func:`check_posts_and_waits`, then :func:`check_exchange`.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``.
+    nx, ny, dims, steps, name, timeout
+        As for :func:`check_exchange` (`timeout` in seconds, default 10).
+    """
     __tracebackhide__ = True
     check_posts_and_waits(exchange, name=name)
     check_exchange(exchange, nx, ny, dims, steps, name=name, timeout=timeout)
@@ -295,6 +353,19 @@ def check_overlap_order(step: Callable, *, name: str | None = None) -> None:
     """Part C's structure: posts, then computing on ``new``, then Waitall.
 
     ``new`` is the step's third parameter, whatever the student calls it.
+
+    Parameters
+    ----------
+    step : callable
+        The student's ``step(cart, old, new)``; only its source and signature are read.
+    name : str, optional
+        What messages call it; its ``__name__`` by default.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it posts no ``Irecv``/``Isend`` or has no ``Wait``, or no line between the
+        first post and the first wait uses ``new``.
     """
     __tracebackhide__ = True
     name = _name(step, name)
@@ -317,14 +388,36 @@ def check_overlap_order(step: Callable, *, name: str | None = None) -> None:
 
 def check_overlap(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,
                   name: str | None = None, timeout: float = 10) -> None:
-    """Part C: :func:`check_overlap_order`, then :func:`check_step`."""
+    """Part C: :func:`check_overlap_order`, then :func:`check_step`.
+
+    Parameters
+    ----------
+    step : callable
+        The student's ``step(cart, old, new)``.
+    nx, ny, dims, steps, name, timeout
+        As for :func:`check_exchange` (`timeout` in seconds, default 10).
+    """
     __tracebackhide__ = True
     check_overlap_order(step, name=name)
     check_step(step, nx, ny, dims, steps, name=name, timeout=timeout)
 
 
 def check_blocking_calls(exchange: Callable, *, name: str | None = None) -> None:
-    """Part D's structure: blocking Send and Recv, no Sendrecv, Isend or Irecv."""
+    """Part D's structure: blocking Send and Recv, no Sendrecv, Isend or Irecv.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's fixed ``exchange(cart, u)``; only its source is read.
+    name : str, optional
+        What messages call it; its ``__name__`` by default.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When its code lacks a ``Send`` (``Ssend``, ``send``) or a ``Recv``, or calls
+        ``Sendrecv``, ``Isend``, ``Issend`` or ``Irecv``.
+    """
     __tracebackhide__ = True
     name = _name(exchange, name)
     code = code_of(exchange, name)
@@ -340,7 +433,26 @@ def show_deadlock(exchange: Callable, nx: int, ny: int, dims: Sequence[int], *,
     """Not a check: run `exchange` where it should deadlock and print where the ranks stuck.
 
     The timeout is remembered (:mod:`mpilab.grading`), so an unchanged copy of `exchange`
-    handed in later is not run again. Returns True when it timed out.
+    handed in later is not run again.
+
+    Parameters
+    ----------
+    exchange : callable
+        The naive ``exchange(cart, u)`` (blocking sends first).
+    nx, ny : int
+        The grid; large edges make a deadlock certain (no eager send).
+    dims : (int, int)
+        The process grid ``(py, px)``.
+    steps : int, optional
+        Heat steps after the first exchange (default 2).
+    timeout : float, optional
+        Seconds to wait before calling it a deadlock (default 3).
+
+    Returns
+    -------
+    bool
+        True when it timed out (and where the ranks stuck was printed); False when it
+        finished, the edges having been sent eagerly.
     """
     name = _name(exchange, None)
     try:
@@ -362,6 +474,19 @@ def check_fixed(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps
 
     With `naive`, first shows it deadlocking on the same grid (:func:`show_deadlock`),
     then runs :func:`check_exchange` on `exchange`.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's fixed ``exchange(cart, u)``.
+    nx, ny, dims, steps
+        As for :func:`check_exchange`.
+    naive : callable, optional
+        The naive exchange, shown deadlocking first (not graded).
+    name : str, optional
+        What messages call `exchange`; its ``__name__`` by default.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 10).
     """
     __tracebackhide__ = True
     if naive is not None:
@@ -381,6 +506,19 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     The blocks are printed with their frame. On `ranks` ranks (4 unless `dims` says),
     `dims` defaults to what ``MPI.Compute_dims(ranks, 2)`` gives (:func:`mpilab.halo.process_grid`).
     A failure (a deadlock, an exception) is printed, not raised.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``.
+    nx, ny : int, optional
+        The grid (default 8 × 6).
+    ranks : int, optional
+        Number of ranks; 4, or what `dims` holds, by default.
+    dims : (int, int), optional
+        The process grid ``(py, px)``.
+    timeout : float, optional
+        Seconds before the run counts as stuck (default 5).
     """
     if grading.not_while_grading():
         return None
@@ -399,6 +537,34 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
     Give either ``exchange(cart, u)`` (the stencil is :func:`mpilab.halo.heat_step`) or
     ``step(cart, old, new)``; `ranks` and `dims` as for :func:`show_exchange`. Prints the
     largest difference and returns it (None, after printing why, when the run failed).
+
+    Parameters
+    ----------
+    nx, ny : int
+        The grid.
+    steps : int
+        Heat steps.
+    exchange : callable, optional
+        The student's ``exchange(cart, u)``.
+    step : callable, optional
+        The student's ``step(cart, old, new)``; give this or `exchange`, not both.
+    ranks : int, optional
+        Number of ranks; 4, or what `dims` holds, by default.
+    dims : (int, int), optional
+        The process grid ``(py, px)``.
+    timeout : float, optional
+        Seconds before the run counts as stuck (default 5).
+
+    Returns
+    -------
+    float or None
+        The largest absolute difference from :func:`mpilab.halo.serial_heat`; None when
+        the run failed or while grading.
+
+    Raises
+    ------
+    ValueError
+        Unless exactly one of `exchange` and `step` is given.
     """
     if grading.not_while_grading():
         return None
@@ -432,7 +598,24 @@ def _edges(nx: int, ny: int, dims: Sequence[int]):
 def reference_exchange_us(nx: int, ny: int, dims: Sequence[int], alpha_us: float,
                           beta_MBps: float) -> float:
     """The model: a rank takes in its neighbours' edges one after the other, α + 8 len / β
-    each, and the exchange lasts as long as the busiest rank."""
+    each, and the exchange lasts as long as the busiest rank.
+
+    Parameters
+    ----------
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+    alpha_us : float
+        Latency α, in µs.
+    beta_MBps : float
+        Bandwidth β, in MB/s (an edge of n doubles is 8 n bytes).
+
+    Returns
+    -------
+    float
+        The exchange's time, in µs.
+    """
     return max(sum(alpha_us + 8 * n / beta_MBps for n in edges)
                for edges in _edges(nx, ny, dims))
 
@@ -467,7 +650,20 @@ def _exchange_hint(got, nx, ny, dims, a, b) -> str:
 
 def exchange_now(cluster_ranks: int = 4) -> dict:
     """α, β and the course's exchange of 1 MiB rows on a p × 1 process grid, measured
-    (once per grading session) on one rank per core."""
+    (once per grading session) on one rank per core.
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`mpilab.grading.measured.with_alpha_beta`'s measurement (``exchange_us``,
+        ``alpha_us``, ``beta_MBps``, ``ranks``, ``cores``, ``oversubscribed`` ...), plus
+        the grid measured: ``nx``, ``ny`` and ``dims`` (p × 1).
+    """
     p = measured.measuring_ranks(cluster_ranks)
     nx, ny = ROW_DOUBLES, 2 * p
     m = measured.with_alpha_beta("exchange", exchange_times, nx, ny, nbytes=8 * ROW_DOUBLES,
@@ -505,12 +701,48 @@ EXCHANGE = Prediction(
 def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
     ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
-    exchange measured just now. Returns the measurement with ``predicted_us``, ``ratio``."""
+    exchange measured just now.
+
+    Parameters
+    ----------
+    exchange_us : callable
+        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``
+        (µs).
+    cases : iterable of tuple
+        Made-up ``(nx, ny, dims, alpha_us, beta_MBps)`` to compare it with the model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`exchange_now`'s measurement, with ``predicted_us`` and ``ratio``
+        (measured / predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or the measurement is outside
+        :data:`PREDICTION_TOLERANCE` times the prediction.
+    """
     __tracebackhide__ = True
     return EXCHANGE.check(exchange_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_exchange_us(exchange_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and the course's exchange measured now (the first call measures
-    them, a few seconds), beside ``exchange_us``'s prediction."""
+    them, a few seconds), beside ``exchange_us``'s prediction.
+
+    Parameters
+    ----------
+    exchange_us : callable
+        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return EXCHANGE.show(exchange_us, cluster_ranks)

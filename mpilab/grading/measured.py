@@ -52,7 +52,15 @@ _CACHE: dict = {}
 
 
 def cache_dir() -> Path | None:
-    """This user's cache folder, or None where it is not safely this user's alone."""
+    """This user's cache folder, or None where it is not safely this user's alone.
+
+    Returns
+    -------
+    Path or None
+        The folder where measurements are kept between the notebooks of one grading
+        session (:func:`mpilab.autograder.quiet.folder`), or None: then they are kept in
+        this kernel only.
+    """
     return quiet.folder()
 
 
@@ -102,7 +110,22 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     together each ran the same simulations: 120 s each instead of 26). With `measures`,
     `make` times something: it runs with the cores held
     (:func:`mpilab.autograder.quiet.measuring`); otherwise it shares them
-    (:func:`~mpilab.autograder.quiet.working`)."""
+    (:func:`~mpilab.autograder.quiet.working`).
+
+    Parameters
+    ----------
+    name : str
+        The key the value is kept under (also its file's name in :func:`cache_dir`).
+    make : callable
+        Called with no arguments to make the value when none is kept.
+    measures : bool, optional
+        Whether `make` times something (default False): then it holds the cores.
+
+    Returns
+    -------
+    object
+        The plain JSON data `make` returned, now or in this session.
+    """
     got = _lookup(name, measures)
     if got is not _MISSING:
         return got
@@ -131,7 +154,25 @@ def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
 
     A timing with more ranks than cores measures the scheduler, not MPI; with fewer than
     two there is nothing to send. On one core the 2 ranks are oversubscribed, and the
-    result of the check says so."""
+    result of the check says so.
+
+    Parameters
+    ----------
+    cluster_ranks : int
+        Ranks of the lab's cluster (2 or more).
+    cores : int, optional
+        Usable cores; :func:`mpilab.runtime.usable_cores` by default.
+
+    Returns
+    -------
+    int
+        ``max(2, min(cluster_ranks, cores))``.
+
+    Raises
+    ------
+    ValueError
+        When `cluster_ranks` is below 2.
+    """
     if cluster_ranks < 2:
         raise ValueError(f"a measured case needs a cluster of 2 ranks or more, got {cluster_ranks}")
     cores = runtime.usable_cores() if cores is None else cores
@@ -203,7 +244,29 @@ def _library() -> str:
 def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
             timeout: float = 60) -> dict:
     """``func(comm, *args)`` on :func:`measuring_ranks` ranks, once per grading session:
-    rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added."""
+    rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added.
+
+    Parameters
+    ----------
+    name : str
+        What is measured; with the MPI library, the ranks and `args` it keys the
+        :func:`cached` value.
+    func : callable
+        The course's timed function, called as ``func(comm, *args)`` on every rank; it
+        returns a dict of plain data.
+    *args
+        Passed to `func` after ``comm``.
+    cluster_ranks : int
+        Ranks of the lab's cluster, the most the measurement uses.
+    timeout : float, optional
+        Seconds before the measurement counts as stuck (default 60).
+
+    Returns
+    -------
+    dict
+        Rank 0's dict, plus ``ranks`` (ranks used), ``cores`` (usable cores) and
+        ``oversubscribed`` (more ranks than cores).
+    """
     from . import run_on_ranks
 
     cores = runtime.usable_cores()
@@ -220,7 +283,26 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
 def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
                     nbytes: int = 1 << 20) -> dict:
     """:func:`measure` ``func(comm, *args)``, with a ping-pong's α and β (:func:`alpha_beta`
-    of `nbytes`, measured first) added, for the labs' predictions from α and β."""
+    of `nbytes`, measured first) added, for the labs' predictions from α and β.
+
+    Parameters
+    ----------
+    name : str
+        What is measured (see :func:`measure`).
+    func : callable
+        The course's timed function, called as ``func(comm, *args)`` on every rank.
+    *args
+        Passed to `func` after ``comm``.
+    cluster_ranks : int
+        Ranks of the lab's cluster, the most the measurements use.
+    nbytes : int, optional
+        Bytes of the large ping-pong message β is measured with (default 1 MiB).
+
+    Returns
+    -------
+    dict
+        :func:`measure`'s dict, plus ``alpha_us`` (µs) and ``beta_MBps`` (MB/s).
+    """
     ab = measure("alpha-beta", alpha_beta, nbytes, cluster_ranks=cluster_ranks)
     m = measure(name, func, *args, cluster_ranks=cluster_ranks)
     return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}

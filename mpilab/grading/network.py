@@ -66,7 +66,29 @@ BIG_BYTES = 131072  # "large": ten times the Fast Ethernet bucket, past the eage
 def reference_fit(n_bytes: Sequence[float], t_us: Sequence[float],
                   big_bytes: float) -> tuple[float, float]:
     """(α µs, β MB/s): α the time of the smallest message, β from a straight line
-    through the messages of at least `big_bytes` (ordinary least squares)."""
+    through the messages of at least `big_bytes` (ordinary least squares).
+
+    Parameters
+    ----------
+    n_bytes : sequence of float
+        Message sizes of a ping-pong, in bytes.
+    t_us : sequence of float
+        Their one-way times, in µs.
+    big_bytes : float
+        The least size, in bytes, of the messages β is fitted on.
+
+    Returns
+    -------
+    alpha_us : float
+        The time of the smallest message, in µs.
+    beta_MBps : float
+        1 / slope of the line through the large messages, in MB/s.
+
+    Raises
+    ------
+    ValueError
+        When fewer than two messages are of `big_bytes` or more.
+    """
     n = np.asarray(n_bytes, dtype=float)
     t = np.asarray(t_us, dtype=float)
     big = n >= big_bytes
@@ -77,7 +99,23 @@ def reference_fit(n_bytes: Sequence[float], t_us: Sequence[float],
 
 
 def reference_loads(schedule: Sequence[dict], hosts: Sequence) -> list[int]:
-    """Bytes on the busiest direction of any node's link, per step (steps 1 .. last)."""
+    """Bytes on the busiest direction of any node's link, per step (steps 1 .. last).
+
+    Parameters
+    ----------
+    schedule : sequence of dict
+        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
+        from 1.
+    hosts : sequence
+        The node of each rank, rank ``r`` at index ``r``.
+
+    Returns
+    -------
+    list of int
+        Per step, the most bytes any link direction carries (a node's "out" adds the
+        messages it sends to other nodes, its "in" those it receives); 0 for a step
+        inside nodes only.
+    """
     steps = max((m["step"] for m in schedule), default=0)
     out = [dict() for _ in range(steps)]
     for m in schedule:
@@ -91,7 +129,25 @@ def reference_loads(schedule: Sequence[dict], hosts: Sequence) -> list[int]:
 
 def reference_predict_ms(schedule: Sequence[dict], hosts: Sequence, alpha_us: float,
                          beta_MBps: float) -> float:
-    """Σ over the steps with traffic on a link of α + load / β, in ms."""
+    """Σ over the steps with traffic on a link of α + load / β, in ms.
+
+    Parameters
+    ----------
+    schedule : sequence of dict
+        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
+        from 1.
+    hosts : sequence
+        The node of each rank, rank ``r`` at index ``r``.
+    alpha_us : float
+        The link's latency α, in µs.
+    beta_MBps : float
+        The link's bandwidth β, in MB/s.
+
+    Returns
+    -------
+    float
+        The predicted time of the collective, in ms.
+    """
     return sum(alpha_us + load / beta_MBps
                for load in reference_loads(schedule, hosts) if load) / 1e3
 
@@ -118,7 +174,26 @@ def _placements(p: int, nodes: int):
 
 
 def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]]:
-    """(least total bytes on the busiest direction, summed over steps; one placement)."""
+    """(least total bytes on the busiest direction, summed over steps; one placement).
+
+    Tries every placement of the schedule's ranks, an equal number on each node, node 0
+    holding rank 0.
+
+    Parameters
+    ----------
+    schedule : sequence of dict
+        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
+        from 1.
+    nodes : int
+        Number of nodes (it must divide the number of ranks).
+
+    Returns
+    -------
+    cost : int
+        The least sum over steps of :func:`reference_loads`, in bytes.
+    hosts : list of int
+        A placement with that cost: the node of each rank.
+    """
     best = None
     for hosts in _placements(_ranks(schedule), nodes):
         cost = sum(reference_loads(schedule, hosts))
@@ -128,7 +203,23 @@ def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]
 
 
 def placement_problem(hosts, p: int, nodes: int) -> str | None:
-    """What is wrong with `hosts` as a placement of p ranks on `nodes` nodes, or None."""
+    """What is wrong with `hosts` as a placement of p ranks on `nodes` nodes, or None.
+
+    Parameters
+    ----------
+    hosts : object
+        What the student's function returned: it should be a list of ints, the node of
+        each rank.
+    p : int
+        Number of ranks.
+    nodes : int
+        Number of nodes, each to hold ``p // nodes`` ranks.
+
+    Returns
+    -------
+    str or None
+        What is wrong, in words, or None when it is a valid placement.
+    """
     if not isinstance(hosts, (list, tuple)):
         return f"return a list with the node of each rank, not {type(hosts).__name__}"
     if len(hosts) != p:
@@ -147,7 +238,24 @@ def placement_problem(hosts, p: int, nodes: int) -> str | None:
 
 
 def traced(alg: str, ranks: int, block: int) -> list[dict]:
-    """The course's allgather `alg` traced on `ranks` ranks (once per session)."""
+    """The course's allgather `alg` traced on `ranks` ranks (once per session).
+
+    Parameters
+    ----------
+    alg : str
+        An allgather of :mod:`mpilab.collectives` admissible on `ranks` ranks, e.g.
+        "ring".
+    ranks : int
+        Number of ranks.
+    block : int
+        Bytes per rank's block.
+
+    Returns
+    -------
+    list of dict
+        One ``{"step", "src", "dst", "bytes"}`` per message
+        (:func:`mpilab.network.schedules`).
+    """
     from mpilab import runtime
 
     name = f"schedules-{runtime.selected_library()}-{ranks}-{block}"
@@ -155,7 +263,22 @@ def traced(alg: str, ranks: int, block: int) -> list[dict]:
 
 
 def link_now(link: str = "fast-ethernet") -> dict:
-    """The link measured on fresh emulated nodes (once per session), else the reference."""
+    """The link measured on fresh emulated nodes (once per session), else the reference.
+
+    Parameters
+    ----------
+    link : str, optional
+        The emulated link to measure (default "fast-ethernet"). Where emulated nodes
+        cannot be made the reference machine's Fast Ethernet measurement is returned,
+        whatever `link` says.
+
+    Returns
+    -------
+    dict
+        :func:`mpilab.network.measure`'s record (``pingpong``, ``ring``, ``block_bytes``,
+        ``link`` ...), or :func:`mpilab.network.reference`'s; ``source`` says which, in
+        words.
+    """
     from mpilab import netlab
 
     if netlab.available() is not None:
@@ -183,7 +306,25 @@ def check_fit_link(fit_link: Callable, *, hidden: bool = False) -> tuple[float, 
     """`fit_link(n_bytes, t_us, big_bytes)` on the measured link (and, hidden, on data
     in another order, with another threshold, and too few large messages).
 
-    Returns the (α, β) it gave for the measured link.
+    Parameters
+    ----------
+    fit_link : callable
+        The student's ``fit_link(n_bytes, t_us, big_bytes) -> (alpha_us, beta_MBps)``.
+    hidden : bool, optional
+        Also the hidden cases (default False): the data shuffled, another threshold,
+        made-up data, and too few large messages (it must raise ValueError).
+
+    Returns
+    -------
+    (float, float)
+        The (α µs, β MB/s) it gave for the measured link.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it returns something other than two numbers, differs from
+        :func:`reference_fit` by more than 1e-6 (relative), or does not refuse too few
+        large messages.
     """
     __tracebackhide__ = True
     link = link_now()
@@ -255,7 +396,25 @@ def _where(alg, p, block, hosts) -> str:
 
 
 def check_link_loads(link_loads: Callable, cases: Iterable, *, shuffle: bool = False) -> None:
-    """`link_loads(schedule, hosts)` equals the reference on each traced case."""
+    """`link_loads(schedule, hosts)` equals the reference on each traced case.
+
+    Parameters
+    ----------
+    link_loads : callable
+        The student's ``link_loads(schedule, hosts) -> list`` (bytes per step).
+    cases : iterable of tuple
+        ``(alg, ranks, block, hosts)``: the course's allgather, ranks, bytes per block,
+        and the node of each rank, or "slot" (block) / "node" (cyclic) on 2 nodes.
+    shuffle : bool, optional
+        Hand it the messages in reverse order (default False): the step of a message is
+        its ``step``, not its place in the list.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it returns no list, the wrong number of steps, or a wrong load (with a hint
+        naming the likely slip).
+    """
     __tracebackhide__ = True
     for alg, p, block, hosts in _cases(cases):
         sched = traced(alg, p, block)
@@ -296,7 +455,22 @@ def _loads_hint(got: list, sched, hosts, want) -> str:
 
 def check_predict(predict_ms: Callable, cases: Iterable) -> None:
     """`predict_ms(schedule, hosts, alpha_us, beta_MBps)` equals the model on each case;
-    a case is ``(alg, ranks, block, hosts, alpha_us, beta_MBps)``."""
+    a case is ``(alg, ranks, block, hosts, alpha_us, beta_MBps)``.
+
+    Parameters
+    ----------
+    predict_ms : callable
+        The student's ``predict_ms(schedule, hosts, alpha_us, beta_MBps) -> float`` (ms).
+    cases : iterable of tuple
+        ``(alg, ranks, block, hosts, alpha_us, beta_MBps)``; `hosts` as for
+        :func:`check_link_loads`.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it returns no number, or differs from :func:`reference_predict_ms` by more
+        than 1e-6 (relative).
+    """
     __tracebackhide__ = True
     for alg, p, block, hosts, a, b in cases:
         (alg, p, block, hosts), = _cases([(alg, p, block, hosts)])
@@ -328,7 +502,27 @@ def check_predict_measured(predict_ms: Callable,
                            tolerance: tuple[float, float] = PREDICTION_TOLERANCE) -> dict:
     """The prediction for the course's ring on block and cyclic placements, from the
     link's α and β (the reference fit of the same measurement), against the ring
-    measured on it. Returns ``{placement: (predicted ms, measured ms)}``."""
+    measured on it.
+
+    Parameters
+    ----------
+    predict_ms : callable
+        The student's ``predict_ms(schedule, hosts, alpha_us, beta_MBps) -> float`` (ms).
+    tolerance : (float, float), optional
+        The lowest and highest accepted ratio measured / predicted (default
+        :data:`PREDICTION_TOLERANCE`).
+
+    Returns
+    -------
+    dict
+        ``{placement: (predicted ms, measured ms)}``, placement "slot" (block) or "node"
+        (cyclic).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When it returns no positive number, or a ratio is outside `tolerance`.
+    """
     __tracebackhide__ = True
     link = link_now()
     n, t = _series(link)
@@ -357,7 +551,28 @@ def check_predict_measured(predict_ms: Callable,
 def check_best_placement(best_placement: Callable, cases: Iterable) -> list[list[int]]:
     """`best_placement(schedule, nodes)` puts p / nodes ranks on each node and no
     placement sends fewer bytes over the busiest link directions (summed over steps);
-    a case is ``(alg, ranks, block, nodes)``."""
+    a case is ``(alg, ranks, block, nodes)``.
+
+    Parameters
+    ----------
+    best_placement : callable
+        The student's ``best_placement(schedule, nodes) -> list`` (the node of each
+        rank), called under a 20 s timer.
+    cases : iterable of tuple
+        ``(alg, ranks, block, nodes)``: the course's allgather, ranks, bytes per block,
+        nodes.
+
+    Returns
+    -------
+    list of list of int
+        The placement it chose on each case.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When a placement is not valid (:func:`placement_problem`) or costs more than
+        :func:`reference_best`'s.
+    """
     __tracebackhide__ = True
     chosen = []
     for alg, p, block, nodes in cases:

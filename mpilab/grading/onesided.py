@@ -80,6 +80,23 @@ def probe_problems(probes: Sequence[np.ndarray], nx: int, ny: int, dims: Sequenc
 
     :func:`mpilab.grading.halo.ghost_problems`, with a word on timing where the edge a
     rank holds points to an epoch that closed too early or opened too late.
+
+    Parameters
+    ----------
+    probes : sequence of numpy.ndarray
+        Rank by rank, the framed block ``u`` after the probe's exchange.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``.
+    slow : bool, optional
+        Whether the probe ran with slow ranks (default True); without them the lines
+        are :func:`~mpilab.grading.ghosts.ghost_problems`'s, unchanged.
+
+    Returns
+    -------
+    list of str
+        One line per wrong edge (or changed block); empty when the exchange was right.
     """
     problems = ghosts.ghost_problems(probes, nx, ny, dims)
     if not slow:
@@ -152,8 +169,28 @@ def check_put(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: 
     Structure first (``MPI.Win.Create``, ``Put``, ``Fence``, no send or receive), then the
     probe with slow ranks and the heat run of :func:`onesided_harness`.
 
-    Parameters, and the message of a failure, as for
-    :func:`mpilab.grading.halo.check_exchange` (the heat run, with a window per step).
+    The message of a failure is as for :func:`mpilab.grading.halo.check_exchange` (the
+    heat run, with a window per step), or names a window left unfreed.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``, run on every rank.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    name : str, optional
+        What messages call `exchange`; its ``__name__`` by default.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming the missing call, or the rank, the ghost edge and the neighbour.
     """
     __tracebackhide__ = True
     name = _name(exchange, name)
@@ -176,6 +213,22 @@ def check_shared(setup: Callable, exchange: Callable, nx: int, ny: int, dims: Se
     Structure first (``Split_type`` and ``Allocate_shared`` in `setup`, ``Shared_query``
     in `exchange`, no Put, Get, send or receive), then the probe with slow ranks and the
     heat run of :func:`onesided_harness`, on fields that live in the students' windows.
+
+    Parameters
+    ----------
+    setup : callable
+        The student's ``setup(cart, rows, cols) -> (win, u)``: a shared-memory window and
+        the rank's framed block (rows + 2 by cols + 2, float64) inside it.
+    exchange : callable
+        The student's ``exchange(cart, win, u)``, run on every rank.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20).
 
     Raises
     ------
@@ -210,6 +263,29 @@ def check_mailbox(exchange: Callable, nx: int, ny: int, dims: Sequence[int], ste
     """Part C: the mailbox exchange, fixed; with `given`, first show the given one failing.
 
     Structure (``Put`` and ``Fence``, no send or receive), then :func:`onesided_harness`.
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's fixed ``exchange(cart, u)``, run on every rank.
+    nx, ny : int
+        The grid.
+    dims : (int, int)
+        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
+    steps : int
+        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    given : callable, optional
+        The lab's given (broken) exchange, shown first with slow ranks (not graded).
+    name : str, optional
+        What messages call `exchange`; its ``__name__`` by default.
+    timeout : float, optional
+        Seconds before the check fails as stuck (default 20).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming the missing call, a window left unfreed, or the rank, the ghost edge and
+        the neighbour.
     """
     __tracebackhide__ = True
     if given is not None:
@@ -262,6 +338,27 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     Prints every rank's block (with `blocks`) and what is wrong; a failure (a deadlock,
     an exception) is printed, not raised. `ranks` and `dims` as in
     :func:`mpilab.grading.halo.show_exchange` (4 ranks, 2 × 2, by default).
+
+    Parameters
+    ----------
+    exchange : callable
+        The student's ``exchange(cart, u)``.
+    nx, ny : int, optional
+        The grid (default 8 × 6).
+    ranks : int, optional
+        Number of ranks; 4, or what `dims` holds, by default.
+    dims : (int, int), optional
+        The process grid ``(py, px)``.
+    blocks : bool, optional
+        Print every rank's block, frame included (default True); the problems are
+        printed either way.
+    timeout : float, optional
+        Seconds before the run counts as stuck (default 10).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
     """
     return _show("exchange", None, exchange, nx, ny, ranks, dims, blocks, timeout)
 
@@ -270,7 +367,22 @@ def show_shared(setup: Callable, exchange: Callable, nx: int = 8, ny: int = 6,
                 ranks: int | None = None, dims: Sequence[int] | None = None, *,
                 blocks: bool = True, timeout: float = 10) -> None:
     """Not graded: :func:`show_exchange` for ``setup(cart, rows, cols)`` and
-    ``exchange(cart, win, u)``."""
+    ``exchange(cart, win, u)``.
+
+    Parameters
+    ----------
+    setup : callable
+        The student's ``setup(cart, rows, cols) -> (win, u)``.
+    exchange : callable
+        The student's ``exchange(cart, win, u)``.
+    nx, ny, ranks, dims, blocks, timeout
+        As for :func:`show_exchange`.
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return _show("shared", setup, exchange, nx, ny, ranks, dims, blocks, timeout)
 
 
@@ -280,7 +392,30 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
     """Not graded: a heat run with the exchange (and `setup` for a shared window), vs serial.
 
     Prints the largest difference from :func:`mpilab.halo.serial_heat` and returns it
-    (None, after printing why, when the run failed).
+    (None, after printing why, when the run failed). No slow ranks.
+
+    Parameters
+    ----------
+    nx, ny : int
+        The grid.
+    steps : int
+        Heat steps.
+    exchange : callable
+        The student's ``exchange(cart, u)``, or ``exchange(cart, win, u)`` with `setup`.
+    setup : callable, optional
+        The student's ``setup(cart, rows, cols) -> (win, u)``, for a shared window.
+    ranks : int, optional
+        Number of ranks; 4, or what `dims` holds, by default.
+    dims : (int, int), optional
+        The process grid ``(py, px)``.
+    timeout : float, optional
+        Seconds before the run counts as stuck (default 20).
+
+    Returns
+    -------
+    float or None
+        The largest absolute difference from the serial field; None when the run failed
+        or while grading.
     """
     if grading.not_while_grading():
         return None
@@ -308,7 +443,25 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     µs (the slowest rank's).
 
     One Put, not one per rank: the model is one Put's, and the copies of several Puts at
-    once would share the memory system (on one core, take turns)."""
+    once would share the memory system (on one core, take turns).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Two ranks or more.
+    nbytes : int
+        Bytes of the Put (rounded down to whole doubles, at least one).
+    iters : int, optional
+        Epochs per repetition (default 20).
+    reps : int, optional
+        Repetitions, of which the fastest counts (default 7).
+
+    Returns
+    -------
+    dict
+        ``empty_epoch_us`` and ``epoch_us`` (µs per epoch), and ``nbytes`` (the bytes
+        put).
+    """
     from mpi4py import MPI
 
     rank = comm.Get_rank()
@@ -334,14 +487,41 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
 
 def reference_epoch_us(n_bytes: float, empty_epoch_us: float, beta_MBps: float) -> float:
     """The model: the synchronisation (an empty epoch, both Fences) plus the Put's bytes
-    at the bandwidth of a message, ``empty + n / β`` (µs; 1 MB/s is one byte per µs)."""
+    at the bandwidth of a message, ``empty + n / β`` (µs; 1 MB/s is one byte per µs).
+
+    Parameters
+    ----------
+    n_bytes : float
+        Bytes of the Put.
+    empty_epoch_us : float
+        An empty epoch (``Fence(); Fence()``), in µs.
+    beta_MBps : float
+        Bandwidth β of a message, in MB/s.
+
+    Returns
+    -------
+    float
+        The epoch's time, in µs.
+    """
     return empty_epoch_us + n_bytes / beta_MBps
 
 
 def epoch_now(cluster_ranks: int = 4) -> dict:
     """α and β (a ping-pong), an empty epoch and a Put + Fence epoch of 1 MiB, measured
     (once per grading session) on one rank per core
-    (:func:`mpilab.grading.measured.measure`)."""
+    (:func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`epoch_times`'s dict (``empty_epoch_us``, ``epoch_us``, ``nbytes``), with
+        ``alpha_us``, ``beta_MBps``, ``ranks``, ``cores`` and ``oversubscribed``.
+    """
     return measured.with_alpha_beta("epoch", epoch_times, EPOCH_BYTES, nbytes=EPOCH_BYTES,
                                     cluster_ranks=cluster_ranks)
 
@@ -383,12 +563,48 @@ EPOCH = Prediction(
 def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
     """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
     ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
-    measured just now. Returns the measurement with ``predicted_us`` and ``ratio``."""
+    measured just now.
+
+    Parameters
+    ----------
+    epoch_us : callable
+        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``
+        (µs).
+    cases : iterable of tuple
+        Made-up ``(n_bytes, empty_epoch_us, beta_MBps)`` to compare it with the model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`epoch_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
+        predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or the measurement is outside
+        :data:`PREDICTION_TOLERANCE` times the prediction.
+    """
     __tracebackhide__ = True
     return EPOCH.check(epoch_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
-    first call measures them, a few seconds), beside ``epoch_us``'s prediction."""
+    first call measures them, a few seconds), beside ``epoch_us``'s prediction.
+
+    Parameters
+    ----------
+    epoch_us : callable
+        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return EPOCH.show(epoch_us, cluster_ranks)

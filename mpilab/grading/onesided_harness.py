@@ -148,7 +148,18 @@ class _Watching:
 
 
 def slow_rank(cy: int, cx: int) -> bool:
-    """Whether the rank at coordinates ``(cy, cx)`` is made slow: a checkerboard."""
+    """Whether the rank at coordinates ``(cy, cx)`` is made slow: a checkerboard.
+
+    Parameters
+    ----------
+    cy, cx : int
+        The rank's row and column in the process grid.
+
+    Returns
+    -------
+    bool
+        True where ``cy + cx`` is odd, so every neighbour of a slow rank is fast.
+    """
     return (cy + cx) % 2 == 1
 
 
@@ -202,6 +213,9 @@ def onesided_harness(comm, kind: str, setup: Callable | None, exchange: Callable
 
     Parameters
     ----------
+    comm : mpi4py.MPI.Comm
+        At least ``dims[0] * dims[1]`` ranks; a Cartesian communicator of that grid is
+        made from it.
     kind : {"exchange", "shared"}
         ``"exchange"``: ``exchange(cart, u)`` fills the ghost frame of the framed block
         ``u`` (it makes and frees its own windows). ``"shared"``: ``setup(cart, rows,
@@ -218,8 +232,10 @@ def onesided_harness(comm, kind: str, setup: Callable | None, exchange: Callable
         The process grid ``(py, px)``; rank ``r`` sits at ``(r // px, r % px)``.
     steps : int
         Heat steps of the second run (0: only the probe).
-    slow : bool
-        Make the checkerboard's odd ranks slow in the probe (:data:`SLOW_SECONDS`).
+    slow : bool, optional
+        Make the checkerboard's odd ranks slow in the probe (:data:`SLOW_SECONDS`), and
+        the fast ones write :data:`SCRIBBLE` over their block once their exchange
+        returns (default True).
 
     Returns
     -------

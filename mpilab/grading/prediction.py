@@ -52,6 +52,32 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
     `what` names the measured case ("a lap of the ring on 2 ranks, 1 MiB"), `model` the
     numbers the prediction was made from ("hop = 74.2 µs, measured just now"). A
     prediction off by a unit slip (×1e3, ×1e6) is named as such.
+
+    Parameters
+    ----------
+    predicted : float
+        The student's prediction, in `unit`.
+    measured : float
+        What was measured just now, in `unit`.
+    tolerance : (float, float)
+        The lowest and highest accepted ratio ``measured / predicted``.
+    what : str
+        The measured case, in words.
+    model : str
+        The numbers the prediction was made from, in words.
+    unit : str, optional
+        The unit of both times: "s", "ms", "µs" (the default) or "ns".
+
+    Returns
+    -------
+    float
+        The ratio ``measured / predicted``.
+
+    Raises
+    ------
+    CheckFailed
+        When `predicted` is not a positive finite number, or the ratio is outside
+        `tolerance` (naming a unit slip when one explains it).
     """
     __tracebackhide__ = True
     lo, hi = tolerance
@@ -81,7 +107,27 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
 def expect_model(func: Callable, name: str, cases, reference: Callable,
                  hint: Callable) -> None:
     """The student's model `func` equals `reference` on each of `cases` (argument tuples),
-    to 1e-9; a miss says ``name(args)`` and ``hint(got, *args)``."""
+    to 1e-9; a miss says ``name(args)`` and ``hint(got, *args)``.
+
+    Parameters
+    ----------
+    func : callable
+        The student's model, called here under a 10 s timer (:func:`call_local`).
+    name : str
+        Its name, as the message writes the call.
+    cases : iterable of tuple
+        The made-up arguments to call it with.
+    reference : callable
+        The course's model, called with the same arguments.
+    hint : callable
+        ``hint(got, *args) -> str``: what to say when `func` misses.
+
+    Raises
+    ------
+    CheckFailed
+        On the first case where `func` differs from `reference` by more than 1e-9
+        (relative), or when `func` times out or raises.
+    """
     __tracebackhide__ = True
     for args in cases:
         got = call_local(func, *args, timeout=10)
@@ -91,7 +137,22 @@ def expect_model(func: Callable, name: str, cases, reference: Callable,
 
 def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> str:
     """A hint for a model's miss: the text of the first of `guesses` ((value, text): what
-    a likely slip gives, and what to say) that `got` equals to 1e-9, else `otherwise`."""
+    a likely slip gives, and what to say) that `got` equals to 1e-9, else `otherwise`.
+
+    Parameters
+    ----------
+    got : object
+        What the student's model returned.
+    guesses : iterable of (float, str)
+        What each likely slip would have returned, and the hint for it.
+    otherwise : str
+        The hint when no guess matches.
+
+    Returns
+    -------
+    str
+        The hint; "Return a number of µs." when `got` is not a real number.
+    """
     if not _is_num(got) or isinstance(got, (bool, complex)):
         return "Return a number of µs."
     return next((text for value, text in guesses if math.isclose(got, value, rel_tol=1e-9)),
@@ -99,14 +160,43 @@ def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> s
 
 
 def where(m: dict) -> str:
-    """How a measurement was made, for a check's message."""
+    """How a measurement was made, for a check's message.
+
+    Parameters
+    ----------
+    m : dict
+        A measurement with ``ranks``, ``cores`` and ``oversubscribed``
+        (:func:`mpilab.grading.measured.measure`).
+
+    Returns
+    -------
+    str
+        E.g. "4 ranks on 2 cores, oversubscribed".
+    """
     over = ", oversubscribed" if m["oversubscribed"] else ""
     return f"{m['ranks']} ranks on {m['cores']} core{'s' * (m['cores'] != 1)}{over}"
 
 
 def shown(func: Callable, *args: Any, digits: int = 1, name: str | None = None) -> str:
     """``func(*args)`` as "123.4 µs" (`digits` after the point) for a try-it cell, or what
-    it raised (calling the function `name`, its ``__name__`` by default)."""
+    it raised (calling the function `name`, its ``__name__`` by default).
+
+    Parameters
+    ----------
+    func : callable
+        The student's function, called here (no timer).
+    *args
+        Its arguments.
+    digits : int, optional
+        Digits after the decimal point (default 1).
+    name : str, optional
+        What to call the function when it raises.
+
+    Returns
+    -------
+    str
+        Each number returned (one, or each of a tuple or list) as µs, or what it raised.
+    """
     try:
         got = func(*args)
         return " ".join(f"{float(v):8.{digits}f} µs"
@@ -196,6 +286,22 @@ class Prediction:
         """`func` equals the model on `cases`, and its predictions hold against the
         measurement: return the measurement with each part's prediction and ratio.
 
+        Parameters
+        ----------
+        func : callable
+            The student's prediction function.
+        cases : iterable, optional
+            Made-up cases to compare it with the model on (each made the function's
+            arguments by `args`); none by default.
+        cluster_ranks : int
+            Ranks of the lab's cluster (the measurement uses at most these).
+
+        Returns
+        -------
+        dict
+            The measurement, with each part's prediction (µs) and ratio (measured /
+            predicted) under the part's ``predicted`` and ``ratio`` keys.
+
         Raises
         ------
         mpilab.grading.CheckFailed
@@ -226,7 +332,15 @@ class Prediction:
 
     def show(self, func: Callable, cluster_ranks: int) -> None:
         """Not graded: the measurement (the first call makes it, a few seconds), beside
-        `func`'s predictions; nothing while grading."""
+        `func`'s predictions; nothing while grading.
+
+        Parameters
+        ----------
+        func : callable
+            The student's prediction function.
+        cluster_ranks : int
+            Ranks of the lab's cluster (the measurement uses at most these).
+        """
         if not_while_grading():
             return None
         self.shows(func, self.now(cluster_ranks), cluster_ranks)

@@ -96,7 +96,13 @@ _RESTART_NOTE = "The MPI engines were restarted, so the next check starts clean.
 
 
 def autograding() -> bool:
-    """True while nbgrader executes the notebook (``nbgrader autograde`` or ``validate``)."""
+    """True while nbgrader executes the notebook (``nbgrader autograde`` or ``validate``).
+
+    Returns
+    -------
+    bool
+        Whether ``NBGRADER_EXECUTION`` is set in the environment.
+    """
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
@@ -419,6 +425,17 @@ def source_of(func: Any) -> str:
 
     At autograde time a student's function is a handle (:mod:`mpilab.autograder.isolated`)
     that carries the text their kernel read; elsewhere :func:`inspect.getsource`.
+
+    Parameters
+    ----------
+    func : callable
+        The function whose source is wanted: a student's function or its handle.
+
+    Returns
+    -------
+    str
+        Its source text, or ``""`` when none can be found (a builtin, a lambda typed at
+        a prompt).
     """
     src = getattr(func, "source", None)
     if isinstance(getattr(func, "mpilab_key", None), str) and isinstance(src, str):
@@ -437,6 +454,12 @@ def not_while_grading() -> bool:
     Code that only shows a student what their function does (:func:`try_on_ranks`, the
     labs' ``show_*`` and ``compare_*``) earns no points and is skipped while grading: the
     graded checks run in the grader's kernel (:mod:`mpilab.autograder.isolated`).
+
+    Returns
+    -------
+    bool
+        True (after printing a note) in the student's kernel while grading, so the caller
+        returns at once; False otherwise, including in the grader's own kernel.
     """
     if os.environ.get("MPILAB_GRADING") and not _isolated():
         print("(not run while grading: trying code out earns no points; the graded "
@@ -449,8 +472,22 @@ def try_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
                  timeout: float = DEFAULT_TIMEOUT) -> list | None:
     """Like :func:`run_on_ranks`, for trying code out: print the outcome, never raise.
 
-    Returns the results by rank, or None after printing why there are none (or that it
-    is not run while grading).
+    Parameters
+    ----------
+    func : callable
+        Called as ``func(comm, *args)`` on every rank of the communicator.
+    *args
+        Passed to `func` after ``comm``.
+    ranks : int, optional
+        Size of the communicator; all engines of the cluster by default.
+    timeout : float, optional
+        Seconds before the run counts as stuck (default ``DEFAULT_TIMEOUT``, 10 s).
+
+    Returns
+    -------
+    list or None
+        The results by rank (each also printed), or None after printing why there are
+        none (the check's failure message, or that it is not run while grading).
     """
     if not_while_grading():
         return None
@@ -478,7 +515,29 @@ def call_local(func: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
 
     Fails with :class:`TimedOut` after `timeout` seconds (naming the line it was on),
     :class:`RaisedError` if it raised, :class:`BadResult` if it returned something that
-    is not plain data. Without a main thread to signal, there is no timer.
+    is not plain data. Without a main thread to signal, there is no timer. At autograde
+    time the call runs on one sandboxed rank instead, never in the grader's process.
+
+    Parameters
+    ----------
+    func : callable
+        The function to call (usually the student's).
+    *args
+        Positional arguments for `func`.
+    timeout : float, optional
+        Seconds before the call fails as stuck (default ``DEFAULT_TIMEOUT``, 10 s).
+    **kwargs
+        Keyword arguments for `func`.
+
+    Returns
+    -------
+    object
+        What `func` returned, as plain data (NumPy scalars become Python numbers).
+
+    Raises
+    ------
+    TimedOut, Skipped, RaisedError, BadResult
+        All :class:`CheckFailed`, i.e. ``AssertionError``, with a readable message.
     """
     __tracebackhide__ = True
     if _isolated():  # at autograde time: on one sandboxed rank, never in the grader

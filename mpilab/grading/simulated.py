@@ -95,7 +95,19 @@ def _fmt_bytes(n: int) -> str:
 
 
 def admissible(p: int) -> list[str]:
-    """The course's C allgathers that run on `p` ranks, in the registry's order."""
+    """The course's C allgathers that run on `p` ranks, in the registry's order.
+
+    Parameters
+    ----------
+    p : int
+        Number of ranks.
+
+    Returns
+    -------
+    list of str
+        The names of the algorithms of :data:`mpilab.sim.OUR_ALGORITHMS` that take `p`
+        ranks.
+    """
     return [a for a in sim.OUR_ALGORITHMS["allgather"]
             if collectives.ALGORITHMS["allgather"][a].admissible(p) is None]
 
@@ -156,6 +168,21 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
     """Simulated µs per call of every admissible algorithm on `p` ranks placed
     `placement` (``"cyclic"`` or ``"block"``), and where the numbers come from.
 
+    Simulated once per grading session where SimGrid runs, else read from the course's
+    saved simulations.
+
+    Parameters
+    ----------
+    p : int
+        Number of ranks.
+    sizes : iterable of int
+        Block sizes, in bytes.
+    placement : {"cyclic", "block"}, optional
+        Where the ranks are (default "cyclic", the paper's).
+    progress : bool or callable, optional
+        A line of progress per simulated job: True prints it, a callable is called with
+        it, None (the default) says nothing.
+
     Returns
     -------
     (dict, str)
@@ -192,7 +219,22 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
 
 
 def choice_problem(choice, p: int) -> str | None:
-    """What is wrong with `choice` as the name of an allgather to run on `p` ranks, or None."""
+    """What is wrong with `choice` as the name of an allgather to run on `p` ranks, or None.
+
+    Parameters
+    ----------
+    choice : object
+        What the student's function returned: it should be a name of
+        :data:`mpilab.collectives.ALGORITHMS` ``["allgather"]``.
+    p : int
+        Number of ranks.
+
+    Returns
+    -------
+    str or None
+        What is wrong (not a str, no such algorithm, or not admissible on `p` ranks),
+        in words; None when the choice can run.
+    """
     names = tuple(collectives.ALGORITHMS["allgather"])
     if type(choice) is not str:
         return (f"return the name of an algorithm (a str such as 'ring'), not "
@@ -215,7 +257,27 @@ def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, flo
                  tolerance: float = TOLERANCE) -> list[str]:
     """One line per size where the chosen algorithm is more than `tolerance` times slower
     than the fastest admissible one (simulated), naming the placement, the size and the
-    times."""
+    times.
+
+    Parameters
+    ----------
+    chosen : mapping of int to str
+        ``{block bytes: algorithm chosen}``.
+    times : mapping of int to mapping of str to float
+        ``{block bytes: {algorithm: simulated µs}}``, as :func:`simulated` returns them
+        (``"library"`` is left out of the comparison).
+    p : int
+        Number of ranks.
+    placement : {"cyclic", "block"}, optional
+        The placement simulated (default "cyclic"), for the message.
+    tolerance : float, optional
+        How many times the fastest time a choice may take (default :data:`TOLERANCE`).
+
+    Returns
+    -------
+    list of str
+        One line per size where the choice is too slow; empty when none is.
+    """
     lines = []
     for n, alg in chosen.items():
         ours = {a: t for a, t in times[n].items() if a != "library"}
@@ -318,6 +380,20 @@ def show_choices(choose: Callable, p: int = 64,
 
     Runs the simulation where SimGrid is installed (seconds, once per session) and reads
     the course's reference data where it is not, and says which.
+
+    Parameters
+    ----------
+    choose : callable
+        The student's ``choose_allgather(p, block_bytes, placement) -> name``, called
+        here; what it raises is printed.
+    p : int, optional
+        Number of ranks (default 64).
+    sizes : sequence of int, optional
+        Block sizes, in bytes (default the visible check's).
+    placements : sequence of str, optional
+        Placements to show, "cyclic" and/or "block" (default both).
+    tolerance : float, optional
+        How many times the fastest time a choice may take (default :data:`TOLERANCE`).
     """
     if grading.not_while_grading():
         return None
@@ -394,7 +470,22 @@ def _show_one(choose: Callable, p: int, sizes: tuple[int, ...], placement: str,
 def reference_records(cases: Mapping[tuple[int, str], Sequence[int]] = VISIBLE,
                       progress=True) -> list[dict]:
     """Every simulation of `cases` (``{(ranks, placement): sizes}``), made now (SimGrid
-    needed): the records of a reference JSON."""
+    needed): the records of a reference JSON.
+
+    Parameters
+    ----------
+    cases : mapping, optional
+        ``{(ranks, placement): block sizes in bytes}`` (default :data:`VISIBLE`).
+    progress : bool or callable, optional
+        A line of progress per simulated job: True (the default) prints it, a callable
+        is called with it, None says nothing.
+
+    Returns
+    -------
+    list of dict
+        The simulated records (our admissible algorithms and the library's choice, per
+        case and size), as :func:`mpilab.sim.collective` makes them.
+    """
     recs = []
     for (p, placement), sizes in cases.items():
         recs += _simulate(p, sizes, placement, progress)
@@ -406,7 +497,24 @@ def write_reference(cases: Mapping[tuple[int, str], Sequence[int]] = VISIBLE,
     """Simulate `cases` and write them to `path`: by default the visible cases to
     ``reference/simulated/lab06-allgather-paper.json``. The hidden cases (from the source
     notebook's hidden tests) go to :data:`HIDDEN_REFERENCE`, never to reference/, which
-    students get."""
+    students get.
+
+    Parameters
+    ----------
+    cases : mapping, optional
+        ``{(ranks, placement): block sizes in bytes}`` (default :data:`VISIBLE`).
+    path : str or Path, optional
+        The file to write; by default the visible reference in
+        ``reference/simulated/``.
+    progress : bool or callable, optional
+        A line of progress per simulated job: True (the default) prints it, a callable
+        is called with it, None says nothing.
+
+    Returns
+    -------
+    Path
+        The file written (JSON: ``meta`` and ``records``).
+    """
     path = Path(path) if path else sim.reference_dir() / f"{REFERENCE}.json"
     recs = reference_records(cases, progress)
     meta = sim.meta(PLATFORM, placements=PLACEMENTS,

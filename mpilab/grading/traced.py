@@ -30,11 +30,34 @@ __all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explaine
 
 
 def log_steps(p: int) -> int:
-    """``ceil(log2 p)``, exactly: the steps of a binomial tree or Bruck's allgather."""
+    """``ceil(log2 p)``, exactly: the steps of a binomial tree or Bruck's allgather.
+
+    Parameters
+    ----------
+    p : int
+        Number of ranks (1 or more).
+
+    Returns
+    -------
+    int
+        ``ceil(log2 p)``, computed on integers (0 for one rank).
+    """
     return (int(p) - 1).bit_length()
 
 
 def ranks_text(xs: Iterable[int]) -> str:
+    """Ranks as a message lists them: "0, 2, 3".
+
+    Parameters
+    ----------
+    xs : iterable of int
+        The ranks.
+
+    Returns
+    -------
+    str
+        The ranks joined by ", ".
+    """
     return ", ".join(map(str, xs))
 
 
@@ -49,6 +72,11 @@ def messages_hint(info: dict, p: int, root: int | None = None) -> str:
         Ranks of the check.
     root : int, optional
         A broadcast's root: ranks other than the root that no message reached are named.
+
+    Returns
+    -------
+    str
+        The schedule, one line per step, or why the tracer could not pair the messages up.
     """
     if info["error"]:
         return f"The tracer could not pair up the messages: {info['error']}"
@@ -62,14 +90,38 @@ def messages_hint(info: dict, p: int, root: int | None = None) -> str:
 
 
 def skipped_note(name: str) -> str:
-    """What a check adds when `name` is skipped because it timed out before."""
+    """What a check adds when `name` is skipped because it timed out before.
+
+    Parameters
+    ----------
+    name : str
+        The student's function, as the message calls it.
+
+    Returns
+    -------
+    str
+        A note that the earlier timeout may have been in a try-it cell.
+    """
     return (f"(That earlier run may have been a try-it cell above, not a check: the first "
             f"cell where {name} timed out shows the line each rank was stuck on.)")
 
 
 @contextlib.contextmanager
 def explained(name: str) -> Iterator[None]:
-    """Re-raise :class:`mpilab.grading.Skipped` with :func:`skipped_note` added."""
+    """Re-raise :class:`mpilab.grading.Skipped` with :func:`skipped_note` added.
+
+    A context manager: ``with explained(name): ...``.
+
+    Parameters
+    ----------
+    name : str
+        The student's function, as the note calls it.
+
+    Yields
+    ------
+    None
+        The body runs inside; other exceptions pass through unchanged.
+    """
     __tracebackhide__ = True
     try:
         yield
@@ -78,6 +130,20 @@ def explained(name: str) -> Iterator[None]:
 
 
 def label_of(func: Callable, name: str | None) -> str:
+    """What a message calls `func`.
+
+    Parameters
+    ----------
+    func : callable
+        The student's function.
+    name : str or None
+        The name a check was given for it, which wins when given.
+
+    Returns
+    -------
+    str
+        `name`, else ``func.__name__``, else "the function".
+    """
     return name or getattr(func, "__name__", None) or "the function"
 
 
@@ -92,6 +158,17 @@ def check_traced(info: dict, label: str, how: str) -> list[dict]:
         What the message calls the run, e.g. ``"bcast_binomial on 4 ranks, root 1"``.
     how : str
         What to build it from instead, e.g. ``"build the tree from Send and Recv"``.
+
+    Returns
+    -------
+    list of dict
+        The traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message
+        (:func:`mpilab.tracing.schedule`).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When a library collective was called, or the messages do not pair up.
     """
     __tracebackhide__ = True
     calls = sorted({name for _, name in info["untraced"]})
@@ -103,7 +180,29 @@ def check_traced(info: dict, label: str, how: str) -> list[dict]:
 
 
 def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tuple]:
-    """Tuples of `fields` (e.g. "p n root dtype"), trailing ones from `defaults`."""
+    """Tuples of `fields` (e.g. "p n root dtype"), trailing ones from `defaults`.
+
+    Parameters
+    ----------
+    cases : iterable
+        The cases a check was given: tuples (or lists) of the leading fields, or a bare
+        number of ranks.
+    fields : str
+        The fields' names, separated by spaces; the first is the number of ranks.
+    defaults : tuple, optional
+        Values of the last ``len(defaults)`` fields, for cases that leave them out.
+
+    Returns
+    -------
+    list of tuple
+        One full tuple of `fields` per case.
+
+    Raises
+    ------
+    ValueError
+        When a case has too few or too many fields, its ranks are not a positive
+        integer, or its ``root`` is not one of its ranks.
+    """
     names = fields.split()
     out = []
     for case in cases:
@@ -125,7 +224,28 @@ def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tupl
 def run_traced(harness: Callable, func: Callable, *args: Any, ranks: int, name: str,
                timeout: float) -> list[dict]:
     """``harness(comm, func, *args)`` on `ranks` ranks, rank by rank; a timeout is
-    remembered against `func` (the student's), and a skip says where it timed out."""
+    remembered against `func` (the student's), and a skip says where it timed out.
+
+    Parameters
+    ----------
+    harness : callable
+        The lab's harness, run as ``harness(comm, func, *args)`` on every rank.
+    func : callable
+        The student's function, handed to the harness.
+    *args
+        Passed to the harness after `func`.
+    ranks : int
+        Number of ranks to run on.
+    name : str
+        The student's function, as messages call it.
+    timeout : float
+        Seconds before the run fails as stuck.
+
+    Returns
+    -------
+    list of dict
+        The harness's output of each rank, rank ``k`` at index ``k``.
+    """
     __tracebackhide__ = True
     with explained(name):
         return grading.run_on_ranks(harness, func, *args, ranks=ranks, timeout=timeout,
@@ -133,7 +253,23 @@ def run_traced(harness: Callable, func: Callable, *args: Any, ranks: int, name: 
 
 
 def expect_sendbuf_kept(outs: Sequence[dict], label: str, leave: str) -> None:
-    """No rank's ``unchanged`` is False; else name them and say `leave` ("as it is ...")."""
+    """No rank's ``unchanged`` is False; else name them and say `leave` ("as it is ...").
+
+    Parameters
+    ----------
+    outs : sequence of dict
+        The harness's output of each rank, with ``unchanged`` (the send buffer is as
+        it was).
+    label : str
+        What the message calls the run.
+    leave : str
+        How the send buffer must be left, completing "leave it ...".
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming the ranks whose send buffer changed.
+    """
     __tracebackhide__ = True
     changed = [r for r, o in enumerate(outs) if not o["unchanged"]]
     grading.expect(not changed, f"{label}: sendbuf changed on rank {ranks_text(changed)}: "
@@ -143,7 +279,26 @@ def expect_sendbuf_kept(outs: Sequence[dict], label: str, leave: str) -> None:
 def traced_steps(cases: Iterable, fields: str, run: Callable[..., list[dict]],
                  schedule: Callable[..., int]) -> list[int]:
     """Per case of `fields` (:func:`parse_cases`): ``run(*case)``, which checks the result,
-    then ``schedule(rank 0's output, *case)``, which checks the steps and returns them."""
+    then ``schedule(rank 0's output, *case)``, which checks the steps and returns them.
+
+    Parameters
+    ----------
+    cases : iterable
+        The cases, as :func:`parse_cases` takes them (no defaults).
+    fields : str
+        The cases' fields, e.g. "p n".
+    run : callable
+        ``run(*case) -> list of dict``: runs and checks the student's function, returning
+        the harness's output by rank.
+    schedule : callable
+        ``schedule(info, *case) -> int``: checks rank 0's traced schedule against the
+        algorithm's and returns its steps.
+
+    Returns
+    -------
+    list of int
+        The steps counted on each case.
+    """
     __tracebackhide__ = True
     return [schedule(run(*case)[0], *case) for case in parse_cases(cases, fields)]
 
@@ -155,6 +310,18 @@ def show_trace(run: Callable, *args: Any, ranks: int = 4, timeout: float = 10) -
     (:func:`mpilab.tracing.draw`). A failure (a deadlock, an exception) is printed, not
     raised. A timeout is remembered against the functions among `args` (the student's),
     not against `run`, so the graded checks skip them until they change.
+
+    Parameters
+    ----------
+    run : callable
+        The function to trace, run as ``run(comm, *args)`` with ``comm`` a tracing
+        communicator.
+    *args
+        Passed to `run` after ``comm`` (usually the student's function first).
+    ranks : int, optional
+        Number of ranks (default 4).
+    timeout : float, optional
+        Seconds before the run counts as stuck (default 10).
     """
     if grading.not_while_grading():
         return None
