@@ -48,7 +48,7 @@ def folder() -> Path | None:
     -------
     Path or None
         The folder, made if missing; None when it cannot be made or read, or belongs to
-        another user, or others may read or write it.
+        another user, or its group or others have any access to it.
     """
     d = Path(tempfile.gettempdir()) / f"mpilab-grading-{os.getuid()}"
     try:
