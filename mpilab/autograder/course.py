@@ -75,7 +75,7 @@ def make_course(root: Path, labs, repo: Path = REPO) -> Path:
     ----------
     root : Path
         An empty folder for the copy (a test's ``tmp_path``).
-    labs : iterable of str
+    labs : sequence of str
         The labs to copy and generate (names of folders under ``labs/``).
     repo : Path, optional
         The course to copy from (default ``REPO``: the checkout or ``MPILAB_COURSE``).
