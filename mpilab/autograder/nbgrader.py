@@ -549,7 +549,7 @@ class HideHiddenTests(ClearHiddenTests):
         -------
         cell : NotebookNode
             The cell: a test cell without its hidden-test region (with unbalanced
-            delimiters, without anything from the first one on), any other unchanged.
+            delimiters, without anything from the first one's line on), any other unchanged.
         resources : dict
             `resources`, unchanged.
         """
