@@ -190,7 +190,7 @@ class Pool:
                 os.unlink(path)
 
     def stop(self) -> None:
-        """End the job (its whole sandbox) and close the ranks' connections; harmless when
+        """End the job (its whole PID namespace) and close the ranks' connections; harmless when
         none runs. The next request starts a fresh job."""
         for c in self.conns.values():
             with contextlib.suppress(OSError):
@@ -224,7 +224,9 @@ class Pool:
         Parameters
         ----------
         payload : bytes
-            The student's pickle of ``(func, args, kwargs)`` (opened on the ranks only).
+            The grader's pickle of ``(func, args, kwargs)``
+            (:func:`mpilab.autograder.isolated.payload`); the student's functions in it
+            are their kernel's bytes, loaded on the ranks only.
         nranks : int
             Ranks in the call's communicator (the first `nranks` of the job); the others
             answer ``("out",)``.
@@ -251,7 +253,7 @@ class Pool:
         Parameters
         ----------
         payload : bytes
-            The student's pickle of ``(func, args, kwargs)`` (opened on rank 0 only).
+            The grader's pickle of ``(func, args, kwargs)``, as for :meth:`call`.
         timeout : float
             Seconds the call may take.
 
