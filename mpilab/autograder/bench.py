@@ -68,6 +68,32 @@ def _known(labs: list[str]) -> None:
 
 
 def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
+    """Autograde a correct and a hostile submission of each lab, one at a time.
+
+    Prints a line per grading on standard error as it goes.
+
+    Parameters
+    ----------
+    labs : list of str
+        The labs to grade (names from ``LABS`` in :mod:`mpilab.autograder.course`).
+    reps : int, optional
+        Gradings of each submission (default 1).
+
+    Returns
+    -------
+    meta : dict
+        The machine, MPI library, sandbox, the settings and the command line.
+    records : list of dict
+        One per grading: ``impl`` (``"correct"`` or ``"hostile"``), ``lab``, ``rep``,
+        ``t_s`` (the whole ``nbgrader autograde``, seconds), ``graded_s`` (the notebook
+        alone, seconds, or None), ``score``, ``max_score``, ``expected_score``,
+        ``scores_as_expected``, ``bar_s``, ``within_bar`` and ``nbgrader_ok``.
+
+    Raises
+    ------
+    ValueError
+        For a lab not in ``LABS``, or `reps` below 1.
+    """
     from ..timing import context
 
     _known(labs)
@@ -113,7 +139,35 @@ CLASS_BARS_S = {"lab00-mpi-basics": 360.0, "lab06-allgather": 720.0}
 
 
 def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[dict, list[dict]]:
-    """A class of `students` per lab (every fifth hostile), graded side by side."""
+    """A class of `students` per lab (every fifth hostile), graded side by side.
+
+    Prints a line per lab on standard error as it goes.
+
+    Parameters
+    ----------
+    labs : list of str
+        The labs to grade (names from ``LABS`` in :mod:`mpilab.autograder.course`).
+    students : int
+        Submissions per lab.
+    jobs : int, optional
+        Gradings at once (default: :func:`mpilab.autograder.parallel.default_jobs`).
+
+    Returns
+    -------
+    meta : dict
+        The machine, MPI library, sandbox, the settings and the command line.
+    records : list of dict
+        One per submission (``impl`` ``"correct"`` or ``"hostile"``, ``student``, ``t_s``
+        its nbgrader's wall time in seconds, scores as :func:`run`'s), then one per lab
+        with ``impl`` ``"class"``: ``wall_s``, ``per_minute``, ``median_s``, ``p95_s``,
+        ``bar_s`` (the bar for 30 students scaled to `students`), ``within_bar``,
+        ``scores_as_expected`` and ``nbgrader_ok``.
+
+    Raises
+    ------
+    ValueError
+        For a lab not in ``LABS``, or `students` or `jobs` below 1.
+    """
     import numpy as np
 
     from ..timing import context
@@ -172,6 +226,22 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line, ``python -m mpilab.bench autograde``: :func:`run` or
+    :func:`run_class` (with ``--students``), a table, and the JSON with ``--json``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after ``autograde``, as :mod:`mpilab.bench` passes them (None:
+        ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 when every submission scored as expected and nbgrader
+        succeeded, 1 when not, 2 when the measuring raised one of
+        :data:`mpilab.bench.ERRORS` (its message printed on standard error).
+    """
     from ..bench import finish, parser
 
     p = parser("autograde", __doc__, transport=False, timeout=False)

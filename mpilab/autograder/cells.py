@@ -18,7 +18,20 @@ _BUILTINS = set(dir(builtins))
 
 
 def classify(cell: NotebookNode) -> str:
-    """``test`` (autograder tests), ``locked`` (the instructor's code), ``student`` or ``skip``."""
+    """``test`` (autograder tests), ``locked`` (the instructor's code), ``student`` or ``skip``.
+
+    Parameters
+    ----------
+    cell : NotebookNode
+        A cell of the notebook being graded, with its ``nbgrader`` metadata.
+
+    Returns
+    -------
+    str
+        ``"skip"`` for a markdown or empty cell; ``"test"`` for a graded cell that is not a
+        solution; ``"locked"`` for a locked cell that is not a solution; ``"student"`` for
+        every other code cell (solutions and unmarked cells).
+    """
     if cell.cell_type != "code" or not cell.source.strip():
         return "skip"
     meta = cell.metadata.get("nbgrader", {})
@@ -30,7 +43,19 @@ def classify(cell: NotebookNode) -> str:
 
 
 def free_names(source: str) -> list[str]:
-    """Names the code reads (anywhere, function bodies included), builtins left out."""
+    """Names the code reads (anywhere, function bodies included), builtins left out.
+
+    Parameters
+    ----------
+    source : str
+        The Python source of a cell.
+
+    Returns
+    -------
+    list of str
+        The names loaded anywhere in `source`, sorted, without duplicates or builtins;
+        empty when `source` does not parse.
+    """
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -49,6 +74,18 @@ def definitions(source: str) -> str:
     What the grader's kernel runs of the instructor's locked cells: their definitions, at
     their own line numbers, without their side effects (starting a cluster, printing).
     A definition that shares a line with another statement is left out too.
+
+    Parameters
+    ----------
+    source : str
+        The Python source of a locked cell.
+
+    Returns
+    -------
+    str
+        `source` line for line (at the same line numbers), every line that is not part of a
+        top-level import, function or class (decorators included) replaced by an empty
+        one; ``""`` when `source` does not parse.
     """
     try:
         tree = ast.parse(source)

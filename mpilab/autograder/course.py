@@ -44,7 +44,22 @@ def _read(lab: str, repo: Path = REPO):
 def nbgrader(course: Path, *args: str, timeout: float = 550) -> subprocess.CompletedProcess:
     """``nbgrader ARGS`` in the course copy's autograder/ folder (forked from a process
     with nbgrader imported: :func:`mpilab.autograder.parallel.nbgrader`); a run past
-    `timeout` seconds is killed and returns status 124."""
+    `timeout` seconds is killed and returns status 124.
+
+    Parameters
+    ----------
+    course : Path
+        The course copy (what :func:`make_course` returned).
+    *args : str
+        nbgrader's arguments (``"autograde", LAB, "--force"``).
+    timeout : float, optional
+        Seconds before the run is killed (default 550).
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        Its exit status (124 when killed) and output, as text.
+    """
     from .parallel import nbgrader as run
 
     return run(args, course / "autograder", timeout=timeout)
@@ -55,6 +70,26 @@ def make_course(root: Path, labs, repo: Path = REPO) -> Path:
 
     Only the given labs are copied and generated (release/ and gradebook), so a lab another
     author is still writing cannot break the tests of the others. Returns ``root``.
+
+    Parameters
+    ----------
+    root : Path
+        An empty folder for the copy (a test's ``tmp_path``).
+    labs : sequence of str
+        The labs to copy and generate (names of folders under ``labs/``).
+    repo : Path, optional
+        The course to copy from (default ``REPO``: the checkout or ``MPILAB_COURSE``).
+
+    Returns
+    -------
+    Path
+        `root`, holding ``labs/`` and ``autograder/`` with the labs released.
+
+    Raises
+    ------
+    RuntimeError
+        When ``nbgrader generate_assignment`` fails for a lab, or warns of duplicate
+        cell ids.
     """
     root = Path(root)
     for lab in labs:
@@ -76,7 +111,21 @@ def make_course(root: Path, labs, repo: Path = REPO) -> Path:
 
 
 def solutions(lab: str, repo: Path = REPO) -> dict[str, str]:
-    """The source notebook's solution cells, delimiters removed: a correct submission."""
+    """The source notebook's solution cells, delimiters removed: a correct submission.
+
+    Parameters
+    ----------
+    lab : str
+        The lab's name (``"lab00-mpi-basics"``).
+    repo : Path, optional
+        The course to read the lab from (default ``REPO``).
+
+    Returns
+    -------
+    dict of str to str
+        The source of each solution cell, by its ``grade_id``, without its
+        ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines.
+    """
     out = {}
     for cell in _read(lab, repo).cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -88,7 +137,25 @@ def solutions(lab: str, repo: Path = REPO) -> dict[str, str]:
 
 
 def submit(course: Path, lab: str, student: str, answers: dict[str, str]) -> Path:
-    """Write a submission: the released notebook with its solution cells filled in."""
+    """Write a submission: the released notebook with its solution cells filled in.
+
+    Parameters
+    ----------
+    course : Path
+        The course copy (what :func:`make_course` returned), with `lab` released.
+    lab : str
+        The lab's name.
+    student : str
+        The student's id; an earlier submission of theirs is replaced.
+    answers : dict of str to str
+        The source of solution cells, by ``grade_id`` (:func:`solutions`); a cell not
+        named keeps the released stub.
+
+    Returns
+    -------
+    Path
+        The submission's folder, ``autograder/submitted/STUDENT/LAB``.
+    """
     import nbformat
 
     release = course / "autograder" / "release" / lab
@@ -106,14 +173,42 @@ def submit(course: Path, lab: str, student: str, answers: dict[str, str]) -> Pat
 
 
 def full(lab: str, repo: Path = REPO) -> dict[str, float]:
-    """Every graded test cell of the lab, with its points."""
+    """Every graded test cell of the lab, with its points.
+
+    Parameters
+    ----------
+    lab : str
+        The lab's name.
+    repo : Path, optional
+        The course to read the lab from (default ``REPO``).
+
+    Returns
+    -------
+    dict of str to float
+        The points of each graded cell, by ``grade_id``: a full score.
+    """
     return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
             for c in _read(lab, repo).cells if c.metadata.get("nbgrader", {}).get("grade")}
 
 
 def scores(course: Path, lab: str, students) -> dict[str, dict[str, float]]:
     """The gradebook's score of each graded test cell, by student (KeyError-free: a
-    student without a graded notebook is left out)."""
+    student without a graded notebook is left out).
+
+    Parameters
+    ----------
+    course : Path
+        The course copy (what :func:`make_course` returned), autograded.
+    lab : str
+        The lab's name (also its notebook's).
+    students : iterable of str
+        The students' ids.
+
+    Returns
+    -------
+    dict of str to dict of str to float
+        By student, the score of each cell worth points, by its ``grade_id``.
+    """
     from nbgrader.api import Gradebook, MissingEntry
 
     out = {}
@@ -128,7 +223,18 @@ def scores(course: Path, lab: str, students) -> dict[str, dict[str, float]]:
 
 
 def graded_seconds(log: str) -> list[float]:
-    """What each notebook took, from the autograder's "Graded X in N s" log lines."""
+    """What each notebook took, from the autograder's "Graded X in N s" log lines.
+
+    Parameters
+    ----------
+    log : str
+        nbgrader's output.
+
+    Returns
+    -------
+    list of float
+        Seconds per graded notebook, in the order of the log.
+    """
     return [float(t) for t in re.findall(r"Graded \S+ in ([0-9.]+) s", log)]
 
 
@@ -147,7 +253,26 @@ def _top_level_names(source: str) -> set[str]:
 
 
 def checks_of(lab: str, solution_id: str, repo: Path = REPO) -> list[str]:
-    """The test cells that check what the solution cell `solution_id` defines."""
+    """The test cells that check what the solution cell `solution_id` defines.
+
+    A solution cell that uses one of those names counts as broken with it, so the checks
+    of what it defines are included too.
+
+    Parameters
+    ----------
+    lab : str
+        The lab's name.
+    solution_id : str
+        The ``grade_id`` of a solution cell.
+    repo : Path, optional
+        The course to read the lab from (default ``REPO``).
+
+    Returns
+    -------
+    list of str
+        The ``grade_id`` of each graded code cell that names one of those definitions, in
+        notebook order.
+    """
     defined, order = {}, []
     for cell in _read(lab, repo).cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -210,6 +335,21 @@ def hostile(lab: str, repo: Path = REPO) -> tuple[dict[str, str], dict[str, floa
     points; the third, where the lab has one, is correct but kills its kernel right
     after; the rest are correct. Expected: the first and the rest full marks, the second
     and third nothing.
+
+    Parameters
+    ----------
+    lab : str
+        The lab's name (with at least two solution cells).
+    repo : Path, optional
+        The course to read the lab from (default ``REPO``).
+
+    Returns
+    -------
+    answers : dict of str to str
+        The submission's solution cells, by ``grade_id`` (for :func:`submit`).
+    want : dict of str to float
+        The score each graded cell must get, by ``grade_id``: full points, 0 for the
+        checks of the second and third answers (:func:`checks_of`).
     """
     sol = solutions(lab, repo)
     ids = list(sol)

@@ -76,7 +76,19 @@ class Secret:
         self.lines = sorted({ln for ln in map(_squeeze, lines) if len(ln) >= DISTINCT})
 
     def found_in(self, have: set[str]) -> bool:
-        """Most of the secret's distinctive lines (all of one or two) are in `have`."""
+        """Most of the secret's distinctive lines (all of one or two) are in `have`.
+
+        Parameters
+        ----------
+        have : set of str
+            The lines of a file, blanks squeezed (one space between words).
+
+        Returns
+        -------
+        bool
+            True when all of the secret's one or two lines, or at least 60 % of three or
+            more, are in `have`; False for a secret without distinctive lines.
+        """
         if not self.lines:
             return False
         hits = sum(ln in have for ln in self.lines)
@@ -97,6 +109,21 @@ def secrets(repo: Path = course.REPO, labs: Sequence[str] = course.LABS,
     With `released` (a folder holding ``labs/<lab>/<lab>.ipynb`` as nbgrader released
     them), the lines a lab hands out anyway (a broken exchange to fix is most of its fix)
     are not secret: what is left is what the student has to write.
+
+    Parameters
+    ----------
+    repo : Path, optional
+        The instructors' repository (default: the course's, ``course.REPO``).
+    labs : sequence of str, optional
+        The labs to read (default: all, ``course.LABS``).
+    released : Path, optional
+        A folder with the released labs, whose lines are not secret (default: none).
+
+    Returns
+    -------
+    list of Secret
+        One per block with at least one distinctive line (``DISTINCT`` characters or
+        more), named ``"LAB GRADE_ID: solution"`` or ``"... hidden tests"``.
     """
     import nbformat
 
@@ -118,7 +145,24 @@ def secrets(repo: Path = course.REPO, labs: Sequence[str] = course.LABS,
 
 def hidden_cases(repo: Path = course.REPO) -> dict[tuple[int, str], tuple[int, ...]]:
     """Lab 06 Part F's hidden cases, ``{(ranks, placement): sizes}``, read from the hidden
-    tests of its source notebook: the only place they are written."""
+    tests of its source notebook: the only place they are written.
+
+    Parameters
+    ----------
+    repo : Path, optional
+        The instructors' repository (default: the course's, ``course.REPO``).
+
+    Returns
+    -------
+    dict of (int, str) to tuple of int
+        The message sizes (bytes) of each hidden case, by its ranks and placement.
+
+    Raises
+    ------
+    ValueError
+        When the hidden test of ``choose_allgather`` does not name exactly one set of
+        cases.
+    """
     import nbformat
 
     lab = "lab06-allgather"
@@ -175,6 +219,22 @@ def leaks(tree: Path, repo: Path = course.REPO,
     distinctive lines of any solution or hidden-test block of the labs' sources; a
     simulated record of one of lab 06's hidden cases (its ranks and size, at any placement)
     in a JSON file; the nbgrader course folder (``autograder/``) or the tests.
+
+    Parameters
+    ----------
+    tree : Path
+        The folder to scan (an edition, or a students' checkout).
+    repo : Path, optional
+        The instructors' repository the secrets are read from (default: the course's,
+        ``course.REPO``).
+    labs : sequence of str, optional
+        The labs whose secrets to look for (default: all, ``course.LABS``).
+
+    Returns
+    -------
+    list of str
+        One line per finding, ``"PATH: what"`` (path relative to `tree`); empty when
+        nothing leaks.
     """
     tree = Path(tree)
     found = []
@@ -218,7 +278,34 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
 def build(dest: Path, repo: Path = course.REPO, labs: Sequence[str] = course.LABS,
           force: bool = False) -> Path:
     """Write the students' edition into `dest` (which must not exist, or be empty, unless
-    `force`), then scan it: :class:`RuntimeError` naming every leak found."""
+    `force`), then scan it: :class:`RuntimeError` naming every leak found.
+
+    Parameters
+    ----------
+    dest : Path
+        The folder to write, outside `repo`.
+    repo : Path, optional
+        The instructors' repository (default: the course's, ``course.REPO``).
+    labs : sequence of str, optional
+        The labs to release into the edition (default: all, ``course.LABS``).
+    force : bool, optional
+        Replace `dest` when it is not empty (default False).
+
+    Returns
+    -------
+    Path
+        `dest`, resolved.
+
+    Raises
+    ------
+    ValueError
+        When `dest` is `repo` or inside it.
+    FileExistsError
+        When `dest` is not empty and `force` is False.
+    RuntimeError
+        When the scan finds a leak other than the ``KNOWN`` ones (the edition is left
+        in `dest` for a look).
+    """
     dest = Path(dest).resolve()
     repo = Path(repo).resolve()
     if dest == repo or repo in dest.parents:
@@ -249,6 +336,20 @@ def build(dest: Path, repo: Path = course.REPO, labs: Sequence[str] = course.LAB
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line, ``python -m mpilab.autograder.edition DEST``: :func:`build`, or
+    with ``--scan-only`` only :func:`leaks`.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        ``DEST [--force] [--scan-only]`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 when the edition was written (or the scan found nothing), 1
+        when not.
+    """
     ap = argparse.ArgumentParser(prog="python -m mpilab.autograder.edition",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("dest", help="folder to write (outside the repository)")

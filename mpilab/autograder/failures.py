@@ -92,7 +92,18 @@ class BadResult(CheckFailed):
 
 
 def fail(failure: CheckFailed | Ungradable) -> NoReturn:
-    """Raise `failure` with nothing chained: the student reads one message, not two."""
+    """Raise `failure` with nothing chained: the student reads one message, not two.
+
+    Parameters
+    ----------
+    failure : CheckFailed or Ungradable
+        The exception to raise.
+
+    Raises
+    ------
+    CheckFailed or Ungradable
+        `failure`, always, with ``from None``.
+    """
     raise failure from None
 
 
@@ -117,6 +128,18 @@ def fingerprint(obj: Any) -> str:
 
     Comments and the function's name do not count: the naive exchange shown in a lab and
     a student's unchanged copy of it are the same function.
+
+    Parameters
+    ----------
+    obj : object
+        A function, a compiled function (:class:`mpilab.build.CompiledFunction`), a
+        ``functools.partial``, or a student's function already keyed in their kernel
+        (its ``mpilab_key``). Any other object is keyed by its identity.
+
+    Returns
+    -------
+    str
+        A hex digest (SHA-1), or the object's ``mpilab_key`` where it has one.
     """
     import hashlib
 
@@ -154,13 +177,37 @@ def fingerprint(obj: Any) -> str:
 
 
 def name_of(func: Any) -> str:
-    """What a message calls `func`: its name, or its type's."""
+    """What a message calls `func`: its name, or its type's.
+
+    Parameters
+    ----------
+    func : object
+        The function a check runs.
+
+    Returns
+    -------
+    str
+        Its ``__name__``, else its ``name`` attribute, else the name of its type.
+    """
     return (getattr(func, "__name__", None) or getattr(func, "name", None)
             or type(func).__name__)
 
 
 def check_not_timed_out(keys: Sequence[str], name: str) -> None:
-    """Fail with :class:`Skipped` when a function of these fingerprints timed out before."""
+    """Fail with :class:`Skipped` when a function of these fingerprints timed out before.
+
+    Parameters
+    ----------
+    keys : sequence of str
+        The :func:`fingerprint` of each function the check would run.
+    name : str
+        What the message calls the function(s).
+
+    Raises
+    ------
+    Skipped
+        When one of `keys` timed out in an earlier check (in this kernel).
+    """
     __tracebackhide__ = True
     for k in keys:
         first = _STATE["timed_out"].get(k)
@@ -171,6 +218,15 @@ def check_not_timed_out(keys: Sequence[str], name: str) -> None:
 
 
 def remember_timeout(keys: Sequence[str], message: str) -> None:
-    """Remember that the functions of these fingerprints timed out, and how."""
+    """Remember that the functions of these fingerprints timed out, and how.
+
+    Parameters
+    ----------
+    keys : sequence of str
+        The :func:`fingerprint` of each function the timed-out check ran.
+    message : str
+        The timeout's message; its first line is kept, for :func:`check_not_timed_out`
+        to quote.
+    """
     for k in keys:
         _STATE["timed_out"][k] = message.split("\n")[0]

@@ -65,7 +65,13 @@ _STUDENT_NAMES: set[str] = set()
 
 
 def active() -> bool:
-    """True in the grader's kernel at autograde time."""
+    """True in the grader's kernel at autograde time.
+
+    Returns
+    -------
+    bool
+        Whether the environment variable ``MPILAB_GRADER`` (``ENV``) is set and not empty.
+    """
     return bool(os.environ.get(ENV))
 
 
@@ -80,7 +86,22 @@ def config() -> dict:
 
 
 def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a sandboxed process of the course (kernel, ranks, compiler)."""
+    """The environment of a sandboxed process of the course (kernel, ranks, compiler).
+
+    Parameters
+    ----------
+    home : str
+        The process's home folder (``HOME``; IPython's and the caches' folders under it).
+    extra : dict of str to str, optional
+        More variables, set last (they win).
+
+    Returns
+    -------
+    dict of str to str
+        The whole environment: this Python's ``PATH``, one thread per BLAS and OpenMP,
+        the MPI library selected here (``MPILAB_MPI``), ``MPILAB_GRADING=1``, and
+        ``MPICC`` and ``MPILAB_MPIEXEC`` where this process has them.
+    """
     from .. import runtime
 
     venv_bin = os.path.dirname(sys.executable)
@@ -189,7 +210,21 @@ def _signature(params: Any) -> inspect.Signature | None:
 
 
 def missing(ns: dict, names: list[str]) -> list[str]:
-    """Of `names`, those this namespace lacks or holds from the student (to refresh)."""
+    """Of `names`, those this namespace lacks or holds from the student (to refresh).
+
+    Parameters
+    ----------
+    ns : dict
+        The grader kernel's namespace (``globals()`` of its cells).
+    names : list of str
+        The names a test cell reads (:func:`mpilab.autograder.cells.free_names`).
+
+    Returns
+    -------
+    list of str
+        Those of `names` that are identifiers, not dunder names, and either not in `ns`
+        or bound there by an earlier :func:`bind`; in the order of `names`.
+    """
     return [n for n in names if isinstance(n, str) and n.isidentifier()
             and not n.startswith("__") and (n not in ns or n in _STUDENT_NAMES)]
 
@@ -200,6 +235,23 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
     Missing names are unbound (a test that uses them fails with NameError); plain data is
     decoded; functions become :class:`StudentFunction`; anything else a
     :class:`StudentObject` that refuses to be used.
+
+    Parameters
+    ----------
+    ns : dict
+        The grader kernel's namespace, changed in place.
+    folder : str
+        Where the student's kernel exported them (:func:`mpilab.autograder.student.export`:
+        ``index.json`` and a file per name); every file is read as untrusted.
+    names : list of str
+        The names to bind; only those :func:`missing` returns are looked at.
+
+    Returns
+    -------
+    list of str
+        The names bound (to a value, a :class:`StudentFunction` or a
+        :class:`StudentObject`); a name the student's kernel lacks is left out, and
+        removed from `ns` where an earlier call bound it.
     """
     raw = read_untrusted(os.path.join(folder, "index.json"), 1 << 20)
     try:
@@ -273,19 +325,93 @@ def payload(func: Any, args: tuple, kwargs: dict | None = None) -> bytes:
 
 
 def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
-    """``func(comm, *args)`` on `nranks` sandboxed ranks (a fresh job after any failure)."""
+    """``func(comm, *args)`` on `nranks` sandboxed ranks (a fresh job after any failure).
+
+    Parameters
+    ----------
+    func : callable
+        The harness to run on each rank (a test cell's or mpilab's), or a
+        :class:`StudentFunction`; called with the call's communicator first.
+    args : tuple
+        Its further arguments (pickled by the grader with cloudpickle).
+    nranks : int
+        Ranks in the call's communicator; the job has at least ``POOL_RANKS`` (4).
+    timeout : float
+        Seconds the call may take on the ranks.
+
+    Returns
+    -------
+    Outcome
+        Each rank's reply and which ranks timed out, died or replied garbage; the verdict
+        is the caller's (:func:`mpilab.grading.run_on_ranks`).
+
+    Raises
+    ------
+    PoolError
+        When the sandboxed ranks cannot start.
+    """
     return _pool(nranks).call(payload(func, args), nranks, timeout)
 
 
 def local(func: Any, args: tuple, kwargs: dict, timeout: float) -> Outcome:
-    """``func(*args, **kwargs)`` on one sandboxed rank."""
+    """``func(*args, **kwargs)`` on one sandboxed rank.
+
+    Parameters
+    ----------
+    func : callable
+        What to call (a :class:`StudentFunction`, or a harness).
+    args : tuple
+        Its positional arguments.
+    kwargs : dict
+        Its keyword arguments.
+    timeout : float
+        Seconds the call may take.
+
+    Returns
+    -------
+    Outcome
+        Rank 0's reply, or that it timed out, died or replied garbage (:func:`call`
+        turns it into a result or a failure).
+
+    Raises
+    ------
+    PoolError
+        When the sandboxed ranks cannot start.
+    """
     return _pool(1).local(payload(func, args, kwargs), timeout)
 
 
 def call(func: Any, *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Any:
     """:func:`mpilab.grading.call_local` at autograde time: on one sandboxed rank, never
     in the grader; the plain result, or the :class:`~mpilab.autograder.failures.CheckFailed`
-    that says what happened."""
+    that says what happened.
+
+    Parameters
+    ----------
+    func : callable
+        What to call (a :class:`StudentFunction`, or a harness).
+    *args : object
+        Its positional arguments.
+    timeout : float, optional
+        Seconds the call may take (default ``DEFAULT_TIMEOUT``, 10).
+    **kwargs : object
+        Its keyword arguments.
+
+    Returns
+    -------
+    object
+        What `func` returned, as plain data (:mod:`mpilab.autograder.wire`).
+
+    Raises
+    ------
+    CheckFailed
+        :class:`~mpilab.autograder.failures.RaisedError` when it raised (or its arguments
+        could not be sent), ``EngineDied`` when its process died, ``TimedOut`` (or
+        ``Skipped``, when it timed out in an earlier check) and ``BadResult`` when it
+        returned something that is not plain data.
+    Ungradable
+        When the sandboxed process could not start.
+    """
     __tracebackhide__ = True
     name = name_of(func)
     keys = [fingerprint(func)]
@@ -330,6 +456,25 @@ def compile_cython(source: str, module_name: str, final: str, timeout: float) ->
     """Compile `source` as `module_name` into the folder `final`, in the sandbox.
 
     Returns the compiler's exit status and its (untrusted) report.
+
+    Parameters
+    ----------
+    source : str
+        The Cython source.
+    module_name : str
+        The extension module's name.
+    final : str
+        The folder the built module goes into (under the sandbox's build folder).
+    timeout : float
+        Seconds the compile may take.
+
+    Returns
+    -------
+    status : int
+        The exit status of ``python -m mpilab.build`` (124 when it ran past `timeout`).
+    report : str
+        Its output (the last 20,000 bytes, stdout and stderr together), or why it was
+        stopped.
     """
     import subprocess
 

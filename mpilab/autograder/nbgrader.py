@@ -100,6 +100,19 @@ class SandboxKernelManager(AsyncKernelManager):
         self.connection_file = os.path.join(ipc, "kernel.json")
 
     def format_kernel_cmd(self, extra_arguments=None):
+        """The kernel's command line, wrapped to run in the sandbox (:meth:`Sandbox.command`).
+
+        Parameters
+        ----------
+        extra_arguments : list of str, optional
+            More arguments for the kernel (as jupyter_client's ``format_kernel_cmd``).
+
+        Returns
+        -------
+        list of str
+            The sandboxed command, run in the student's home with the student's
+            environment; the home, ``ipc`` and ``exports`` folders writable.
+        """
         cmd = super().format_kernel_cmd(extra_arguments)
         return self.box.command(cmd, cwd=self.home, env=self.box_env,
                                 rw=[self.home, self.ipc, self.exports])
@@ -203,6 +216,13 @@ class IsolatedExecute(Execute):
         self._paths = _path_names(scratch, self._hidden())
 
     def create_kernel_manager(self):
+        """The manager of the student's kernel: a :class:`SandboxKernelManager`.
+
+        Returns
+        -------
+        SandboxKernelManager
+            The new manager, also kept as ``self.km``.
+        """
         self.km = SandboxKernelManager(box=self._box, home=self._home, ipc=self._ipc,
                                        exports=self._exports, env=self._student_env,
                                        kernel_name=self.kernel_name or "python3",
@@ -236,6 +256,30 @@ class IsolatedExecute(Execute):
 
     # -- the main loop ------------------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):
+        """Grade `nb`: student cells in the sandboxed kernel, test cells in the grader's.
+
+        Ends every process of the submission afterwards, and replaces the course's and
+        the sandbox's paths in the outputs.
+
+        Parameters
+        ----------
+        nb : NotebookNode
+            The submission, with nbgrader's test cells restored; its cells get their
+            outputs in place.
+        resources : dict, optional
+            nbgrader's resources; ``resources["metadata"]`` gives the notebook's folder
+            (``path``) and name (``name``).
+        km : KernelManager, optional
+            The student's kernel manager. Leave it None (as nbgrader does): a
+            :class:`SandboxKernelManager` is made; one given is used as it is.
+
+        Returns
+        -------
+        nb : NotebookNode
+            The executed notebook.
+        resources : dict
+            The resources, as nbclient leaves them.
+        """
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
@@ -370,7 +414,24 @@ class IsolatedExecute(Execute):
         return _reply(self.kc, self.km, msg_id, timeout)
 
     def process_message(self, msg, cell, cell_index):
-        """Keep at most ``max_output_bytes`` of a cell's output (a flood is cut, not stored)."""
+        """Keep at most ``max_output_bytes`` of a cell's output (a flood is cut, not stored).
+
+        Parameters
+        ----------
+        msg : dict
+            A message from the kernel's IOPub channel.
+        cell : NotebookNode
+            The cell being executed.
+        cell_index : int
+            Its index in the notebook.
+
+        Returns
+        -------
+        NotebookNode or None
+            What nbclient's ``process_message`` makes of `msg`; None for output past
+            the cell's ``max_output_bytes`` (errors are always kept), whose size is
+            counted for the note appended to the cell.
+        """
         content = msg.get("content", {})
         if msg.get("msg_type") in ("stream", "display_data", "execute_result", "error",
                                    "update_display_data") or msg.get("msg_type", "").startswith(
@@ -473,6 +534,25 @@ class HideHiddenTests(ClearHiddenTests):
     """
 
     def preprocess_cell(self, cell, resources, cell_index):
+        """Cut the hidden tests from `cell` if it is a test cell.
+
+        Parameters
+        ----------
+        cell : NotebookNode
+            A cell of the feedback's notebook.
+        resources : dict
+            nbgrader's resources, passed through.
+        cell_index : int
+            The cell's index in the notebook.
+
+        Returns
+        -------
+        cell : NotebookNode
+            The cell: a test cell without its hidden-test region (with unbalanced
+            delimiters, without anything from the first one's line on), any other unchanged.
+        resources : dict
+            `resources`, unchanged.
+        """
         if classify(cell) != "test":
             return cell, resources
         try:

@@ -65,13 +65,38 @@ class Graded:
 
 def default_jobs(cores: int | None = None) -> int:
     """Gradings at once: one per usable core, plus one (most of a grading waits), at most
-    8 and at least 1."""
+    8 and at least 1.
+
+    Parameters
+    ----------
+    cores : int, optional
+        The cores to count on (default: :func:`mpilab.runtime.usable_cores`).
+
+    Returns
+    -------
+    int
+        ``cores + 1``, clipped to 1 to 8.
+    """
     cores = runtime.usable_cores() if cores is None else cores
     return max(1, min(8, int(cores) + 1))
 
 
 def submitted(course: str | os.PathLike, lab: str) -> list[str]:
-    """The students with a submission of `lab` in the course directory `course`."""
+    """The students with a submission of `lab` in the course directory `course`.
+
+    Parameters
+    ----------
+    course : str or os.PathLike
+        The nbgrader course directory (the one with ``submitted/``).
+    lab : str
+        The assignment's name.
+
+    Returns
+    -------
+    list of str
+        The student ids with a folder ``submitted/ID/LAB``, sorted; empty without
+        ``submitted/``.
+    """
     base = Path(course) / "submitted"
     if not base.is_dir():
         return []
@@ -127,7 +152,27 @@ def nbgrader(args, cwd: str | os.PathLike, *, timeout: float | None = None,
     """``nbgrader ARGS`` run in `cwd`, as ``python -m nbgrader`` would run it, but forked
     from a process with nbgrader imported; its exit status and output (text).
 
-    A run past `timeout` seconds is killed and returns status 124."""
+    A run past `timeout` seconds is killed and returns status 124.
+
+    Parameters
+    ----------
+    args : iterable
+        nbgrader's arguments (``["autograde", LAB, "--student=ID"]``), each made a string.
+    cwd : str or os.PathLike
+        The folder to run in (the course directory).
+    timeout : float, optional
+        Seconds before the run is killed (default: no limit). What a killed run leaves
+        (scratch folders, cgroups) is cleaned up.
+    env : dict of str to str, optional
+        The environment (default: this process's), with this Python's folder put first
+        on ``PATH`` and ``JPY_SESSION_NAME`` removed.
+
+    Returns
+    -------
+    subprocess.CompletedProcess
+        ``args`` (``["nbgrader", ...]``), ``returncode`` (124 when killed), ``stdout`` and
+        ``stderr`` (text).
+    """
     env = dict(os.environ if env is None else env)
     # nbgrader runs the `alembic` command of its own environment
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -207,6 +252,20 @@ def autograde(course: str | os.PathLike, lab: str, students: list[str] | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: autograde a lab's submissions side by side, then print their logs.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``LAB [--jobs N] [--student ID ...] [--course DIR] [--timeout SECONDS]``; any other
+        argument goes to ``nbgrader autograde`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 when every grading succeeded (or there was nothing to grade),
+        1 when one failed.
+    """
     ap = argparse.ArgumentParser(
         prog="python -m mpilab.autograder.parallel",
         description="nbgrader autograde, one process per student, several at once "

@@ -48,7 +48,8 @@ class Outcome:
 
     ``replies`` maps rank to its decoded reply; ``timed_out`` lists ranks that had not
     replied in time, and ``stacks`` their own stack dumps (faulthandler text); ``died``
-    says how the job ended when a rank died (``None`` otherwise).
+    says how the job ended when a rank died (``None`` otherwise); ``bad`` maps rank to why
+    its reply could not be used (too large, or not readable).
     """
 
     replies: dict[int, tuple] = field(default_factory=dict)
@@ -99,6 +100,8 @@ class Pool:
         Environment of the ranks (PATH, HOME, MPI settings ...).
     workdir : path
         Writable folder for the socket and the stack dumps (made by the caller).
+    start_timeout : float, optional
+        Seconds the ranks have to start and connect (default 60).
     """
 
     def __init__(self, box: Sandbox, size: int, *, cwd: str, env: dict[str, str],
@@ -120,6 +123,17 @@ class Pool:
         return self.proc is not None and self.proc.poll() is None and len(self.conns) == self.size
 
     def start(self) -> None:
+        """Start the job afresh (ending a running one) and wait until every rank connects.
+
+        Held under :func:`mpilab.autograder.quiet.working`: it waits while another grading
+        measures.
+
+        Raises
+        ------
+        PoolError
+            When the job exits, or not every rank connects within `start_timeout`
+            seconds; the message ends with the job's last output.
+        """
         # the ranks' start (mpiexec, N Pythons importing mpi4py and numpy) keeps the cores
         # busy for seconds: not while another grading measures
         with quiet.working():
@@ -176,6 +190,8 @@ class Pool:
                 os.unlink(path)
 
     def stop(self) -> None:
+        """End the job (its whole PID namespace) and close the ranks' connections; harmless when
+        none runs. The next request starts a fresh job."""
         for c in self.conns.values():
             with contextlib.suppress(OSError):
                 c.close()
@@ -187,19 +203,70 @@ class Pool:
         self.proc = None
 
     def output(self) -> str:
-        """The last few KiB the job wrote (stdout, then stderr)."""
+        """The last few KiB the job wrote (stdout, then stderr).
+
+        Returns
+        -------
+        str
+            Up to 16 KiB of each stream that wrote anything, joined by a newline (bytes
+            that are not UTF-8 replaced).
+        """
         return "\n".join(d.tail() for d in self._drains if d.tail())
 
     # -- requests -----------------------------------------------------------------------
     def call(self, payload: bytes, nranks: int, timeout: float) -> Outcome:
         """``func(comm, *args)`` on the first `nranks` ranks; `payload` pickles
-        ``(func, args, kwargs)``."""
+        ``(func, args, kwargs)``.
+
+        Starts the job first when it is not running; ends it after a reply that times
+        out, a rank that dies or a reply that cannot be read.
+
+        Parameters
+        ----------
+        payload : bytes
+            The grader's pickle of ``(func, args, kwargs)``
+            (:func:`mpilab.autograder.isolated.payload`); the student's functions in it
+            are their kernel's bytes, loaded on the ranks only.
+        nranks : int
+            Ranks in the call's communicator (the first `nranks` of the job); the others
+            answer ``("out",)``.
+        timeout : float
+            Seconds the call may take on the ranks.
+
+        Returns
+        -------
+        Outcome
+            The reply of each rank, and which ranks timed out, died or replied garbage.
+
+        Raises
+        ------
+        PoolError
+            When `nranks` is more than the job's size, or the job cannot start.
+        """
         if nranks > self.size:
             raise PoolError(f"a call on {nranks} ranks in a job of {self.size}")
         return self._request("call", payload, list(range(self.size)), nranks, timeout)
 
     def local(self, payload: bytes, timeout: float) -> Outcome:
-        """``func(*args, **kwargs)`` on rank 0 alone."""
+        """``func(*args, **kwargs)`` on rank 0 alone.
+
+        Parameters
+        ----------
+        payload : bytes
+            The grader's pickle of ``(func, args, kwargs)``, as for :meth:`call`.
+        timeout : float
+            Seconds the call may take.
+
+        Returns
+        -------
+        Outcome
+            Rank 0's reply, or that it timed out, died or replied garbage.
+
+        Raises
+        ------
+        PoolError
+            When the job cannot start.
+        """
         return self._request("local", payload, [0], 1, timeout)
 
     def _request(self, kind: str, payload: bytes, targets: list[int], nranks: int,

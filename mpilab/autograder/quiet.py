@@ -42,7 +42,14 @@ _local = threading.local()
 
 def folder() -> Path | None:
     """This user's grading folder (``$TMPDIR/mpilab-grading-<uid>``, mode 700), or None
-    where it is not safely this user's alone."""
+    where it is not safely this user's alone.
+
+    Returns
+    -------
+    Path or None
+        The folder, made if missing; None when it cannot be made or read, or belongs to
+        another user, or its group or others have any access to it.
+    """
     d = Path(tempfile.gettempdir()) / f"mpilab-grading-{os.getuid()}"
     try:
         d.mkdir(mode=0o700, exist_ok=True)
@@ -82,7 +89,29 @@ FORBIDDEN = "forbidden"
 
 @contextlib.contextmanager
 def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
-    """Hold the cores for a measurement: no other grading of this user works meanwhile."""
+    """Hold the cores for a measurement: no other grading of this user works meanwhile.
+
+    Waits until every piece of work running under :func:`working` has ended; new work
+    waits from the moment this call starts waiting. Nested in another ``measuring`` of the
+    same thread, it holds nothing more.
+
+    Parameters
+    ----------
+    where : str or os.PathLike, optional
+        The folder of the lock files (default: this user's grading folder,
+        :func:`folder`; without one, nothing is locked).
+
+    Yields
+    ------
+    None
+        While the cores are held.
+
+    Raises
+    ------
+    RuntimeError
+        Inside this thread's own :func:`working` block, or (with `where` left out) in a
+        process whose environment says ``MPILAB_MEASURING=forbidden``.
+    """
     held = getattr(_local, "held", None)
     if held == "measuring":  # nested: held already
         yield
@@ -103,7 +132,22 @@ def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def working(where: str | os.PathLike | None = None) -> Iterator[None]:
-    """Work that keeps cores busy; waits while a measurement holds (or waits for) them."""
+    """Work that keeps cores busy; waits while a measurement holds (or waits for) them.
+
+    Shared: many gradings work at once. Inside a :func:`measuring` or ``working`` block of
+    the same thread, it holds nothing more (a measurement's own ranks do not wait for it).
+
+    Parameters
+    ----------
+    where : str or os.PathLike, optional
+        The folder of the lock files (default: this user's grading folder,
+        :func:`folder`; without one, nothing is locked).
+
+    Yields
+    ------
+    None
+        While the work may run.
+    """
     if getattr(_local, "held", None):  # inside a measurement (its own ranks) or nested
         yield
         return

@@ -69,7 +69,14 @@ class Limits:
 
 
 def available() -> str | None:
-    """Why sandboxing cannot be used here, or None when it can."""
+    """Why sandboxing cannot be used here, or None when it can.
+
+    Returns
+    -------
+    str or None
+        The reason, in words (``MPILAB_SANDBOX=off``, not Linux, ``bwrap`` or, as root,
+        ``setpriv`` not installed); None when bubblewrap can be used.
+    """
     if os.environ.get("MPILAB_SANDBOX", "").lower() == "off":
         return "MPILAB_SANDBOX=off"
     if not sys.platform.startswith("linux"):
@@ -227,6 +234,17 @@ class Sandbox:
         The repository of an editable install, ``/root`` and ``/home`` are always hidden.
     limits : Limits
         Memory, processes, file sizes, CPU seconds, /tmp and /dev/shm sizes.
+    name : str, optional
+        Names its cgroups (``NAME-ROLE``). Default: the name of `root` when it is a
+        scratch folder of :func:`make_scratch`, else a fresh ``mpilab-grade-<hex>``.
+    cgroup : bool, optional
+        Put its processes in cgroups, as root and where the memory and pids controllers
+        exist (default True; without them, ``prlimit`` counts processes by user).
+
+    Raises
+    ------
+    SandboxError
+        When ``MPILAB_SANDBOX=required`` and bubblewrap cannot be used (:func:`available`).
     """
 
     root: str
@@ -262,6 +280,14 @@ class Sandbox:
 
     # -- configuration shared by processes (the grader kernel rebuilds it from a file) --
     def save(self, path: str | os.PathLike) -> None:
+        """Write this sandbox's settings as JSON (mode 600), for :meth:`load` in another
+        process (the grader's kernel).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write.
+        """
         d = {"root": self.root, "hide": self.hide, "limits": asdict(self.limits),
              "name": self.name, "cgroup": self.cgroup}
         Path(path).write_text(json.dumps(d))
@@ -269,12 +295,36 @@ class Sandbox:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Sandbox:
+        """The sandbox whose settings :meth:`save` wrote (same root, name and limits).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file :meth:`save` wrote.
+
+        Returns
+        -------
+        Sandbox
+            A new handle on the same sandbox; it kills only the processes it starts
+            itself, but :meth:`close` (as root) ends every role's cgroup.
+        """
         d = json.loads(Path(path).read_text())
         d["limits"] = Limits(**d["limits"])
         return cls(**d)
 
     def folder(self, name: str) -> Path:
-        """A folder under `root` that the sandbox user may write (made if missing)."""
+        """A folder under `root` that the sandbox user may write (made if missing).
+
+        Parameters
+        ----------
+        name : str
+            Its path relative to `root`.
+
+        Returns
+        -------
+        Path
+            The folder: mode 711, owned by ``nobody`` when sandboxed as root.
+        """
         p = Path(self.root) / name
         p.mkdir(parents=True, exist_ok=True)
         # traverse-only for others: bwrap enters it (as root without capabilities) before
@@ -306,6 +356,33 @@ class Sandbox:
 
         `rw` and `ro` are host folders bound at the same path, writable or read-only;
         `role` (``kernel``, ``ranks``, ``compile``) picks the cgroup.
+
+        Parameters
+        ----------
+        argv : list of str
+            The command to run inside.
+        cwd : str
+            Its working directory (inside the sandbox).
+        env : dict of str to str
+            Its whole environment (nothing else is inherited).
+        rw, ro : list of str, optional
+            Host folders it may write, or only read (default: none besides the Python
+            environment and mpilab, which are always readable).
+        role : str, optional
+            ``"kernel"`` (default), ``"ranks"`` or ``"compile"``: which of the
+            submission's cgroups it joins.
+
+        Returns
+        -------
+        list of str
+            The command line to start: ``prlimit`` and ``bwrap`` (and ``setpriv`` as
+            root) around `argv`, behind a shell that joins the cgroup where there is one;
+            without bubblewrap, ``prlimit`` and ``env -i`` only.
+
+        Raises
+        ------
+        ValueError
+            For a `role` that is not one of ``ROLES``.
         """
         lim = self.limits
         cg = self._ensure_cgroup(role)
@@ -363,14 +440,42 @@ class Sandbox:
 
     def popen(self, argv: list[str], *, cwd: str, env: dict[str, str], rw: list[str] = (),
               ro: list[str] = (), role: str = "ranks", **kwargs) -> subprocess.Popen:
-        """Start `argv` in the sandbox (its own session); :meth:`kill` ends all it started."""
+        """Start `argv` in the sandbox (its own session); :meth:`kill` ends all it started.
+
+        Parameters
+        ----------
+        argv : list of str
+            The command to run inside.
+        cwd : str
+            Its working directory.
+        env : dict of str to str
+            Its whole environment.
+        rw, ro : list of str, optional
+            Host folders it may write, or only read (as for :meth:`command`).
+        role : str, optional
+            Which cgroup it joins (default ``"ranks"``; see :meth:`command`).
+        **kwargs
+            Passed to :class:`subprocess.Popen` (``stdin``, ``stdout``, ``stderr`` ...).
+
+        Returns
+        -------
+        subprocess.Popen
+            The started process (``bwrap``, or ``prlimit`` without a sandbox), which
+            :meth:`close` kills.
+        """
         cmd = self.command(argv, cwd=cwd, env=env, rw=rw, ro=ro, role=role)
         p = subprocess.Popen(cmd, cwd=cwd, start_new_session=True, **kwargs)
         self._procs.append(p)
         return p
 
     def kill(self, p: subprocess.Popen) -> None:
-        """End `p` and everything it started (its PID namespace, or its process group)."""
+        """End `p` and everything it started (its PID namespace, or its process group).
+
+        Parameters
+        ----------
+        p : subprocess.Popen
+            A process :meth:`popen` started; waited for up to 10 seconds after SIGKILL.
+        """
         for sig in (signal.SIGKILL,):
             try:
                 os.killpg(p.pid, sig)
@@ -382,7 +487,13 @@ class Sandbox:
             pass
 
     def close(self, remove: bool = True) -> None:
-        """Kill every process of this submission, remove its cgroup and (by default) root."""
+        """Kill every process of this submission, remove its cgroup and (by default) root.
+
+        Parameters
+        ----------
+        remove : bool, optional
+            Also delete `root` with all it holds (default True).
+        """
         for p in self._procs:
             self.kill(p)
         self._procs.clear()
@@ -465,6 +576,18 @@ def make_scratch(keep: bool = False):
     meanwhile finds either a fresh folder without a claim file (left alone until
     `unclaimed_for` old) or a held claim, never a claim file that nobody holds yet (which
     it would take for a dead grading's, and remove).
+
+    Parameters
+    ----------
+    keep : bool, optional
+        Mark the folder to be kept after the grading (default False).
+
+    Returns
+    -------
+    root : str
+        The new folder, ``$TMPDIR/mpilab-grade-XXXX``.
+    claim : file object
+        The open claim file; close it (or end the process) to release the claim.
     """
     root = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
     tmp = os.path.join(root, f"{_CLAIM}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -506,6 +629,18 @@ def remove_stale_scratch(base: str | None = None, unclaimed_for: float = 300.0) 
     (made by an older version, or a grading killed between making the folder and claiming
     it) counts as stale only once it is `unclaimed_for` seconds old. Folders kept on
     purpose (``keep_scratch``) stay.
+
+    Parameters
+    ----------
+    base : str, optional
+        The folder holding the scratch folders (default: :func:`tempfile.gettempdir`).
+    unclaimed_for : float, optional
+        Seconds after which a folder without a claim file counts as stale (default 300).
+
+    Returns
+    -------
+    list of str
+        The paths of the folders removed.
     """
     removed = []
     for d in Path(base or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
@@ -536,7 +671,14 @@ def leftovers() -> list[str]:
 
 def unclaimed() -> list[str]:
     """The :func:`leftovers` whose grading is not running (no claim held on the scratch
-    folder they belong to)."""
+    folder they belong to).
+
+    Returns
+    -------
+    list of str
+        Paths of cgroups and scratch folders (kept ones aside) that no running grading
+        claims.
+    """
     tmp = Path(tempfile.gettempdir())
     out = []
     for path in leftovers():

@@ -100,7 +100,19 @@ def _export_one(name: str, ns: dict, outdir: str) -> dict:
 
 
 def export(names: list[str], outdir: str) -> None:
-    """Write each of `names` from this kernel's namespace into `outdir` (never raises)."""
+    """Write each of `names` from this kernel's namespace into `outdir` (never raises).
+
+    Functions go to ``NAME.pkl`` (cloudpickle), plain data to ``NAME.wire``; what each
+    name turned out to be (``function`` with its description, ``data``, ``missing`` or
+    ``other`` with why) goes to ``index.json``.
+
+    Parameters
+    ----------
+    names : list of str
+        The names a test cell reads; those that are not identifiers are skipped.
+    outdir : str
+        The folder to write into (the grader reads it).
+    """
     try:
         from IPython import get_ipython
 

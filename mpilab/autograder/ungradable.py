@@ -37,7 +37,19 @@ ERRORS = ("GraderError", "Ungradable")
 
 
 def reason(cell) -> str | None:
-    """Why `cell` (an executed test cell) could not be graded, or None when it was."""
+    """Why `cell` (an executed test cell) could not be graded, or None when it was.
+
+    Parameters
+    ----------
+    cell : NotebookNode
+        A cell of an autograded notebook, with its outputs.
+
+    Returns
+    -------
+    str or None
+        ``"ENAME: evalue"`` of its first error output named in ``ERRORS``; None for a
+        solution cell, a markdown cell or a cell without such an error.
+    """
     if cell.get("cell_type") != "code" or is_solution(cell):
         return None
     for out in cell.get("outputs", []):
@@ -83,7 +95,22 @@ def _why(course: Path, lab: str, student: str, notebook: str, grade_id: str) -> 
 def pending(course: Path, labs: Sequence[str] | None = None) -> list[dict]:
     """Every test cell of the gradebook in `course` (nbgrader's course folder) that waits
     for a grade because the grader could not check it: lab, student, notebook, cell,
-    points and the reason (from the autograded notebook)."""
+    points and the reason (from the autograded notebook).
+
+    Parameters
+    ----------
+    course : Path
+        nbgrader's course folder (with ``gradebook.db`` and ``autograded/``).
+    labs : sequence of str, optional
+        Only these assignments (default: all of them).
+
+    Returns
+    -------
+    list of dict
+        One dict per part, with keys ``lab``, ``student``, ``notebook``, ``cell``,
+        ``points`` (the cell's maximum score) and ``reason``; sorted by lab, student and
+        cell.
+    """
     from nbgrader.api import Gradebook
 
     course = Path(course)
@@ -107,6 +134,19 @@ def pending(course: Path, labs: Sequence[str] | None = None) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Print the parts waiting for a grade, and how to grade them again.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The command line's arguments, ``[LAB ...] [--course FOLDER]`` (default:
+        ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status, 0 (also when parts are ungradable).
+    """
     ap = argparse.ArgumentParser(prog="python -m mpilab.autograder.ungradable",
                                  description="List the parts the grader could not check "
                                  "(they cost the students nothing until graded again).")

@@ -72,7 +72,26 @@ def _node(x: Any, bufs: list[bytes], depth: int) -> Any:
 
 
 def encode(value: Any) -> bytes:
-    """`value` (plain data, exact types) as bytes; :class:`WireError` for anything else."""
+    """`value` (plain data, exact types) as bytes; :class:`WireError` for anything else.
+
+    Parameters
+    ----------
+    value : object
+        Plain data of the exact types the module lists (``None``, ``bool``, ``int``,
+        ``float``, ``complex``, ``str``, ``bytes``, lists, tuples and dicts of them,
+        NumPy arrays of kinds ``b i u f c``), nested at most ``MAX_DEPTH`` levels.
+        Subclasses and NumPy scalars are refused: convert with :func:`plain` first.
+
+    Returns
+    -------
+    bytes
+        ``MAGIC``, the sizes, the JSON structure, then each array's raw buffer (C order).
+
+    Raises
+    ------
+    WireError
+        When part of `value` is not plain data or is nested too deeply.
+    """
     bufs: list[bytes] = []
     head = json.dumps(_node(value, bufs, 0), separators=(",", ":")).encode()
     parts = [MAGIC, struct.pack("<QI", len(head), len(bufs)), head]
@@ -158,7 +177,26 @@ def _str(v: Any) -> str:
 
 
 def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Any:
-    """The plain data `data` encodes; :class:`WireError` for anything malformed."""
+    """The plain data `data` encodes; :class:`WireError` for anything malformed.
+
+    Parameters
+    ----------
+    data : bytes
+        What :func:`encode` made, as sent by a student's process (untrusted).
+    max_bytes : int, optional
+        The largest `data` accepted, in bytes (default ``MAX_BYTES``, 512 MiB).
+
+    Returns
+    -------
+    object
+        The decoded value: plain data only, NumPy arrays as writable copies.
+
+    Raises
+    ------
+    WireError
+        For anything that is not bytes of a valid encoding within the limits (size,
+        nesting, dtypes, array shapes); never another exception.
+    """
     if type(data) is not bytes:
         raise WireError("not bytes")
     if len(data) > max_bytes:
@@ -203,7 +241,32 @@ SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
 def plain(x: Any, where: str = "", depth: int = 0) -> Any:
-    """`x` as plain data, or raise TypeError naming what is not."""
+    """`x` as plain data, or raise TypeError naming what is not.
+
+    Parameters
+    ----------
+    x : object
+        A value returned by a student's function (or computed by a check).
+    where : str, optional
+        How a message names `x`, e.g. ``"the value"``; the parts of a container are
+        named from it (``"the value[0]"``). Empty (the default): ``"the result"``.
+    depth : int, optional
+        The nesting level of `x` (0 at the top; the recursion counts it): deeper than 20
+        levels is refused.
+
+    Returns
+    -------
+    object
+        `x` as exact plain types: NumPy scalars and 0-d arrays as Python numbers, arrays
+        of numbers as copies, object arrays as lists, ``bytearray`` and ``memoryview`` as
+        ``bytes``, containers converted part by part.
+
+    Raises
+    ------
+    TypeError
+        When some part of `x` is not plain data; the message names the part and its type
+        and says what to return instead.
+    """
     t = type(x)
     if t in SCALARS:
         return x
@@ -239,7 +302,22 @@ def plain(x: Any, where: str = "", depth: int = 0) -> Any:
 
 
 def verify_plain(x: Any, depth: int = 0) -> bool:
-    """True when `x` is plain data by exact type (what came back can be trusted to compare)."""
+    """True when `x` is plain data by exact type (what came back can be trusted to compare).
+
+    Parameters
+    ----------
+    x : object
+        The value to check (typically what :func:`decode` returned).
+    depth : int, optional
+        The nesting level of `x` (0 at the top; the recursion counts it): deeper than 21
+        levels is not plain.
+
+    Returns
+    -------
+    bool
+        Whether `x` and every part of it are of the exact plain types (no subclasses,
+        NumPy arrays of numbers only).
+    """
     t = type(x)
     if t in SCALARS:
         return True

@@ -36,11 +36,32 @@ MAX_REQUEST = 1 << 30
 
 
 def student_object(payload: bytes):
-    """A student's object from the bytes their kernel pickled (runs their code: sandbox only)."""
+    """A student's object from the bytes their kernel pickled (runs their code: sandbox only).
+
+    Parameters
+    ----------
+    payload : bytes
+        A pickle made in the student's kernel (untrusted).
+
+    Returns
+    -------
+    object
+        What `payload` unpickles to; on the MPI ranks, a ``(function, args, kwargs)``
+        tuple.
+    """
     return pickle.loads(payload)
 
 
 def send_frame(sock: socket.socket, data: bytes) -> None:
+    """Send `data` as one frame: its length (8 bytes, little-endian), then the bytes.
+
+    Parameters
+    ----------
+    sock : socket.socket
+        A connected stream socket (the grader's Unix socket).
+    data : bytes
+        The frame's content.
+    """
     sock.sendall(struct.pack("<Q", len(data)) + data)
 
 
@@ -56,6 +77,25 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
 
 
 def recv_frame(sock: socket.socket, limit: int = MAX_REQUEST) -> bytes | None:
+    """Receive one frame that :func:`send_frame` sent.
+
+    Parameters
+    ----------
+    sock : socket.socket
+        A connected stream socket.
+    limit : int, optional
+        The largest frame accepted, in bytes (default ``MAX_REQUEST``, 1 GiB).
+
+    Returns
+    -------
+    bytes or None
+        The frame's content; None when the socket closed before a whole frame came.
+
+    Raises
+    ------
+    ValueError
+        When the frame announces more than `limit` bytes.
+    """
     head = _recv_exact(sock, 8)
     if head is None:
         return None
@@ -124,6 +164,19 @@ def _serve(world, rank: int, workdir: str, request: tuple) -> tuple | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve the grader's requests on this rank until the socket closes or says stop.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``[SOCKET, WORKDIR]``: the grader's Unix socket and the folder for the stuck
+        ranks' stacks (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     from mpi4py import MPI
 
     from mpilab import build
