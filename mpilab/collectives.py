@@ -323,7 +323,26 @@ OMPI_NAMES = {
 
 
 def algorithm(op: str, alg: str) -> Algorithm:
-    """The :class:`Algorithm` `alg` of `op`; a ValueError naming the choices if unknown."""
+    """The :class:`Algorithm` `alg` of `op`; a ValueError naming the choices if unknown.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`OPS`.
+    alg : str
+        An algorithm of `op` (the keys of ``ALGORITHMS[op]``).
+
+    Returns
+    -------
+    Algorithm
+        Its summary, the process counts it admits, its cost formula and Open MPI's
+        number for it.
+
+    Raises
+    ------
+    ValueError
+        `op` or `alg` is unknown; the message names the choices.
+    """
     if op not in ALGORITHMS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if alg not in ALGORITHMS[op]:
@@ -369,7 +388,13 @@ def _comm(comm):
 
 
 def kernel_module():
-    """The compiled collectives kernel (``mpilab.kernels.collectives``), imported here."""
+    """The compiled collectives kernel (``mpilab.kernels.collectives``), imported here.
+
+    Returns
+    -------
+    module
+        ``mpilab.kernels.collectives``.
+    """
     from .kernels import collectives
 
     return collectives

@@ -56,7 +56,20 @@ def _format_bandwidth(mbps: float) -> str:
 
 
 def params_label(alpha_us: float, beta_MBps: float) -> str:
-    """``α = 1 µs, β = 1 GB/s``: a model's parameters as the figures label them."""
+    """``α = 1 µs, β = 1 GB/s``: a model's parameters as the figures label them.
+
+    Parameters
+    ----------
+    alpha_us : float
+        Latency, µs.
+    beta_MBps : float
+        Bandwidth, MB/s.
+
+    Returns
+    -------
+    str
+        Both with their units scaled for reading.
+    """
     return f"α = {_format_us(alpha_us)}, β = {_format_bandwidth(beta_MBps)}"
 
 

@@ -1,7 +1,8 @@
 """The public API a notebook, an instructor or a lab's checks call is documented in numpydoc.
 
-For every public function and method of the modules below (named in ``__all__`` where the
-module has one; methods of public classes; not properties, not re-exports): a docstring,
+For every public function and method of the modules below (every name without a leading
+underscore, in ``__all__`` or not: a lab may call what a module's ``__all__`` forgot;
+methods of public classes; not properties, not re-exports): a docstring,
 a ``Parameters`` section naming each parameter (``self`` and ``cls`` aside), and a
 ``Returns`` (or ``Yields``) section where the function returns a value. What the sections
 say is for a reader; this test checks only that they are there and name every parameter.
@@ -42,17 +43,6 @@ def module_files(name: str) -> list[Path]:
     return [origin]
 
 
-def _all_names(tree: ast.Module) -> set[str] | None:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            try:
-                return set(ast.literal_eval(node.value))
-            except ValueError:
-                return None
-    return None
-
-
 def _is_property(fn) -> bool:
     return any((isinstance(d, ast.Name) and d.id in {"property", "cached_property", "overload"})
                or (isinstance(d, ast.Attribute) and d.attr in {"setter", "getter", "deleter",
@@ -63,14 +53,11 @@ def _is_property(fn) -> bool:
 def public_functions(path: Path):
     """(qualified name, node) of each public function and public method in `path`."""
     tree = ast.parse(path.read_text(), str(path))
-    names = _all_names(tree)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if not node.name.startswith("_") and (names is None or node.name in names) \
-                    and not _is_property(node):
+            if not node.name.startswith("_") and not _is_property(node):
                 yield node.name, node
-        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_") \
-                and (names is None or node.name in names):
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             for m in node.body:
                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                         and not m.name.startswith("_") and not _is_property(m):

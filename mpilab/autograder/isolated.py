@@ -76,7 +76,14 @@ def active() -> bool:
 
 
 def config() -> dict:
-    """This submission's settings: sandbox, folders (written by the preprocessor)."""
+    """This submission's settings: sandbox, folders (written by the preprocessor).
+
+    Returns
+    -------
+    dict
+        The JSON file named by ``$MPILAB_ISOLATED`` (:data:`ENV`), read once per process,
+        with ``box``: its :class:`Sandbox`.
+    """
     if "config" not in _state:
         path = os.environ[ENV]
         cfg = json.loads(Path(path).read_text())
@@ -318,6 +325,20 @@ def payload(func: Any, args: tuple, kwargs: dict | None = None) -> bytes:
 
     Test-cell harnesses travel by value, mpilab's by reference, the student's functions
     as the bytes their kernel made (:class:`StudentFunction`).
+
+    Parameters
+    ----------
+    func : callable
+        What the ranks call.
+    args : tuple
+        Its positional arguments.
+    kwargs : dict, optional
+        Its keyword arguments.
+
+    Returns
+    -------
+    bytes
+        The cloudpickle of ``(func, args, kwargs)``.
     """
     import cloudpickle
 
@@ -448,6 +469,13 @@ def call(func: Any, *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any)
 
 
 def output() -> str:
+    """The last output of this submission's rank job (:meth:`Pool.output`).
+
+    Returns
+    -------
+    str
+        Empty when no job was started.
+    """
     pool = _state.get("pool")
     return pool.output() if pool is not None else ""
 

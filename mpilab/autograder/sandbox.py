@@ -539,6 +539,18 @@ def remove_stale_cgroups(base: str | None = None, unclaimed_for: float = 300.0) 
     same time (a second instructor, another lab) cannot take them from under it. A cgroup
     with no scratch folder counts as stale once `unclaimed_for` seconds old; one with a
     process in it cannot be removed anyway.
+
+    Parameters
+    ----------
+    base : str, optional
+        Where the scratch folders are (default: the temporary folder).
+    unclaimed_for : float, optional
+        Seconds a cgroup without a scratch folder is left alone (default 300).
+
+    Returns
+    -------
+    int
+        How many cgroups were removed.
     """
     tmp = Path(base or tempfile.gettempdir())
     removed = 0
@@ -660,7 +672,14 @@ def remove_stale_scratch(base: str | None = None, unclaimed_for: float = 300.0) 
 
 
 def leftovers() -> list[str]:
-    """Cgroups and scratch folders of gradings that ended without cleaning up."""
+    """Cgroups and scratch folders of gradings that ended without cleaning up.
+
+    Returns
+    -------
+    list of str
+        Their paths (a running grading's are listed too: :func:`unclaimed` leaves those
+        out).
+    """
     found = []
     for base in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"):
         found += [str(p) for p in Path(base).glob("mpilab-grade-*") if p.is_dir()]
@@ -695,6 +714,19 @@ def read_untrusted(path: str | os.PathLike, limit: int) -> bytes | None:
     Never follows a symbolic link (a student's process could point one at a file only
     the grader may read), reads regular files only, and at most `limit` bytes (None when
     the file is larger).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    limit : int
+        Most bytes read.
+
+    Returns
+    -------
+    bytes or None
+        Its content; None for a link, a file that is not regular, one over `limit`
+        bytes, or one that cannot be read.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))

@@ -42,7 +42,10 @@ from .compare import _fmt, _is_num, _trusted
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "measure",
-           "with_alpha_beta", "expect_prediction", "expect_model", "where"]
+           "with_alpha_beta", "expect_prediction", "expect_model", "where",
+           # labs 00 and 01
+           "ring_times", "ring_now", "check_ring_times", "show_ring_times", "one_way_times",
+           "alpha_beta", "pingpong_now", "check_predict_held_out"]
 
 #: A measurement or a traced schedule is made once per grading session: kept in this
 #: kernel, and in a folder only this user can write, for this many seconds, so the
@@ -215,7 +218,24 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     where the copy must fetch every line; the hop's ping-pong sends one array again and
     again, already in the other core's cache. On the course's 2-core virtual machine
     forwarding 1 MiB took 1.4 to 2 times the hop, and 4 to 11 times while the machine's two
-    cores sat far apart (``python -m mpilab.bench forwarding`` measures both)."""
+    cores sat far apart (``python -m mpilab.bench forwarding`` measures both).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The measuring ranks' communicator (two or more ranks).
+    nbytes : int
+        Bytes of each rank's array (a multiple of 8: doubles).
+    iters, reps : int, optional
+        Operations timed back to back per repetition, and repetitions; the best
+        repetition counts (defaults 10 and 7).
+
+    Returns
+    -------
+    dict
+        ``hop_us``, ``lap_us`` and ``shift_us``: µs per operation, the fastest repetition
+        (each timed to the slowest rank's end), the same on every rank.
+    """
 
     rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -314,7 +334,20 @@ RING_BYTES = 1 << 20
 
 
 def ring_now(cluster_ranks: int = 4) -> dict:
-    """Lab 00: a hop, a lap and a shift of 1 MiB arrays, measured (once per session)."""
+    """Lab 00: a hop, a lap and a shift of 1 MiB arrays, measured (once per session).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4); :func:`measuring_ranks` says how many of
+        them measure.
+
+    Returns
+    -------
+    dict
+        :func:`ring_times`'s ``hop_us``, ``lap_us`` and ``shift_us`` (µs), with ``ranks``,
+        ``cores`` and ``oversubscribed`` (:func:`measure`).
+    """
     return measure("ring", ring_times, RING_BYTES, cluster_ranks=cluster_ranks)
 
 
@@ -384,21 +417,72 @@ def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.
                                                      (8, 40.0)),
                      *, cluster_ranks: int = 4) -> dict:
     """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
-    `cases`, and its prediction holds against a lap and a shift measured just now."""
+    `cases`, and its prediction holds against a lap and a shift measured just now.
+
+    Parameters
+    ----------
+    ring_times_us : callable
+        The student's ``ring_times_us(p, hop_us)``, returning (lap, shift) in µs.
+    cases : sequence of (int, float), optional
+        (p, hop in µs) pairs the formula is checked on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        The measurement (:func:`ring_now`), with the predicted lap and shift (µs) and
+        measured / predicted ratios.
+
+    Raises
+    ------
+    CheckFailed
+        A case is wrong, or the prediction is outside :data:`RING_TOLERANCE` of the
+        measurement.
+    """
     __tracebackhide__ = True
     return RING.check(ring_times_us, cases, cluster_ranks=cluster_ranks)
 
 
 def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: the hop, lap and shift measured now (the first call measures them, a few
-    seconds), beside ``ring_times_us``'s predictions."""
+    seconds), beside ``ring_times_us``'s predictions.
+
+    Parameters
+    ----------
+    ring_times_us : callable
+        The student's ``ring_times_us(p, hop_us)``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
     return RING.show(ring_times_us, cluster_ranks)
 
 
 def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
     `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
-    NumPy arrays as the labs' own code sends, on memory of one kind (:func:`doubles`)."""
+    NumPy arrays as the labs' own code sends, on memory of one kind (:func:`doubles`).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The measuring ranks' communicator (ranks 0 and 1 ping-pong; others wait).
+    sizes : sequence of int
+        Message sizes, bytes (multiples of 8).
+    iters, reps : int, optional
+        Round trips timed back to back per repetition, and repetitions (defaults 10
+        and 7).
+
+    Returns
+    -------
+    dict
+        ``sizes`` (bytes) and ``t_us``: the one-way time of each, µs.
+    """
 
     def one_way(nbytes: int) -> float:
         out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
@@ -410,7 +494,22 @@ def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
 def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: Hockney's α (the one-way time of 8 B, µs) and β (MB/s, from
     the one-way time of `big_bytes`: β = n / (t(n) - α)), by a ping-pong of ranks 0 and 1
-    (:func:`one_way_times`)."""
+    (:func:`one_way_times`).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The measuring ranks' communicator.
+    big_bytes : int, optional
+        The large message β comes from, bytes (default 1 MiB).
+    iters, reps : int, optional
+        As for :func:`one_way_times`.
+
+    Returns
+    -------
+    dict
+        ``alpha_us`` (µs), ``t_big_us`` (µs), ``big_bytes`` and ``beta_MBps`` (MB/s).
+    """
     alpha, t_big = one_way_times(comm, [8, big_bytes], iters, reps)["t_us"]
     return {"alpha_us": alpha, "t_big_us": t_big, "big_bytes": big_bytes,
             "beta_MBps": big_bytes / max(t_big - alpha, 1e-3)}
@@ -427,7 +526,20 @@ HELD_OUT_BYTES = 4 << 20
 
 def pingpong_now(cluster_ranks: int = 2) -> dict:
     """Lab 01: one-way times of 8 B, 1 MiB and 4 MiB on this notebook's ranks (once per
-    grading session), with α and β from the first two."""
+    grading session), with α and β from the first two.
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 2).
+
+    Returns
+    -------
+    dict
+        :func:`one_way_times`'s ``sizes`` and ``t_us`` (µs), with ``alpha_us`` (µs),
+        ``beta_MBps`` (MB/s), ``held_out_bytes`` and ``held_out_us`` (µs), and
+        :func:`measure`'s ``ranks``, ``cores`` and ``oversubscribed``.
+    """
     m = measure("held-out", one_way_times, [8, RING_BYTES, HELD_OUT_BYTES],
                 cluster_ranks=cluster_ranks)
     alpha, t_big, t_held = m["t_us"]
@@ -457,6 +569,25 @@ HELD_OUT = Prediction(
 def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> dict:
     """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
     against the 4 MiB one-way time measured in the same run, within
-    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``."""
+    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``.
+
+    Parameters
+    ----------
+    predict_us : callable
+        The student's ``predict_us(nbytes, alpha_us, beta_MBps)``, in µs.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 2).
+
+    Returns
+    -------
+    dict
+        :func:`pingpong_now`'s measurement with ``predicted_us`` (µs) and ``ratio``
+        (measured / predicted).
+
+    Raises
+    ------
+    CheckFailed
+        The prediction is not a number, or outside :data:`HELD_OUT_TOLERANCE`.
+    """
     __tracebackhide__ = True
     return HELD_OUT.check(predict_us, cluster_ranks=cluster_ranks)
