@@ -514,7 +514,8 @@ def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
     cluster_id : str
         The id the cluster was started with (``mpilab-...``).
     timeout : float, optional
-        Not used at present: the engines are given 5 seconds to answer.
+        Seconds the engines have to answer (default 10); a cluster that does not answer
+        in time is stopped.
 
     Returns
     -------
@@ -540,7 +541,7 @@ def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
                    launcher=settings.get("launcher", "local"),
                    partition=settings.get("partition"), time_limit=settings.get("time_limit"),
                    sbatch_args=settings.get("sbatch_args", ()))
-    if not c._reconnect():
+    if not c._reconnect(timeout=timeout):
         raise ClusterError(f"cluster {cluster_id!r} does not answer; start it again")
     _current = c
     return c

@@ -98,7 +98,10 @@ class Launchers:
         self.timings["start_s"] = time.perf_counter() - t0
         return self
 
-    def _reconnect(self) -> bool:
+    def _reconnect(self, timeout: float = 5) -> bool:
+        """Connect to this cluster's running engines (saved by an earlier start under the
+        same id and settings); False, with everything of it killed, where they do not
+        answer within `timeout` seconds."""
         import ipyparallel as ipp
 
         meta = self._meta_path()
@@ -118,7 +121,7 @@ class Launchers:
             cl = ipp.Cluster.from_file(cluster_id=self.cluster_id)
             self._cluster = cl
             self.client = cl.connect_client_sync()
-            self._wire_up(timeout=5)
+            self._wire_up(timeout=timeout)
         except Exception:
             self._kill_everything()
             return False

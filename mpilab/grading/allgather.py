@@ -440,7 +440,7 @@ def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = 
         ``(p, n)`` or ``(p, n, dtype)``: ranks, elements per block, NumPy type
         (``"float64"`` by default).
     name, timeout
-        As for :func:`check_bcast`.
+        As for :func:`mpilab.grading.collectives.check_bcast`.
 
     Raises
     ------
@@ -467,7 +467,7 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     n : int
         Float64 per block (each message must carry one block).
     name, timeout
-        As for :func:`check_bcast`.
+        As for :func:`mpilab.grading.collectives.check_bcast`.
 
     Returns
     -------
@@ -519,7 +519,7 @@ def check_refuses(allgather: Callable, sizes: Iterable[int], *, ranks: int = 3,
     ranks : int
         Ranks of the runs.
     name, timeout
-        As for :func:`check_bcast`.
+        As for :func:`mpilab.grading.collectives.check_bcast`.
 
     Returns
     -------

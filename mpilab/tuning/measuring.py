@@ -251,7 +251,7 @@ def library_run(ranks: int, sizes, env: dict | None = None, *, iters=None, reps:
     (:func:`rules_env`) and once without, at the same iteration counts
     (`iters`, ``{size: iterations}``, e.g. from an earlier run's
     ``meta["settings"]["iters"]``; calibrated here when None). Returns one record per
-    size (``impl`` = `label`, ``library_env`` = `env`), as :func:`run` makes them.
+    size (``impl`` = `label`, ``library_env`` = `env`), as :func:`measure` makes them.
 
     Parameters
     ----------
