@@ -34,7 +34,8 @@ from typing import Any
 
 import nbformat
 import pytest
-from test_labs import RING_LOOP, errors_of, graded_notebook, leftover_processes, printed_by
+from grading_batch import graded_notebook
+from lab_grading import RING_LOOP, errors_of, leftover_processes, printed_by
 
 from mpilab.autograder.course import (
     PATCH_EVERYTHING,

@@ -15,15 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_grading_hostile import grade_all
-from test_labs import (
+from grading_batch import graded_notebook
+from lab_grading import (
     assert_source_validates,
     errors_of,
-    graded_notebook,
     leftover_processes,
     printed_by,
     released_failing_every_test,
 )
+from test_grading_hostile import grade_all
 from test_netlab import OwnFabrics
 
 from mpilab import netlab
