@@ -23,7 +23,7 @@ from lab_grading import (
     printed_by,
     released_failing_every_test,
 )
-from test_grading_hostile import grade_all
+from side_by_side_grading import grade_all
 from test_netlab import OwnFabrics
 
 from mpilab import netlab
