@@ -23,8 +23,8 @@ from lab_grading import (
     printed_by,
     released_failing_every_test,
 )
+from own_fabrics import OwnFabrics
 from side_by_side_grading import grade_all
-from test_netlab import OwnFabrics
 
 from mpilab import netlab
 from mpilab.autograder.course import full, make_course, solutions
