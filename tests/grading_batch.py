@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from lab_grading import leftover_processes
 
 from mpilab.autograder.course import nbgrader, submit
 from mpilab.autograder.parallel import autograde
@@ -77,7 +78,6 @@ def check_run(request, course: Path, expected: dict[str, float]):
 
 def _grade(request, course: Path, lab: str) -> Run:
     from nbgrader.api import Gradebook
-    from test_labs import leftover_processes
 
     cases = {}
     for item in request.session.items:

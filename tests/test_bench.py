@@ -4,18 +4,12 @@ Wall-clock speed is not tested here; the benchmarks report it.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
+from bench_runs import bench
 from conftest import needs_mpi
 
 pytestmark = needs_mpi
-
-
-def bench(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "mpilab.bench", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

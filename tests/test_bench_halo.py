@@ -8,8 +8,8 @@ import json
 import math
 
 import pytest
+from bench_runs import bench
 from conftest import needs_mpi
-from test_bench import bench
 
 from mpilab import netlab
 

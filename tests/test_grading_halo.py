@@ -1,11 +1,11 @@
 """mpilab.grading.halo, Lab 02's checks: messages on hand-made outputs, reloads, real runs.
 
 The pure-Python parts (which ghost edge is wrong and whose edge it holds, where a step
-went wrong, the structure checks on source code) are tested on arrays built here from
-the numbered grid, without MPI. A few tests run the checks themselves on the shared
-4-engine cluster (``lab`` in conftest.py): a right exchange and a right overlapped step
-pass on several process grids, a wrong one fails naming the rank, the edge and the
-neighbour. The lab's notebook under nbgrader is tests/test_lab02.py.
+went wrong, the structure checks on source code) are tested on arrays built from the
+numbered grid (tests/halo_frames.py), without MPI. A few tests run the checks themselves
+on the shared 4-engine cluster (``lab`` in conftest.py): a right exchange and a right
+overlapped step pass on several process grids, a wrong one fails naming the rank, the
+edge and the neighbour. The lab's notebook under nbgrader is tests/test_lab02.py.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 import cloudpickle
 import numpy as np
 import pytest
+from halo_frames import frames
 
 import mpilab.grading.halo as gh
 from mpilab import grading, halo
@@ -24,18 +25,6 @@ from mpilab.grading import CheckFailed
 # The engines cannot import this test module: send its functions by value, as they would
 # be from a notebook.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def frames(nx, ny, dims):
-    """Every rank's block of the numbered grid with the frame a right exchange gives."""
-    full = np.zeros((ny + 2, nx + 2))
-    full[1:-1, 1:-1] = gh.numbered(nx, ny)
-    out = []
-    for y0, rows, x0, cols in halo.blocks(nx, ny, dims):
-        u = full[y0:y0 + rows + 2, x0:x0 + cols + 2].copy()
-        u[0, 0] = u[0, -1] = u[-1, 0] = u[-1, -1] = 0.0  # never read, never sent
-        out.append(u)
-    return out
 
 
 def stepped(probes):

@@ -27,35 +27,31 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from html import unescape
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from test_labs import RING_LOOP, errors_of, graded_notebook, leftover_processes, printed_by
+from grading_batch import graded_notebook
+from lab_grading import RING_LOOP, errors_of, leftover_processes, printed_by
+from side_by_side_grading import HANG_CEILING, grade_all
 
 from mpilab.autograder.course import (
     PATCH_EVERYTHING,
     REPO,
     checks_of,
     full,
-    graded_seconds,
     make_course,
-    nbgrader,
     solutions,
     submit,
 )
-from mpilab.autograder.parallel import autograde
 
 pytestmark = [pytest.mark.slow, pytest.mark.graded_timing]
 
 LAB0 = "lab00-mpi-basics"
 OTHER_LABS = ["lab01-pingpong", "lab02-halo", "lab03-one-sided", "lab05-collectives",
               "lab06-allgather"]
-HANG_CEILING = 240  # s per submission: a hang, not a slow grade (the bench has the bars)
-JOBS = 3  # gradings side by side (mpilab.autograder.parallel), as a class is graded
 
 
 @pytest.fixture(scope="module")
@@ -119,38 +115,6 @@ def course_state(course: Path, lab: str, new: list[str] = (), graded: list[str] 
 def host_shm() -> set[str]:
     return {n for n in os.listdir("/dev/shm")
             if os.stat(os.path.join("/dev/shm", n)).st_uid == 65534}
-
-
-def grade_all(course: Path, lab: str, cases: dict[str, dict[str, str]],
-              extra_files: dict[str, dict[str, str]] | None = None) -> dict:
-    """Submit `cases` (student -> answers), autograde them side by side, generate
-    their feedback; the scores by student, the wall time and nbgrader's log."""
-    from nbgrader.api import Gradebook
-
-    for student, answers in cases.items():
-        dest = submit(course, lab, student, answers)
-        for name, text in (extra_files or {}).get(student, {}).items():
-            (dest / name).write_text(text)
-    t0 = time.perf_counter()
-    # side by side, as a class is graded: an attack must not cost the honest submission
-    # graded beside it a mark either
-    done = autograde(course / "autograder", lab, list(cases), jobs=JOBS, args=("--force",),
-                     timeout=HANG_CEILING)
-    wall = time.perf_counter() - t0
-    log = "\n".join(f"===== {g.student} (exit {g.returncode})\n{g.log}" for g in done)
-    failed = [g for g in done if not g.ok]
-    assert not failed, "\n".join(g.log[-5000:] for g in failed)
-    fb = nbgrader(course, "generate_feedback", lab, "--force")
-    assert fb.returncode == 0, fb.stdout + fb.stderr
-    scores = {}
-    with Gradebook(f"sqlite:///{course / 'autograder' / 'gradebook.db'}") as gb:
-        for student in cases:
-            sub = gb.find_submission_notebook(lab, lab, student)
-            scores[student] = {g.name: g.score for g in sub.grades if g.max_score}
-    times = graded_seconds(log)
-    print(f"\n[hostile] {lab}: {len(cases)} submissions in {wall:.0f} s; per notebook "
-          f"{', '.join(f'{t:.0f}' for t in times)} s")
-    return {"scores": scores, "log": log, "times": times}
 
 
 def feedback(course: Path, lab: str, student: str) -> str:

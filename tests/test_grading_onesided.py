@@ -14,7 +14,7 @@ import sys
 
 import cloudpickle
 import pytest
-from test_grading_halo import frames
+from halo_frames import frames
 
 import mpilab.grading.onesided as go
 from mpilab.grading import CheckFailed

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from grading_batch import check_run
-from test_labs import (
+from lab_grading import (
     HOSTILE_PATCH,
     assert_source_validates,
     errors_of,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from grading_batch import check_run
-from test_labs import (
+from lab_grading import (
     assert_source_validates,
     errors_of,
     printed_by,

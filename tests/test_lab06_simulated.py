@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_labs import errors_of, graded_notebook, leftover_processes, printed_by
+from grading_batch import graded_notebook
+from lab_grading import errors_of, leftover_processes, printed_by
 
 from mpilab import collectives, grading, sim
 from mpilab.autograder.course import REPO, full, make_course, nbgrader, scores, solutions, submit

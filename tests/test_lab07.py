@@ -15,16 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_grading_hostile import grade_all
-from test_labs import (
+from grading_batch import graded_notebook
+from lab_grading import (
     assert_source_validates,
     errors_of,
-    graded_notebook,
     leftover_processes,
     printed_by,
     released_failing_every_test,
 )
-from test_netlab import OwnFabrics
+from own_fabrics import OwnFabrics
+from side_by_side_grading import grade_all
 
 from mpilab import netlab
 from mpilab.autograder.course import full, make_course, solutions

@@ -1,6 +1,6 @@
 """Lecture 02 (halo exchange) says what it measured, and what it showed is what happened.
 
-The lecture is executed once per session by :func:`test_lectures.executed` (quick sweeps,
+The lecture is executed once per session by :func:`lecture_runs.executed` (quick sweeps,
 real MPI engines); these tests read its outputs as text. No timing is asserted: only that
 the deadlock was caught and recovered from, every mode matched the serial reference, the
 tables carry the paper's figures beside this machine's and say how they were measured,
@@ -11,7 +11,7 @@ import os
 import re
 
 import pytest
-from test_lectures import cell_with, code_cells, executed, tagged, text_of  # noqa: F401
+from lecture_runs import cell_with, code_cells, executed, tagged, text_of  # noqa: F401
 
 from mpilab import halo, runtime
 
@@ -197,7 +197,7 @@ def test_lecture_02_shows_the_16_core_halo_reference_labelled():
     machine; the K1 and step growth it prints and the prose quotes are the files' own."""
     import json
 
-    from test_lectures import ROOT
+    from lecture_runs import ROOT
 
     nb = executed(STEM)
     out = text_of(cell_with(nb, "halo16.json"))

@@ -1,6 +1,6 @@
 """Lecture 03 (one-sided) says what it measured, and what it showed is what happened.
 
-The lecture is executed once per session by :func:`test_lectures.executed` (quick sweeps,
+The lecture is executed once per session by :func:`lecture_runs.executed` (quick sweeps,
 real MPI engines); these tests read its outputs as text. No timing is asserted: only that
 every epoch delivered the data its synchronisation promises, the shared window's layout
 was reported as it is, every heat mode matched the serial reference, the tables carry the
@@ -11,7 +11,7 @@ points are labelled, and the cluster was stopped.
 import re
 
 import pytest
-from test_lectures import cell_with, code_cells, executed, text_of  # noqa: F401
+from lecture_runs import cell_with, code_cells, executed, text_of  # noqa: F401
 
 from mpilab import halo, runtime
 

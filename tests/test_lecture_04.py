@@ -1,6 +1,6 @@
 """Lecture 04 (coarrays vs MPI) says what it measured, and what it showed is what happened.
 
-The lecture is executed once per session by :func:`test_lectures.executed` (quick sweeps,
+The lecture is executed once per session by :func:`lecture_runs.executed` (quick sweeps,
 real MPI engines, the compiled Fortran programs when OpenCoarrays is installed); these
 tests read its outputs as text. No timing is asserted: only that the CoArray ring and
 halo delivered exactly the expected values, every Fortran mode equalled the serial wave
@@ -12,7 +12,7 @@ labelled, and the cluster was stopped.
 import re
 
 import pytest
-from test_lectures import cell_with, code_cells, executed, text_of  # noqa: F401
+from lecture_runs import cell_with, code_cells, executed, text_of  # noqa: F401
 
 from mpilab import coarrays, runtime
 
@@ -147,7 +147,7 @@ def test_lecture_04_summary_and_stops_its_cluster():
 def test_lecture_04_runs_without_opencoarrays(tmp_path):
     """With coarrays.available() False the lecture still runs and shows the reference
     machine's data, labelled as not measured here (simulated by replacing that line)."""
-    from test_lectures import CELL_TIMEOUT, ROOT
+    from lecture_runs import CELL_TIMEOUT, ROOT
 
     from mpilab import notebooks
 

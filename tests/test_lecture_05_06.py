@@ -1,6 +1,6 @@
 """Lectures 05 (trees and butterflies) and 06 (allgather): their key outputs, as text.
 
-Each lecture is executed once per session by ``test_lectures.executed`` (``MPILAB_QUICK=1``,
+Each lecture is executed once per session by ``lecture_runs.executed`` (``MPILAB_QUICK=1``,
 real MPI engines and real ``mpiexec`` jobs); ``test_lectures.test_lecture_runs_cleanly``
 already checks that every cell ran and nothing was left behind. Here: the step counts the
 lectures print from traces are the right ones (the expected values are written out
@@ -14,7 +14,7 @@ import math
 import re
 
 import pytest
-from test_lectures import cell_with, executed, text_of
+from lecture_runs import cell_with, executed, text_of
 
 from mpilab import paths, runtime
 

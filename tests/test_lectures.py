@@ -1,84 +1,25 @@
 """Every lecture runs headless, end to end, on real MPI engines, and leaves nothing behind.
 
 Each ``lectures/*.md`` is executed once through :mod:`mpilab.notebooks` with
-``MPILAB_QUICK=1`` (the lectures shrink their sweeps under it). A cell may raise only if
+``MPILAB_QUICK=1`` (the lectures shrink their sweeps under it), by
+:func:`lecture_runs.executed` (one run per process, shared with the per-lecture modules;
+without nbclient, jupytext or MPI it skips this module). A cell may raise only if
 it is tagged ``raises-exception``, and a tagged cell must raise (a deadlock demo that
 does not deadlock teaches the wrong lesson). The key outputs of each lecture are checked
 as text, and no process of the lecture's cluster may outlive the run.
 """
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
+from lecture_runs import CELL_TIMEOUT, ROOT, cell_with, code_cells, executed, tagged, text_of
 
-pytest.importorskip("nbclient")
-pytest.importorskip("jupytext")
+from mpilab import cluster, notebooks, runtime
 
-from mpilab import cluster, notebooks, runtime  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 LECTURES = sorted((ROOT / "lectures").glob("*.md"))
-CELL_TIMEOUT = 420  # seconds: a hang guard (every MPI job in a cell has its own timeout);
-# lecture 04's quick sweep cell takes 170 s on 2 cores beside other tests, more under load
-
-try:
-    runtime.mpiexec()
-except runtime.MPINotFound as exc:  # pragma: no cover - depends on the machine
-    pytest.skip(f"no MPI: {exc}", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
-
-_runs: dict = {}
-# "1": small sweeps; "auto": the lecture decides from the machine (tests/test_container.py
-# runs lecture 02 inside a one-CPU cgroup that way)
-QUICK = os.environ.get("MPILAB_QUICK", "1")
-
-
-def executed(stem: str):
-    """The lecture `stem`, executed once per test session (quick sweeps)."""
-    if stem not in _runs:
-        try:
-            _runs[stem] = notebooks.execute(ROOT / "lectures" / f"{stem}.md",
-                                            timeout=CELL_TIMEOUT, env={"MPILAB_QUICK": QUICK})
-        except Exception as exc:  # reported by every test that needs this lecture
-            _runs[stem] = exc
-    nb = _runs[stem]
-    if isinstance(nb, Exception):
-        pytest.fail(f"{stem} did not run to the end: {type(nb).__name__}: {nb}")
-    return nb
-
-
-def text_of(cell) -> str:
-    """Everything a code cell showed: streams, plain and HTML results, errors."""
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.output_type == "stream":
-            parts.append(out.text)
-        elif out.output_type == "error":
-            parts.append(f"{out.ename}: {out.evalue}")
-        else:
-            data = out.get("data", {})
-            parts += [data.get("text/plain", ""), data.get("text/html", "")]
-    return "\n".join(parts)
-
-
-def code_cells(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def cell_with(nb, snippet: str):
-    """The first code cell whose source contains `snippet`."""
-    for c in code_cells(nb):
-        if snippet in c.source:
-            return c
-    raise AssertionError(f"no code cell contains {snippet!r}")
-
-
-def tagged(cell, tag="raises-exception") -> bool:
-    return tag in cell.metadata.get("tags", [])
 
 
 # Lectures 00, 02 and 07 are executed once for this test and for tests that compare what

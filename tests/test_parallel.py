@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_labs import leftover_processes
+from lab_grading import leftover_processes
 
 from mpilab.autograder import parallel
 from mpilab.autograder.course import full, make_course, scores, solutions, submit

@@ -45,13 +45,13 @@ MIN_ONE_NODE_EFFICIENCY = 0.6
 
 
 def lecture(stem):
-    from test_lectures import executed  # imported here: it skips without MPI
+    from lecture_runs import executed  # imported here: it skips without MPI
 
     return executed(stem)
 
 
 def output(nb, snippet):
-    from test_lectures import cell_with, text_of
+    from lecture_runs import cell_with, text_of
 
     return text_of(cell_with(nb, snippet))
 
@@ -85,7 +85,7 @@ class _Table(HTMLParser):
 
 def html_table(nb, snippet) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
     """(columns as (group, name), {row label: cells}) of the DataFrame a cell displayed."""
-    from test_lectures import cell_with
+    from lecture_runs import cell_with
 
     html = next(o["data"]["text/html"] for o in cell_with(nb, snippet)["outputs"]
                 if "text/html" in o.get("data", {}))

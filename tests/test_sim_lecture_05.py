@@ -1,6 +1,6 @@
 """Lecture 05's simulated section: the DECK paper's sweep at its scale (20 nodes, SMPI).
 
-The lecture is executed once per session by ``test_lectures.executed`` (``MPILAB_QUICK=1``:
+The lecture is executed once per session by ``lecture_runs.executed`` (``MPILAB_QUICK=1``:
 broadcasts and reduces simulated live at five process counts, the full sweep from
 ``reference/simulated/deck-paper-*.json``). Here: the tables and the figure carry the
 simulation's label, the tables have the paper's rows (p = 2..20) and our algorithms as
@@ -21,7 +21,7 @@ import math
 import re
 
 import pytest
-from test_lectures import cell_with, executed, text_of
+from lecture_runs import cell_with, executed, text_of
 
 from mpilab import sim
 

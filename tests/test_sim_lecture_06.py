@@ -1,6 +1,6 @@
 """Lecture 06 at the paper's scale: the allgather paper's table simulated with SimGrid SMPI.
 
-The lecture is executed once per session by ``test_lectures.executed`` (``MPILAB_QUICK=1``:
+The lecture is executed once per session by ``lecture_runs.executed`` (``MPILAB_QUICK=1``:
 the full 62- and 128-process tables come from ``reference/simulated/``, and a small live
 simulation runs where SimGrid is installed). Checked here, as text: every simulated table
 carries the simulation's label and sits beside the paper's columns; the library's choice
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_lectures import cell_with, executed, text_of
+from lecture_runs import cell_with, executed, text_of
 
 from mpilab import notebooks, sim, tuning
 
