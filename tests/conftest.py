@@ -15,6 +15,11 @@ from mpilab.autograder import quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The helper modules tests share (not test modules: none imports another test module)
+# whose asserts fail tests: rewritten as the test modules' are, so a failure shows values.
+pytest.register_assert_rewrite("grading_batch", "jupyterlab_harness", "lab_grading",
+                               "repo2docker_probe", "side_by_side_grading")
+
 # --- three phases (make test): side by side, graded timings side by side, then alone ------
 # Most tests wait (nbgrader, kernels, engines, deadlock timeouts), so `make test` runs the
 # suite in pytest-xdist workers, a test module (or group) at a time per worker:
@@ -53,7 +58,7 @@ def pytest_sessionstart(session):
 
 
 # A worker runs a whole group at a time: a test module, or the modules that execute the same
-# lecture (tests/test_lectures.py `executed`, once per process), the lecture's tests of
+# lecture (tests/lecture_runs.py `executed`, once per process), the lecture's tests of
 # test_lectures.py with them. The groups come from the test ids, in a scheduler of ours
 # (xdist's `loadgroup` marks do not group with pytest 9.2: pytest-xdist#1386).
 LECTURE_GROUPS = {
