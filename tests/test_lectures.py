@@ -207,7 +207,7 @@ def test_lecture_01_times_one_message_three_ways_and_reads_the_clock():
 def test_lecture_01_sends_a_resent_and_a_forwarded_array():
     """The same 1 MiB resent and forwarded in one loop; both real times, above 0."""
     nb = executed("01-pingpong")
-    out = text_of(cell_with(nb, "timing.forwarding(lab"))
+    out = text_of(cell_with(nb, "pingpong.forwarding(lab"))
     got = re.search(r"2 ranks over shm, 1 MiB one way \(fastest of 15\): ([\d.]+) µs resending "
                     r"one array, ([\d.]+) µs sending on the array just received: ([\d.]+) times",
                     out)
