@@ -62,7 +62,9 @@ def round_trip(comm, out, into, times: int = 1):
 
 
 def _mpi4py_pingpong(comm, sbuf, rbuf, nbytes, rank_a, rank_b, mode, warmup, iters, reps):
-    """The kernel's protocol with mpi4py's buffer Send/Recv (NumPy, no pickling)."""
+    """The kernel's protocol with mpi4py's buffer Send/Recv (NumPy, no pickling): the
+    path the students' code takes, which lecture 01 compares with the C loop and lab 01
+    grades the students' ping-pong against (see :mod:`mpilab.pingpong`)."""
     from mpi4py import MPI
 
     me = comm.Get_rank()
