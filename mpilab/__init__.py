@@ -20,6 +20,8 @@ Running jobs
     the grading lock ``quiet``).
 Teaching API (one module per topic)
     ``halo`` (heat and wave problems, decomposition, serial references, exchanges),
+    ``pingpong`` (every measurement of a message between two ranks: the C and mpi4py
+    loops, a local copy, buffers, pairs at once, forwarded arrays),
     ``collectives`` (collective algorithms: run, trace, time, predict), ``tuning`` (the
     library's choice: measure every algorithm, compare, tune), ``coarrays`` (Coarray
     Fortran and MPI Fortran programs); ``plots.<topic>`` (the lectures' figures);

@@ -9,7 +9,7 @@ One call measures what lab 07 models, on freshly made emulated nodes
     link["ring"]["node"]      # the ring allgather, 4 ranks, cyclic placement
 
 * **ping-pong** between one rank on each of two nodes (the course's C kernel, half a
-  round trip): the records of :func:`mpilab.timing.measure_pingpong`;
+  round trip): the records of :func:`mpilab.pingpong.measure_pingpong`;
 * **the ring allgather** (the course's C ring, :mod:`mpilab.collectives`) on 4 ranks,
   2 per node, placed by block (``map_by="slot"``: ranks 0 1 | 2 3) and cyclically
   (``map_by="node"``: 0 2 | 1 3), each with ``node_of_rank``.
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import collectives, jobs, netlab, paths, runtime, timing, tuning
+from . import collectives, jobs, netlab, paths, pingpong, runtime, timing, tuning
 
 __all__ = ["PINGPONG_SIZES", "RING_BLOCK", "PLACEMENTS", "REFERENCE", "measure", "reference",
            "schedules", "data_rate_MBps"]
@@ -57,7 +57,7 @@ def _worker(args_path: str, out_path: str) -> int:
     a = json.loads(Path(args_path).read_text())
     world = MPI.COMM_WORLD
     if a["what"] == "pingpong":
-        out = timing.measure_pingpong(world, a["sizes"], impls=("kernel",), reps=a["reps"],
+        out = pingpong.measure_pingpong(world, a["sizes"], impls=("kernel",), reps=a["reps"],
                                       min_time=a["min_time"])
     else:
         out = {alg: collectives.trace(world, "allgather", alg, a["block"]) for alg in a["algs"]}

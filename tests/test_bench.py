@@ -242,8 +242,7 @@ def test_contention_measures_pairs_side_by_side(tmp_path):
     """python -m mpilab.bench contention on this host: one pair alone beside two at once
     (oversubscribed on fewer than 4 cores, and said so), a record per size and pair count,
     bandwidths that add up."""
-    from mpilab import runtime
-    from mpilab.bench import contention
+    from mpilab import pingpong, runtime
 
     path = tmp_path / "contention.json"
     res = bench("contention", "--sizes", "8,64K", "--pairs", "2", "--reps", "3",
@@ -264,7 +263,7 @@ def test_contention_measures_pairs_side_by_side(tmp_path):
     assert 0.5 < recs[(65536, 2)]["slowdown"] < 50
     assert "oversubscribed" in res.stdout or cores >= 4
     assert doc["meta"]["settings"]["pairs"] == [1, 2]
-    assert contention.default_pairs(1) == [1] and contention.default_pairs(2) == [1]
-    assert contention.default_pairs(16) == [1, 2, 4, 8]
+    assert pingpong.default_pairs(1) == [1] and pingpong.default_pairs(2) == [1]
+    assert pingpong.default_pairs(16) == [1, 2, 4, 8]
     bad = bench("contention", "--pairs", "0")
     assert bad.returncode == 2 and "pairs" in bad.stderr

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The modules whose public functions are API: what lectures, labs, instructors and lab
 #: checks call (packages: every module in them).
 DOCUMENTED = [
-    "mpilab.cluster", "mpilab.timing", "mpilab.models", "mpilab.tracing",
+    "mpilab.cluster", "mpilab.timing", "mpilab.pingpong", "mpilab.models", "mpilab.tracing",
     "mpilab.collectives", "mpilab.halo", "mpilab.tuning", "mpilab.sim", "mpilab.netlab",
     "mpilab.runtime", "mpilab.jobs", "mpilab.notebooks", "mpilab.coarrays",
     "mpilab.buffers", "mpilab.paths", "mpilab.papers", "mpilab.plots",

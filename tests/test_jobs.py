@@ -123,12 +123,12 @@ def test_a_timed_out_job_is_killed_with_every_rank():
 
 
 def test_a_benchmark_that_times_out_leaves_nothing():
-    from mpilab.bench import pingpong
+    from mpilab import pingpong
 
     before = segments()
     with pytest.raises(jobs.JobTimeout):
         # 64 MiB messages for at least 10 s each: far past the 3 s allowed
-        pingpong.run([64 << 20], impls=("kernel",), min_time=10.0, timeout=3.0)
+        pingpong.run_pingpong([64 << 20], impls=("kernel",), min_time=10.0, timeout=3.0)
     assert mine() == []
     assert leaked(before) == set()
 

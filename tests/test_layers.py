@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks", "mpilab.autograder"]),
     # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
-    ("teaching API", ["mpilab.halo", "mpilab.collectives", "mpilab.tuning", "mpilab.network",
-                      "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
+    ("teaching API", ["mpilab.halo", "mpilab.pingpong", "mpilab.collectives", "mpilab.tuning",
+                      "mpilab.network", "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
                       "mpilab.plots.collectives", "mpilab.grading"]),
     # nbgrader's preprocessors (autograder/nbgrader_config.py) are a door in, as the CLIs
     ("front ends", ["mpilab.bench", "mpilab.autograder.nbgrader", "mpilab.autograder.bench",
@@ -178,6 +178,54 @@ def test_no_teaching_module_imports_the_bench():
            if layer_of(module_name(p)) < layer_of("mpilab.bench")
            for _, m in imports(p) if m == "mpilab.bench" or m.startswith("mpilab.bench.")]
     assert not bad, "\n".join(bad)
+
+
+BENCH_IMPORT = re.compile(r"^\s*(?:from\s+mpilab\.bench(?:\.\w+)*\s+import|import\s+mpilab\.bench"
+                          r"|from\s+mpilab\s+import\s+(?:[\w\s,(]*\b)?bench\b)", re.M)
+
+
+def _command_lines() -> set[str]:
+    """The modules ``python -m mpilab.bench <name>`` runs (one lives with the grader)."""
+    tree = ast.parse((PKG / "bench" / "__init__.py").read_text())
+    found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+             and any(getattr(t, "id", None) == "BENCHMARKS" for t in n.targets)]
+    assert found, "mpilab/bench/__init__.py has no BENCHMARKS"
+    return set(ast.literal_eval(found[0]).values())
+
+
+def test_only_command_lines_import_the_bench():
+    """One owner per measurement: an experiment's code is its topic module's, and
+    ``mpilab.bench`` is command lines over it. So no module outside ``mpilab/bench``
+    imports it (in a function either), but a command line that ``python -m mpilab.bench``
+    runs from elsewhere (``autograde``)."""
+    lines = _command_lines()
+    assert "mpilab.autograder.bench" in lines
+    bad = [f"{module_name(p)}:{line} imports {m}" for p in SOURCES
+           if not module_name(p).startswith("mpilab.bench") and module_name(p) not in lines
+           for line, m in imports(p) if m == "mpilab.bench" or m.startswith("mpilab.bench.")]
+    assert not bad, "\n".join(bad)
+
+
+LECTURES = sorted((PKG.parent / "lectures").glob("*.md"))
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.M | re.S)
+
+
+@pytest.mark.parametrize("path", LECTURES, ids=lambda p: p.stem)
+def test_no_lecture_imports_the_bench(path):
+    """A lecture calls the topic modules, as the bench's command lines do."""
+    bad = [line.strip() for cell in CODE_CELL.findall(path.read_text())
+           for line in cell.splitlines() if BENCH_IMPORT.match(line)]
+    assert not bad, f"{path.name} imports mpilab.bench: {bad}"
+
+
+def test_the_bench_import_check_sees_each_spelling():
+    for line in ("from mpilab.bench import buffers", "import mpilab.bench.pingpong",
+                 "    from mpilab.bench.contention import run", "from mpilab import bench",
+                 "from mpilab import runtime, bench"):
+        assert BENCH_IMPORT.search(line), line
+    for line in ("from mpilab import pingpong", "# python -m mpilab.bench pingpong",
+                 "from mpilab import benchmarks"):
+        assert not BENCH_IMPORT.search(line), line
 
 
 def test_the_cluster_neither_imports_its_magics_nor_reads_the_graders_switch():

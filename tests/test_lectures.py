@@ -119,7 +119,7 @@ def test_lecture_01_measures_what_buffer_memory_does():
     """Three kinds of memory under both large-message paths, side by side; the share of
     huge pages each buffer really got; verdicts computed from the measurement."""
     nb = executed("01-pingpong")
-    table = text_of(cell_with(nb, "buffers.run("))
+    table = text_of(cell_with(nb, "pingpong.run_buffers("))
     for word in ("huge-pages", "numpy", "4k-pages", "copy-in-out", "transparent huge pages"):
         assert word in table, (word, table)
     verdict = text_of(cell_with(nb, "def buf_t("))
@@ -148,7 +148,7 @@ def test_lecture_01_times_one_message_three_ways_and_reads_the_clock():
 def test_lecture_01_sends_a_resent_and_a_forwarded_array():
     """The same 1 MiB resent and forwarded in one loop; both real times, above 0."""
     nb = executed("01-pingpong")
-    out = text_of(cell_with(nb, "timing.forwarding(lab"))
+    out = text_of(cell_with(nb, "pingpong.forwarding(lab"))
     got = re.search(r"2 ranks over shm, 1 MiB one way \(fastest of 15\): ([\d.]+) µs resending "
                     r"one array, ([\d.]+) µs sending on the array just received: ([\d.]+) times",
                     out)
@@ -185,7 +185,7 @@ def test_lecture_01_measures_pairs_at_once_and_labels_the_link_reference():
     2 cores, and the lecture says why no more); the emulated link's reference data, labelled,
     with each pair getting about 1/k of the link."""
     nb = executed("01-pingpong")
-    live = text_of(cell_with(nb, "contention.run("))
+    live = text_of(cell_with(nb, "pingpong.run_contention("))
     assert "pairs measured: " in live and "slowdown" in live
     verdict = text_of(cell_with(nb, "if max(CT_PAIRS) < 2:"))
     if runtime.usable_cores() < 4:

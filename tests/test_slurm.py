@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, needs_mpi
 
-from mpilab import cluster, timing
+from mpilab import cluster, pingpong
 
 pytestmark = needs_mpi
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -151,7 +151,7 @@ def test_pingpong_kernel_on_the_slurm_engines(lab):
     assert received[0] == [2] and received[1] == [1]  # a round trip: each got the other's
     assert received[2:] == [[0]] * (RANKS - 2)  # the others only joined the barriers
     # the same measurement as lecture 01 makes it, carrying where it ran
-    df = timing.pingpong(lab, [8, 1 << 16], impls=("kernel",), reps=3, min_time=0.002)
+    df = pingpong.pingpong(lab, [8, 1 << 16], impls=("kernel",), reps=3, min_time=0.002)
     assert list(df["size_bytes"]) == [8, 1 << 16]
     assert (df["t_us_min"] > 0).all() and np.isfinite(df["t_us_median"]).all()
     assert df["t_us_median"].iloc[1] > df["t_us_median"].iloc[0]

@@ -1,9 +1,10 @@
-"""The timing protocol's records, on a real cluster and by arithmetic."""
+"""The timing protocol's records by arithmetic, and the ping-pong's (mpilab.pingpong) on a
+real cluster."""
 
 import numpy as np
 import pytest
 
-from mpilab import timing
+from mpilab import pingpong, timing
 
 
 def test_summary_arithmetic():
@@ -22,7 +23,7 @@ def test_summary_arithmetic():
 
 @pytest.mark.measures
 def test_pingpong_records_on_the_cluster(lab):
-    df = timing.pingpong(lab, [8, 65536], impls=("kernel", "mpi4py"), reps=3, min_time=0.002)
+    df = pingpong.pingpong(lab, [8, 65536], impls=("kernel", "mpi4py"), reps=3, min_time=0.002)
     assert sorted(df["impl"].unique()) == ["kernel", "mpi4py"]
     assert list(df["size_bytes"].unique()) == [8, 65536]
     assert (df["t_us_min"] <= df["t_us_median"]).all()
@@ -43,14 +44,14 @@ def test_pingpong_records_on_the_cluster(lab):
 
 
 def test_oneway_and_memcopy(lab):
-    df = timing.pingpong(lab, [1024], mode="oneway", reps=2, min_time=0.002)
+    df = pingpong.pingpong(lab, [1024], mode="oneway", reps=2, min_time=0.002)
     assert df["mode"].tolist() == ["oneway"]
-    cp = timing.memcopy(lab, [8, 80000], method="loop", reps=3, min_time=0.001)
+    cp = pingpong.memcopy(lab, [8, 80000], method="loop", reps=3, min_time=0.001)
     assert cp["impl"].tolist() == ["memcopy-loop"] * 2 and (cp["ranks"] == 1).all()
     with pytest.raises(ValueError, match="multiples of 8"):
-        timing.memcopy(lab, [12])
+        pingpong.memcopy(lab, [12])
     with pytest.raises(Exception, match="method must be one of"):  # raised on rank 0 only
-        timing.memcopy(lab, [8], method="teleport", timeout=30)
+        pingpong.memcopy(lab, [8], method="teleport", timeout=30)
     assert lab.healthy()
 
 
@@ -58,7 +59,7 @@ def test_oneway_and_memcopy(lab):
 def test_forwarding_times_on_the_cluster(lab):
     """Both ping-pongs and the allgathers run in one loop on every rank; a 1 MiB message
     takes longer than 8 B whichever array it is sent from; the record says where it ran."""
-    got = timing.forwarding(lab, 1 << 20, reps=3)
+    got = pingpong.forwarding(lab, 1 << 20, reps=3)
     assert got["nbytes"] == 1 << 20 and got["ranks"] == 4 and got["oversubscribed"] is (
         4 > got["cores"])
     assert {"alpha_us", "resent_us", "forwarded_us", "mpi_library", "hostname"} <= set(got)
@@ -70,7 +71,7 @@ def test_bad_arguments_are_python_errors(lab):
     from mpilab import cluster
 
     with pytest.raises(cluster.RankError, match="impl must be one of"):
-        timing.pingpong(lab, [8], impls=("carrier-pigeon",))
+        pingpong.pingpong(lab, [8], impls=("carrier-pigeon",))
     with pytest.raises(cluster.RankError, match="sizes must be >= 0"):
-        timing.pingpong(lab, [-8])
+        pingpong.pingpong(lab, [-8])
     assert lab.healthy()

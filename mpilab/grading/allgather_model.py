@@ -6,7 +6,7 @@ graded as every lab's prediction is (:class:`mpilab.grading.prediction.Predictio
 :data:`ALLGATHER`): exactly on made-up cases, then against the course's compiled
 allgathers of 1 KiB blocks measured just now (:func:`eager_times`); the try-it cell also
 shows 1 MiB blocks, where what the sender's buffer held last decides the cost
-(:func:`mpilab.timing.forwarding_times`).
+(:func:`mpilab.pingpong.forwarding_times`).
 
 The lab's test cells reach these through :mod:`mpilab.grading.allgather`, which
 re-exports them.
@@ -53,7 +53,7 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
     allgather's alike, so α and β carry over. Large messages are copied once, straight from
     the sender's buffer, and then what that buffer held last decides the cost: a ping-pong
     resending one array finds it in the other core's cache, a ring forwards what it has
-    just received (:func:`mpilab.timing.forwarding_times`).
+    just received (:func:`mpilab.pingpong.forwarding_times`).
 
     Parameters
     ----------
@@ -106,11 +106,11 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
 
 
 def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
-    """On every rank: :func:`mpilab.timing.forwarding_times` with the course's ring and
+    """On every rank: :func:`mpilab.pingpong.forwarding_times` with the course's ring and
     recursive doubling (None unless p is a power of two) allgathers of `nbytes` blocks
     timed in the same loop."""
     from mpilab import collectives
-    from mpilab.timing import forwarding_times
+    from mpilab.pingpong import forwarding_times
 
     p = comm.Get_size()
     n = max(1, nbytes // 8)
@@ -276,7 +276,7 @@ def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
     """Not graded: α, β and the course's allgathers of 1 KiB blocks measured now (the
     first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
     the same model for 1 MiB blocks with β from a ping-pong that resends one array and
-    from one that forwards what it received (:func:`mpilab.timing.forwarding_times`).
+    from one that forwards what it received (:func:`mpilab.pingpong.forwarding_times`).
 
     Parameters
     ----------

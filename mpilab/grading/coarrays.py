@@ -35,6 +35,7 @@ from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
 from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.timing import best_us
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
            "STORE", "LOAD", "push_times", "reference_push_us", "push_now", "check_push_us",
@@ -226,7 +227,7 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
         if first:
             b[:] = a
 
-    copy_us = measured._best_us(comm, copy, iters, reps)
+    copy_us = best_us(comm, copy, iters, reps)
     x = CoArray(comm, (n,))
     try:
         def tiny():
@@ -239,9 +240,9 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
                 x[2][:] = a
             x.sync_all()
 
-        return {"sync_us": measured._best_us(comm, x.sync_all, iters, reps),
-                "tiny_push_us": measured._best_us(comm, tiny, iters, reps),
-                "push_us": measured._best_us(comm, push, iters, reps), "nbytes": 8 * n,
+        return {"sync_us": best_us(comm, x.sync_all, iters, reps),
+                "tiny_push_us": best_us(comm, tiny, iters, reps),
+                "push_us": best_us(comm, push, iters, reps), "nbytes": 8 * n,
                 "copy_us": copy_us, "copy_MBps": 8 * n / copy_us}
     finally:
         x.free()

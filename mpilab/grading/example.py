@@ -12,7 +12,7 @@ released, autograded, feedback). It has the two kinds of graded part a lab has:
   :class:`~mpilab.grading.prediction.Prediction`): ``message_us(n_bytes, alpha_us,
   beta_MBps)``, Hockney's α + n / β, against the model on made-up cases, then against a
   message of 4 MiB measured just now, from α (8 B) and β (1 MiB) measured in the same
-  run (:func:`mpilab.grading.measured.one_way_times`).
+  run (:func:`mpilab.pingpong.one_way_times`).
 
 A lab's test cells call ``check_X(the_students_function, ...)``; its try-it cells
 ``show_X(...)``.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import pingpong
 from . import measured
 from .compare import expect_per_rank
 from .prediction import Part, Prediction, guessed, shown, where
@@ -100,11 +101,11 @@ def message_now(cluster_ranks: int = 2) -> dict:
     -------
     dict
         :func:`mpilab.grading.measured.measure`'s dict of
-        :func:`~mpilab.grading.measured.one_way_times` (``sizes``, ``t_us``, ``ranks``,
+        :func:`~mpilab.pingpong.one_way_times` (``sizes``, ``t_us``, ``ranks``,
         ``cores``, ``oversubscribed``), plus ``alpha_us`` (µs), ``beta_MBps`` (MB/s) and
         ``held_out_us`` (the 4 MiB one-way time, µs).
     """
-    m = measured.measure("example-message", measured.one_way_times, list(SIZES),
+    m = measured.measure("example-message", pingpong.one_way_times, list(SIZES),
                          cluster_ranks=cluster_ranks)
     alpha, t_big, t_held = m["t_us"]
     return {**m, "alpha_us": alpha, "beta_MBps": SIZES[1] / max(t_big - alpha, 1e-3),

@@ -60,6 +60,7 @@ from mpilab.grading.ghosts import (
     where_on,
 )
 from mpilab.grading.prediction import Part, Prediction, shown, where
+from mpilab.timing import best_us
 
 __all__ = ["SIDES", "halo_harness", "numbered", "same", "short", "ghost", "what_it_holds",
            "ghost_problems", "step_problems", "gathered", "code_of", "grid_of",
@@ -181,7 +182,7 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
                              cart.Isend(u[1, 1:-1], dest=north, tag=1)])
 
     try:
-        return {"exchange_us": measured._best_us(cart, exchange, iters, reps)}
+        return {"exchange_us": best_us(cart, exchange, iters, reps)}
     finally:
         cart.Free()
 

@@ -3,7 +3,7 @@
 A graded prediction (:mod:`mpilab.grading.prediction`: the shape, and the comparisons
 with the model and with the measurement) is graded against a **fresh measurement** of the
 same operation, made here: :func:`measure` (and :func:`with_alpha_beta`) run a timed
-function of the course on the ranks, timed by :func:`_best_us`. Labs 00 and 01's
+function of the course on the ranks, timed by :func:`mpilab.timing.best_us`. Labs 00 and 01's
 predictions (a lap and a shift of the ring; a held-out ping-pong size) are declared here
 too, as :data:`RING` and :data:`HELD_OUT`.
 
@@ -37,15 +37,16 @@ import numpy as np
 from .. import runtime
 from ..autograder import quiet
 from ..buffers import doubles  # noqa: F401 - used by the labs' measurements
-from ..timing import pinned, round_trip  # noqa: F401 - used by the labs' measurements
+from ..pingpong import alpha_beta, one_way_times, round_trip
+from ..timing import best_us, pinned  # noqa: F401 - used by the labs' measurements
 from .compare import _fmt, _is_num, _trusted
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "measure",
            "with_alpha_beta", "expect_prediction", "expect_model", "where",
            # labs 00 and 01
-           "ring_times", "ring_now", "check_ring_times", "show_ring_times", "one_way_times",
-           "alpha_beta", "pingpong_now", "check_predict_held_out"]
+           "ring_times", "ring_now", "check_ring_times", "show_ring_times", "pingpong_now",
+           "check_predict_held_out"]
 
 #: A measurement or a traced schedule is made once per grading session: kept in this
 #: kernel, and in a folder only this user can write, for this many seconds, so the
@@ -186,26 +187,6 @@ def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
 # measurements the labs' predictions are graded against: the course's code, on the ranks
 
 
-def _best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
-    """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs, each
-    repetition timed from a barrier to the slowest rank's end, every rank on a core of
-    its own where there are cores enough (:func:`pinned`)."""
-    from mpi4py import MPI
-
-    with pinned(comm):
-        comm.Barrier()
-        op()  # warm-up: connections, registration, first touch of the pages
-        best = math.inf
-        for _ in range(reps):
-            comm.Barrier()
-            t0 = MPI.Wtime()
-            for _ in range(iters):
-                op()
-            t = comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX)
-            best = min(best, t)
-    return best * 1e6
-
-
 def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     """On every rank of `comm`: the one-way hop (ping-pong of ranks 0 and 1, half a round
     trip), a lap of `nbytes` round the ring (each rank sends its own array once its left
@@ -252,9 +233,9 @@ def ring_times(comm, nbytes: int, iters: int = 10, reps: int = 7) -> dict:
     def shift():
         comm.Sendrecv(out, dest=right, recvbuf=into, source=left)
 
-    return {"hop_us": _best_us(comm, round_trip(comm, out, into), iters, reps) / 2,
-            "lap_us": _best_us(comm, lap, iters, reps),
-            "shift_us": _best_us(comm, shift, iters, reps)}
+    return {"hop_us": best_us(comm, round_trip(comm, out, into), iters, reps) / 2,
+            "lap_us": best_us(comm, lap, iters, reps),
+            "shift_us": best_us(comm, shift, iters, reps)}
 
 
 def _library() -> str:
@@ -302,8 +283,9 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
 
 def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
                     nbytes: int = 1 << 20) -> dict:
-    """:func:`measure` ``func(comm, *args)``, with a ping-pong's α and β (:func:`alpha_beta`
-    of `nbytes`, measured first) added, for the labs' predictions from α and β.
+    """:func:`measure` ``func(comm, *args)``, with a ping-pong's α and β
+    (:func:`mpilab.pingpong.alpha_beta` of `nbytes`, measured first) added, for the labs'
+    predictions from α and β.
 
     Parameters
     ----------
@@ -463,58 +445,6 @@ def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
     return RING.show(ring_times_us, cluster_ranks)
 
 
-def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
-    """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
-    `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
-    NumPy arrays as the labs' own code sends, on memory of one kind (:func:`doubles`).
-
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-        The measuring ranks' communicator (ranks 0 and 1 ping-pong; others wait).
-    sizes : sequence of int
-        Message sizes, bytes (multiples of 8).
-    iters, reps : int, optional
-        Round trips timed back to back per repetition, and repetitions (defaults 10
-        and 7).
-
-    Returns
-    -------
-    dict
-        ``sizes`` (bytes) and ``t_us``: the one-way time of each, µs.
-    """
-
-    def one_way(nbytes: int) -> float:
-        out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
-        return _best_us(comm, round_trip(comm, out, into), iters, reps) / 2
-
-    return {"sizes": [int(n) for n in sizes], "t_us": [one_way(int(n)) for n in sizes]}
-
-
-def alpha_beta(comm, big_bytes: int = RING_BYTES, iters: int = 10, reps: int = 7) -> dict:
-    """On every rank of `comm`: Hockney's α (the one-way time of 8 B, µs) and β (MB/s, from
-    the one-way time of `big_bytes`: β = n / (t(n) - α)), by a ping-pong of ranks 0 and 1
-    (:func:`one_way_times`).
-
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm
-        The measuring ranks' communicator.
-    big_bytes : int, optional
-        The large message β comes from, bytes (default 1 MiB).
-    iters, reps : int, optional
-        As for :func:`one_way_times`.
-
-    Returns
-    -------
-    dict
-        ``alpha_us`` (µs), ``t_big_us`` (µs), ``big_bytes`` and ``beta_MBps`` (MB/s).
-    """
-    alpha, t_big = one_way_times(comm, [8, big_bytes], iters, reps)["t_us"]
-    return {"alpha_us": alpha, "t_big_us": t_big, "big_bytes": big_bytes,
-            "beta_MBps": big_bytes / max(t_big - alpha, 1e-3)}
-
-
 #: Lab 01: the held-out 4 MiB message may take this many times the model's prediction
 #: from α (8 B) and β (1 MiB): the Hockney line is straight, the machine is not (pages,
 #: caches and the single-copy path change the cost per byte between the sizes).
@@ -536,7 +466,7 @@ def pingpong_now(cluster_ranks: int = 2) -> dict:
     Returns
     -------
     dict
-        :func:`one_way_times`'s ``sizes`` and ``t_us`` (µs), with ``alpha_us`` (µs),
+        :func:`mpilab.pingpong.one_way_times`'s ``sizes`` and ``t_us`` (µs), with ``alpha_us`` (µs),
         ``beta_MBps`` (MB/s), ``held_out_bytes`` and ``held_out_us`` (µs), and
         :func:`measure`'s ``ranks``, ``cores`` and ``oversubscribed``.
     """

@@ -61,6 +61,7 @@ from mpilab.grading import ghosts, measured
 from mpilab.grading import halo as grading_halo
 from mpilab.grading.onesided_harness import SCRIBBLE, SLOW_SECONDS, onesided_harness, slow_rank
 from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.timing import best_us
 
 __all__ = ["SLOW_SECONDS", "SCRIBBLE", "onesided_harness", "slow_rank", "probe_problems",
            "check_put", "check_shared", "check_mailbox", "show_exchange", "show_shared",
@@ -479,8 +480,8 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
                 win.Put(out, 1)
             win.Fence()
 
-        return {"empty_epoch_us": measured._best_us(comm, empty, iters, reps),
-                "epoch_us": measured._best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
+        return {"empty_epoch_us": best_us(comm, empty, iters, reps),
+                "epoch_us": best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
     finally:
         win.Free()
 

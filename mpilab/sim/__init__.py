@@ -45,7 +45,6 @@ from __future__ import annotations
 from .calibration import (
     _THIS_MACHINE,
     CALIBRATION_SIZES,
-    _measure_pingpong,
     calibrate,
     check_collective,
     check_this_machine,

@@ -9,29 +9,13 @@ from collections.abc import Iterable, Sequence
 
 from .. import collectives as _collectives
 from .. import jobs, models, runtime, timing, validate
+from ..pingpong import measure_standalone
 from .experiments import _DTYPE, OUR_ALGORITHMS, _alg_code, collective, pingpong
 from .machines import SPEED, _this_machine_path, label
 
 # --------------------------------------------------------------------------- calibration
 
 CALIBRATION_SIZES = (8, 64, 512, 4096, 16384, 65536, 262144, 1 << 20)
-
-
-def _measure_pingpong(sizes, reps: int, timeout: float) -> list[dict]:
-    """One-way times of the real standalone ping-pong (2 ranks, shared memory)."""
-    from .. import kernels
-
-    prog = kernels.program("mpilab-pingpong")
-    args = ["roundtrip", "5", str(reps)] + [f"{n}:{max(20, min(2000, (1 << 24) // max(n, 1)))}"
-                                             for n in sizes]
-    launch = runtime.launch(2)
-    res = jobs.run(launch, [str(prog), *args], timeout=timeout)
-    objs = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    recs = [timing.record(o["times"], size_bytes=o["size_bytes"], impl="kernel",
-                          iters=o["iters"]) for o in objs]
-    for r in recs:
-        r.update(oversubscribed=launch.oversubscribed, ranks=2, measured=True)
-    return recs
 
 
 _THIS_MACHINE = """<?xml version='1.0'?>
@@ -89,7 +73,7 @@ def calibrate(*, sizes: Sequence[int] = CALIBRATION_SIZES, reps: int = 5,
         (:class:`mpilab.models.PiecewiseHockney`) and ``"measured"`` (the records
         fitted).
     """
-    recs = measured if measured is not None else _measure_pingpong(sizes, reps, timeout)
+    recs = measured if measured is not None else measure_standalone(sizes, reps, timeout)
     pw = models.fit_piecewise([r["size_bytes"] for r in recs],
                               [r["t_us_median"] for r in recs])
     low = pw.segments[0]
@@ -138,11 +122,11 @@ def check_this_machine(sizes: Sequence[int] = (8, 1024, 65536, 1 << 20), *,
     cal = None
     if recalibrate or not _this_machine_path().exists():
         cal = calibrate(measured=measured)
-    meas = measured or (cal["measured"] if cal else _measure_pingpong(sizes, 5, 300))
+    meas = measured or (cal["measured"] if cal else measure_standalone(sizes, 5, 300))
     by = {r["size_bytes"]: r["t_us_median"] for r in meas}
     missing = [n for n in sizes if n not in by]
     if missing:
-        by.update({r["size_bytes"]: r["t_us_median"] for r in _measure_pingpong(missing, 5, 300)})
+        by.update({r["size_bytes"]: r["t_us_median"] for r in measure_standalone(missing, 5, 300)})
     sim = {r["size_bytes"]: r["t_us_median"] for r in pingpong(sizes, platform="this-machine")}
     return [{"size_bytes": n, "measured_us": by[n], "simulated_us": sim[n],
              "error": sim[n] / by[n] - 1.0, "label": label("this-machine")} for n in sizes]
