@@ -34,8 +34,9 @@ laptop without sudo, Binder), and the course shows reference data there instead.
 The package's modules: :mod:`.host` (the state folder, running ``ip`` and ``tc``,
 :func:`available`), :mod:`.links` (:class:`Link`, the profiles, shaping with ``tc``),
 :mod:`.core` (:class:`Fabric` and :class:`Node`; :func:`up`, :func:`fabric`,
-:func:`load`, :func:`fabrics`, :func:`remove_stale`) and the command line
-(``__main__``). Every name is here as ``netlab.<name>``; a test that replaces a function
+:func:`load`, :func:`fabrics`, :func:`remove_stale`), :mod:`.placing` (an experiment's
+ranks on this host or on emulated nodes: :func:`placed`, :func:`where_line`) and the
+command line (``__main__``). Every name is here as ``netlab.<name>``; a test that replaces a function
 the fabric's build calls replaces it in :mod:`.core`, where it is read.
 """
 
@@ -77,6 +78,7 @@ from .links import (
     _tc_rate,
     link_profile,
 )
+from .placing import placed, where_line
 
 __all__ = ["PROFILES", "Link", "Node", "Fabric", "NetlabUnavailable", "available", "up",
-           "fabric", "fabrics", "remove_stale", "link_profile"]
+           "fabric", "fabrics", "remove_stale", "link_profile", "placed", "where_line"]
