@@ -411,7 +411,7 @@ def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: floa
     launch : mpilab.runtime.Launch
         How to start the ranks.
     module : str
-        The module to run with ``python -m`` (``"mpilab.bench.halo"``); it must accept
+        The module to run with ``python -m`` (``"mpilab.halo.k1"``); it must accept
         ``--worker ARGS.json OUT.json``.
     args : dict
         What the worker reads from ARGS.json (JSON-serialisable).

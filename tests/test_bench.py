@@ -145,7 +145,7 @@ def test_buffers_compares_page_kinds_and_mechanisms(tmp_path):
 def test_progress_compares_overlap_with_and_without_testall(tmp_path):
     """python -m mpilab.bench progress on this host: the three modes side by side, each
     step's MPI time and computing, the shares hidden, the result checked."""
-    from mpilab.bench import progress
+    from mpilab.halo import progress
 
     path = tmp_path / "progress.json"
     res = bench("progress", "--nx", "8192", "--ny", "64", "--steps", "6", "--last", "4",

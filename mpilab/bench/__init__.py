@@ -10,7 +10,6 @@ are meaningful even on a noisy machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -51,7 +50,7 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
     off; ``--reps``, ``--rounds``, ``--min-time`` with the benchmark's defaults when given;
     ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``;
     with `nodes`, ``--nodes N --link PROFILE --map-by node|slot`` (emulated nodes, see
-    :func:`placed`); with `simulate`, ``--simulate PLATFORM`` (a SimGrid SMPI run of the
+    :func:`mpilab.netlab.placed`); with `simulate`, ``--simulate PLATFORM`` (a SimGrid SMPI run of the
     same C kernel on a simulated platform, :mod:`mpilab.sim`).
     """
     p = argparse.ArgumentParser(prog=f"python -m mpilab.bench {name}",
@@ -96,40 +95,6 @@ def simulated_line(m: dict) -> str:
     return (f"# {m['label']}: {m['platform_description']} (SimGrid {m['simgrid']}, run on "
             f"{m['simulated_by']['cores']} cores in {m.get('wall_s', 0):.1f} s)\n"
             f"# a simulation, not a measurement; it leaves out {m['leaves_out']}\n")
-
-
-def where_line(settings: dict) -> str:
-    """A report's line about emulated nodes ('' on this host): nodes, link, what the
-    emulation applied and left out, the node of each rank."""
-    if not settings.get("emulated"):
-        return ""
-    n, sh = settings["nodes"], settings["shaping"]
-    return (f"# on {n} emulated node{'s' * (n != 1)} joined by {settings['link']} "
-            f"({'; '.join(sh['applied'])}), map-by {settings['map_by']}: node of each rank "
-            f"{settings['node_of_rank']}\n# not emulated: " + "; ".join(sh["not_emulated"])
-            + "\n")
-
-
-@contextlib.contextmanager
-def placed(ranks: int, transport: str = "shm", *, nodes: int | None = None,
-           link: str = "fast-ethernet", map_by: str = "node"):
-    """``with placed(2, nodes=2, link="gige") as (launch, where):`` the launch for
-    `ranks` on this host (`nodes` None) or on emulated nodes brought up for the block
-    and removed after it; `where` is what every record of the run carries about it:
-    ``nodes``, ``ranks_per_node``, ``link``, ``map_by``, ``shaping`` (what the emulation
-    applied and left out), ``emulated``.
-    """
-    if nodes is None:
-        launch = runtime.launch(ranks, transport)
-        yield launch, {"nodes": 1, "ranks_per_node": ranks, "link": "this host",
-                       "map_by": None, "shaping": None, "emulated": False}
-        return
-    from .. import netlab
-
-    with netlab.fabric(nodes, link) as fab:
-        launch = fab.launch(ranks, map_by=map_by, transport=transport)
-        # what Fabric.placement records, less the fabric's id (gone after the run)
-        yield launch, {k: v for k, v in launch.placement.items() if k != "fabric"}
 
 
 def finish(name: str, out: str | None, measure: Callable[[], tuple[dict, list[dict]]],

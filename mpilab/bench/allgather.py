@@ -37,8 +37,9 @@ import sys
 
 from .. import tuning, validate
 from ..collectives import ALGORITHMS
+from ..netlab import placed, where_line
 from ..tuning import summary
-from . import finish, parser, placed, simulated_line, where_line
+from . import finish, parser, simulated_line
 
 DEFAULT_SIZES = "32,128,512,2K,8K,32K,128K,512K"
 

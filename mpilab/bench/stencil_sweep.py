@@ -2,132 +2,37 @@
 
     python -m mpilab.bench stencil-sweep --nx 4096 --ny 4096 --json OUT
 
-One rank (under mpiexec, like every benchmark) times the compiled heat update of an
-``nx`` x ``ny`` grid (kernels/stencil, no exchange) and the compiled copy loop of the same
-number of doubles (kernels/memcopy), alternating in `--rounds` rounds. Both are counted
-the same way: the bytes the operation must move, read the old array + write the new one,
-``2 * 8 * nx * ny`` bytes, so ``GBps`` compares like with like (write-allocate traffic
-is not counted for either). Records carry impl (``stencil``, ``memcopy``,
-``store-copy``), nx, ny, size_bytes, t_us_min, t_us_median and GBps (from the median);
-meta as for every benchmark.
-
-Why a third record: GCC compiles the memcopy kernel's loop into a call to ``memcpy``, and
-glibc may write arrays larger than its threshold with non-temporal stores, which skip
-reading each destination line first; the sweep's stores are ordinary ones (each written
-line is read in first). ``store-copy`` is the same copy as a vectorised loop with
-ordinary stores (kernels/stencil), the copy that pays for its writes the way the sweep
-does. (On the course machine, a 2-core AMD EPYC VM, the two copies measured the same.)
-
-All arrays are laid out alike: from 4 MiB up 2 MiB aligned with transparent huge pages
-advised (``buffers.message_buffer`` here, ``halo_array_alloc`` in C), and written once
-before any timing, so no repetition pays for faulting pages in.
+The command line of :mod:`mpilab.halo.stencil_sweep` (what is timed, how the bytes are
+counted, why there are two copies): one rank times the compiled heat update of an
+``nx`` x ``ny`` grid and two copies of the same number of doubles (``memcopy``,
+``store-copy``), alternating in ``--rounds`` rounds. Records carry impl, nx, ny,
+size_bytes, t_us_min, t_us_median and GBps (from the median); meta as for every
+benchmark.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
-from .. import runtime, validate
-from ..buffers import message_buffer
-from ..jobs import python_worker
-from ..timing import record, run_meta
-from . import TIMEOUT, finish, parser
-
-IMPLS = ("stencil", "memcopy", "store-copy")
-
-
-def _iters(fn, min_time):
-    """Iterations for one repetition of `fn(iters)` (seconds per call) to last min_time."""
-    it = 1
-    while True:
-        t = fn(it).min()
-        if t * it >= min_time / 4 or it >= 1 << 20:
-            return int(max(1, min(1 << 20, round(it * min_time / max(t * it, 1e-9)))))
-        it *= 4
-
-
-def _worker(args_path: str, out_path: str) -> int:
-    import numpy as np
-    from mpi4py import MPI
-
-    from ..kernels import memcopy, stencil
-
-    a = json.loads(open(args_path).read())
-    nx, ny, reps, method = a["nx"], a["ny"], a["reps"], a["copy"]
-    self_ = MPI.COMM_SELF
-    # laid out as the sweep's own arrays are (2 MiB aligned, huge pages advised)
-    src = message_buffer(8 * nx * ny).view(np.float64)
-    src[:] = np.random.default_rng(0).random(nx * ny)
-    dst = message_buffer(8 * nx * ny).view(np.float64)
-
-    def sweep(it, r=3):
-        return stencil.sweep(self_, nx, ny, warmup=1, iters=it, reps=r)
-
-    def copy(it, r=3):
-        return memcopy.memcopy(self_, dst, src, method=method, warmup=1, iters=it, reps=r)
-
-    def store_copy(it, r=3):
-        return stencil.store_copy(self_, dst, src, warmup=1, iters=it, reps=r)
-
-    fns = {"stencil": sweep, "memcopy": copy, "store-copy": store_copy}
-    iters = {i: _iters(fns[i], a["min_time"]) for i in a["impls"]}
-    pooled = {i: [] for i in a["impls"]}
-    for _ in range(a["rounds"]):
-        for impl in a["impls"]:
-            dst[:] = 0.0
-            pooled[impl].extend(fns[impl](iters[impl], reps).tolist())
-            if impl != "stencil" and not np.array_equal(dst, src):
-                raise RuntimeError(f"the {impl} kernel did not copy")
-    with open(out_path, "w") as f:
-        json.dump({"pooled": pooled, "iters": iters, "library": runtime.library_info()}, f)
-    return 0
-
-
-def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_time=0.01,
-        timeout=TIMEOUT) -> tuple[dict, list[dict]]:
-    """Measure; returns (meta, records)."""
-    impls = validate.names(impls, IMPLS, "impl")
-    if copy not in ("loop", "memcpy"):
-        raise ValueError(f"copy must be 'loop' or 'memcpy', got {copy!r}")
-    for name, v in (("nx", nx), ("ny", ny), ("reps", reps), ("rounds", rounds)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    launch = runtime.launch(1, "shm")
-    args = {"nx": nx, "ny": ny, "impls": list(impls), "copy": copy, "reps": reps,
-            "rounds": rounds, "min_time": min_time}
-    doc = python_worker(launch, "mpilab.bench.stencil_sweep", args, timeout)
-    nbytes = 2 * 8 * nx * ny
-    records = []
-    for impl in impls:
-        rec = record(doc["pooled"][impl], size_bytes=nbytes, impl=impl, nx=nx, ny=ny,
-                     iters=doc["iters"][impl], ranks=1,
-                     method={"memcopy": copy, "store-copy": "loop, ordinary stores"}.get(
-                         impl, "5-point"))
-        rec["GBps"] = nbytes / (rec["t_us_median"] * 1e3)
-        rec["GBps_best"] = nbytes / (rec["t_us_min"] * 1e3)
-        records.append(rec)
-    settings = {**args, "bytes_counted": "read old + write new = 16 B per point"}
-    return run_meta(launch, settings, doc["library"]), records
-
-
-def table(records: list[dict]) -> str:
-    lines = [f"{'impl':>10} {'grid':>11} {'t median (ms)':>14} {'GB/s (median)':>14} "
-             f"{'GB/s (best)':>12}"]
-    for r in records:
-        lines.append(f"{r['impl']:>10} {str(r['nx']) + 'x' + str(r['ny']):>11} "
-                     f"{r['t_us_median'] / 1e3:>14.3f} {r['GBps']:>14.2f} {r['GBps_best']:>12.2f}")
-    by = {r["impl"]: r for r in records}
-    for other in ("memcopy", "store-copy"):
-        if "stencil" in by and other in by:
-            s, o = by["stencil"], by[other]
-            lines.append(f"stencil / {other} bandwidth: {s['GBps'] / o['GBps']:.2f} (median), "
-                         f"{s['GBps_best'] / o['GBps_best']:.2f} (best)")
-    return "\n".join(lines)
+from ..halo.stencil_sweep import IMPLS, run, table
+from . import finish, parser
 
 
 def main(argv=None) -> int:
-    p = parser("stencil-sweep", __doc__, worker=True, transport=False, reps=15, rounds=2,
+    """``python -m mpilab.bench stencil-sweep``: measure, write the JSON, print the table.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after ``stencil-sweep`` (None: the process's).
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 2 for bad arguments or a failed job
+        (:func:`mpilab.bench.finish`).
+    """
+    p = parser("stencil-sweep", __doc__, transport=False, reps=15, rounds=2,
                min_time=0.01)
     p.add_argument("--nx", type=int, default=4096)
     p.add_argument("--ny", type=int, default=4096)
@@ -135,8 +40,6 @@ def main(argv=None) -> int:
     p.add_argument("--copy", choices=("loop", "memcpy"), default="loop",
                    help="the copy compared with: the compiled loop or libc memcpy")
     a = p.parse_args(argv)
-    if a.worker:
-        return _worker(*a.worker)
 
     def measure():
         return run(a.nx, a.ny, impls=a.impls, copy=a.copy,

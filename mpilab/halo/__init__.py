@@ -48,7 +48,13 @@ From a notebook, with an :class:`mpilab.cluster.MPICluster` ``cluster``::
 
 The package's modules: :mod:`.problem` (the problems, the modes' names, the
 decomposition and the serial references, plain NumPy) and :mod:`.parallel` (the
-collective functions). Every name is here as ``halo.<name>``.
+collective functions); every name of theirs is here as ``halo.<name>``. The lesson's
+experiments, each an MPI job with its ranks' entry point (``python -m
+mpilab.halo.<experiment> --worker``) and the command line ``python -m mpilab.bench
+<name>`` over it, are imported by their module's name (``from mpilab.halo import
+progress``): :mod:`.k1` (every mode timed by subdomain size, checked: the K1 table),
+:mod:`.progress` (does a nonblocking exchange overlap the computation?) and
+:mod:`.stencil_sweep` (the sweep against a memory copy of its bytes).
 """
 
 # ruff: noqa: F401 - the names beyond __all__ are the module's API as before the split
