@@ -55,14 +55,8 @@ from traitlets import Bool, Integer, List, Unicode
 from . import quiet
 from .cells import classify, definitions, free_names
 from .isolated import ENV, sandbox_env
-from .sandbox import (
-    NOBODY,
-    Limits,
-    Sandbox,
-    make_scratch,
-    remove_stale_cgroups,
-    remove_stale_scratch,
-)
+from .sandbox import NOBODY, Limits, Sandbox
+from .scratch import make_scratch, remove_stale_cgroups, remove_stale_scratch
 
 __all__ = ["IsolatedExecute", "HideHiddenTests", "SandboxKernelManager", "classify",
            "free_names", "definitions"]
