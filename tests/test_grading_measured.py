@@ -16,6 +16,7 @@ from mpilab.grading import CheckFailed
 from mpilab.grading import allgather as A
 from mpilab.grading import allgather_model as AM
 from mpilab.grading import collectives as C
+from mpilab.grading import collectives_model as CM
 from mpilab.grading import halo as H
 from mpilab.grading import halo_model as HM
 from mpilab.grading import measured as M
@@ -87,7 +88,7 @@ def test_bcast_model_counts_messages():
     (3 * 1.0, "also costs the latency"),
 ])
 def test_bcast_hints_name_the_mistake(got, says):
-    assert says in C._bcast_hint(got, "binomial", 5, 1000, 2.0, 1000.0).lower()
+    assert says in CM._bcast_hint(got, "binomial", 5, 1000, 2.0, 1000.0).lower()
 
 
 def test_exchange_model_takes_the_busiest_rank():

@@ -62,6 +62,7 @@ from mpilab.grading.ghosts import (
 from mpilab.grading.halo_model import (
     EXCHANGE,
     PREDICTION_TOLERANCE,
+    ROW_DOUBLES,
     check_exchange_us,
     exchange_now,
     exchange_times,
@@ -76,7 +77,7 @@ __all__ = ["SIDES", "halo_harness", "numbered", "same", "short", "ghost", "what_
            "check_overlap", "check_blocking_calls", "show_deadlock", "check_fixed",
            "show_exchange", "compare_heat", "exchange_times", "reference_exchange_us",
            "exchange_now", "check_exchange_us", "show_exchange_us", "PREDICTION_TOLERANCE",
-           "EXCHANGE"]
+           "EXCHANGE", "ROW_DOUBLES"]
 
 _KINDS = ("exchange", "step")
 _POST = r"\bI(s?send|recv)\s*\("
