@@ -127,8 +127,8 @@ class BuildWithPrograms(build_ext):
 
 PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.autograder",
             "mpilab.runtime", "mpilab.cluster", "mpilab.sim", "mpilab.halo", "mpilab.tuning",
-            "mpilab.tracing", "mpilab.netlab",
-            "mpilab.plots", "mpilab.platforms"]  # the last holds data only
+            "mpilab.tracing", "mpilab.netlab", "mpilab.collectives",
+            "mpilab.plots", "mpilab.models", "mpilab.platforms"]  # the last holds data only
 KERNEL_SOURCES = ["*.c", "*.h", "*.pyx", "*.pxd", "*.pxi", "*.f90"]
 SOURCE_FOLDERS = sorted(p.name for p in (HERE / "kernels").iterdir()
                         if p.is_dir() and any(next(p.glob(g), None) for g in KERNEL_SOURCES))

@@ -16,8 +16,8 @@ Running jobs
     shared-memory segment), ``cluster`` (ipyparallel MPI engines: timeouts, one-call
     restart), ``timing`` (one timing protocol, tidy records), ``build`` (Cython compiled
     from a notebook), ``magics``, ``notebooks``; the ``autograder``'s machinery
-    (``sandbox``, the grader's MPI ranks ``pool`` and ``worker``, their format ``wire``,
-    the grading lock ``quiet``).
+    (``sandbox``, ``scratch``, the grader's MPI ranks ``pool`` and ``worker``, their
+    format ``wire``, the grading lock ``quiet``).
 Teaching API (one module per topic)
     ``halo`` (heat and wave problems, decomposition, serial references, exchanges),
     ``pingpong`` (every measurement of a message between two ranks: the C and mpi4py

@@ -183,7 +183,7 @@ def _no_stale_gradings():
     the tests check that a grading leaves nothing, so they must not see an older one's
     scratch folder or cgroup. The course's own clean-up does it, as the next autograde
     would."""
-    from mpilab.autograder.sandbox import remove_stale_cgroups, remove_stale_scratch
+    from mpilab.autograder.scratch import remove_stale_cgroups, remove_stale_scratch
 
     remove_stale_scratch()
     if os.geteuid() == 0:

@@ -57,7 +57,8 @@ def _leftovers(course: Path) -> list:
     Not the running gradings of other test modules beside this one (make test)."""
     import psutil
 
-    from mpilab.autograder.sandbox import NOBODY, unclaimed
+    from mpilab.autograder.sandbox import NOBODY
+    from mpilab.autograder.scratch import unclaimed
     from mpilab.cluster import cluster_processes
 
     left = []

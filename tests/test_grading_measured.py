@@ -16,7 +16,9 @@ from mpilab.grading import CheckFailed
 from mpilab.grading import allgather as A
 from mpilab.grading import allgather_model as AM
 from mpilab.grading import collectives as C
+from mpilab.grading import collectives_model as CM
 from mpilab.grading import halo as H
+from mpilab.grading import halo_model as HM
 from mpilab.grading import measured as M
 
 
@@ -86,7 +88,7 @@ def test_bcast_model_counts_messages():
     (3 * 1.0, "also costs the latency"),
 ])
 def test_bcast_hints_name_the_mistake(got, says):
-    assert says in C._bcast_hint(got, "binomial", 5, 1000, 2.0, 1000.0).lower()
+    assert says in CM._bcast_hint(got, "binomial", 5, 1000, 2.0, 1000.0).lower()
 
 
 def test_exchange_model_takes_the_busiest_rank():
@@ -110,12 +112,12 @@ def test_exchange_hints_name_the_mistake(wrong, says):
     got = wrong(1.0, 1000.0)
     if "fewer" in says:  # every rank with four neighbours, with the first block's edges
         got = 2 * (1 + 8 * 34 / 1000) + 2 * (1 + 8 * 20 / 1000)
-    assert says in H._exchange_hint(got, 100, 60, (3, 3), 1.0, 1000.0)
+    assert says in HM._exchange_hint(got, 100, 60, (3, 3), 1.0, 1000.0)
 
 
 def test_exchange_hint_for_adding_up_every_rank():
-    total = sum(sum(1 + 8 * n / 1000 for n in e) for e in H._edges(100, 60, (3, 3)))
-    assert "busiest rank" in H._exchange_hint(total, 100, 60, (3, 3), 1.0, 1000.0)
+    total = sum(sum(1 + 8 * n / 1000 for n in e) for e in HM._edges(100, 60, (3, 3)))
+    assert "busiest rank" in HM._exchange_hint(total, 100, 60, (3, 3), 1.0, 1000.0)
 
 
 def test_allgather_model_counts_steps_and_blocks():

@@ -28,7 +28,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from mpilab.autograder import isolated, sandbox, wire
+from mpilab.autograder import isolated, sandbox, scratch, wire
 from mpilab.autograder.pool import Pool
 from mpilab.autograder.sandbox import Limits, Sandbox
 
@@ -319,7 +319,7 @@ def test_closing_leaves_no_cgroup_and_no_folder(tmp_path):
     name = b.name
     b.close()
     assert not Path(b.root).exists()
-    assert not [p for p in sandbox.leftovers() if name in p]
+    assert not [p for p in scratch.leftovers() if name in p]
 
 
 
@@ -329,26 +329,26 @@ def test_a_running_gradings_empty_cgroup_survives_another_gradings_clean_up(tmp_
     """Two gradings at once (two instructors, two labs): each one's clean-up of stale
     cgroups must leave the other's alone, even while it is empty between two jobs (the
     next job would find no cgroup to join); once its grading ends, it is stale."""
-    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
-    scratch, claim = sandbox.make_scratch()
-    box = Sandbox(scratch)
-    assert box.name == Path(scratch).name  # the cgroups carry the scratch folder's claim
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
+    folder, claim = scratch.make_scratch()
+    box = Sandbox(folder)
+    assert box.name == Path(folder).name  # the cgroups carry the scratch folder's claim
     cg = box._ensure_cgroup("ranks")
     if cg is None:
         pytest.skip("no memory and pids cgroup controllers here")
     try:
         assert cg.pids() == [] and all(d.is_dir() for d in cg.dirs)
-        sandbox.remove_stale_cgroups()  # another grading starts
+        scratch.remove_stale_cgroups()  # another grading starts
         assert all(d.is_dir() for d in cg.dirs), "a running grading's cgroup was removed"
         # one of no grading at all (no scratch folder): stale only once old
-        orphan = sandbox._Cgroup(f"{sandbox.SCRATCH_PREFIX}nosuchscratch-kernel", Limits())
-        sandbox.remove_stale_cgroups()
+        orphan = sandbox._Cgroup(f"{scratch.SCRATCH_PREFIX}nosuchscratch-kernel", Limits())
+        scratch.remove_stale_cgroups()
         assert all(d.is_dir() for d in orphan.dirs)
-        assert sandbox.remove_stale_cgroups(unclaimed_for=0) >= len(orphan.dirs)
+        assert scratch.remove_stale_cgroups(unclaimed_for=0) >= len(orphan.dirs)
         assert not any(d.exists() for d in orphan.dirs)
         assert all(d.is_dir() for d in cg.dirs)
         claim.close()  # the grading ends without cleaning up: now it is stale
-        sandbox.remove_stale_cgroups()
+        scratch.remove_stale_cgroups()
         assert not any(d.exists() for d in cg.dirs)
         # and a sandbox whose cgroup vanished makes it anew for its next job
         again = box._ensure_cgroup("ranks")
@@ -366,7 +366,7 @@ def test_scratch_of_a_killed_grading_is_removed_by_the_next(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import sys, tempfile, time
 tempfile.tempdir = {str(base)!r}
-from mpilab.autograder.sandbox import make_scratch
+from mpilab.autograder.scratch import make_scratch
 claims = []  # held open: a claim lasts while its file is open
 for keep in (False, True):
     root, claim = make_scratch(keep=keep)
@@ -389,14 +389,14 @@ time.sleep(60)
         young = Path(base, "mpilab-grade-young")
         young.mkdir()
         os.utime(old_style, (time.time() - 3600, time.time() - 3600))
-        removed = sandbox.remove_stale_scratch(str(base))
+        removed = scratch.remove_stale_scratch(str(base))
         assert sorted(removed) == sorted([dead, str(old_style)])
         assert Path(running).is_dir() and Path(kept).is_dir() and young.is_dir()
-        assert sandbox.remove_stale_scratch(str(base)) == []
+        assert scratch.remove_stale_scratch(str(base)) == []
     finally:
         holder.kill()
         holder.wait()
-    assert sandbox.remove_stale_scratch(str(base)) == [running]
+    assert scratch.remove_stale_scratch(str(base)) == [running]
 
 # -- the pool of sandboxed ranks ----------------------------------------------------------
 def ranks_and_sum(comm, x):

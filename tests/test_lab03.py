@@ -267,7 +267,7 @@ def test_probe_problems_say_when_a_rank_read():
 ])
 def test_epoch_hints_name_the_mistake(wrong, says):
     """Pure Python: the model of Part D, and what a wrong formula is told."""
-    from mpilab.grading.onesided import _epoch_hint, reference_epoch_us
+    from mpilab.grading.onesided_model import _epoch_hint, reference_epoch_us
 
     assert reference_epoch_us(1_000_000, 2.0, 5000.0) == 202.0
     assert says in _epoch_hint(wrong(4096, 1.5, 10000.0), 4096, 1.5, 10000.0)

@@ -17,15 +17,19 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "mpilab"
 
 # lowest first; a name stands for the module or package and everything under it, unless a
-# longer name says otherwise ("mpilab" is the package's __init__ alone)
+# longer name says otherwise ("mpilab" is the package's __init__ alone): models/
+# (predictions, hockney, loggp) and tracing/ (schedules, recording, requests, drawing) are
+# foundations, collectives/ (algorithms, running) and grading/ (a lab's checks, its graded
+# prediction in <lab>_model, its verdicts on plain data) the teaching API
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["mpilab", "mpilab.kernels", "mpilab.runtime", "mpilab.netlab",
                      "mpilab.papers", "mpilab.paths", "mpilab.buffers",
                      "mpilab.validate", "mpilab.sources",
                      "mpilab.models", "mpilab.tracing", "mpilab.coarray_view", "mpilab.plots"]),
-    # with the autograder's machinery (sandbox, rank pool, its wire format, grading lock,
-    # what a failed check raises, a student's objects on either side): it starts the
-    # grader's jobs as jobs starts the course's, and never imports a check
+    # with the autograder's machinery (sandbox, scratch folders, the student's kernel, rank
+    # pool, its wire format, grading lock, what a failed check raises, a student's objects
+    # on either side): it starts the grader's jobs as jobs starts the course's, and never
+    # imports a check
     ("running jobs", ["mpilab.jobs", "mpilab.timing", "mpilab.build", "mpilab.cluster",
                       "mpilab.magics", "mpilab.notebooks", "mpilab.autograder"]),
     # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
@@ -109,10 +113,27 @@ def test_imports_point_down(path):
     assert not up, "\n".join(up)
 
 
+#: The house bar (issue 25): a module longer than this is split along a seam a newcomer
+#: would recognise (one concern per module), not cut at the line.
+MAX_LINES = 600
+
+
+def test_no_module_is_over_the_bar():
+    long = [f"{p.relative_to(PKG.parent)}: {n} lines"
+            for p in SOURCES if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, (f"over {MAX_LINES} lines (split by concern, ARCHITECTURE.md):\n"
+                      + "\n".join(long))
+
+
 def test_a_module_without_a_layer_is_named():
     with pytest.raises(LookupError, match="mpilab.lecture08 has no layer"):
         layer_of("mpilab.lecture08")
     assert layer_of("mpilab.grading.halo") == layer_of("mpilab.halo")
+    assert layer_of("mpilab.grading.halo_model") == layer_of("mpilab.grading")
+    assert layer_of("mpilab.collectives.running") == layer_of("mpilab.collectives")
+    assert layer_of("mpilab.models.hockney") == layer_of("mpilab.tracing.requests") == 0
+    assert layer_of("mpilab.autograder.scratch") == layer_of("mpilab.autograder.sandbox")
+    assert layer_of("mpilab.autograder.student_kernel") < layer_of("mpilab.autograder.nbgrader")
     assert layer_of("mpilab.plots") < layer_of("mpilab.plots.halo")
 
 
@@ -131,8 +152,8 @@ def test_runtime_imports_only_itself():
 def test_the_checks_sit_on_the_autograder():
     """A lab's checks use the autograder's machinery, which never imports a check; nbgrader's
     preprocessors and the course tools sit on top of both."""
-    machinery = ["sandbox", "pool", "worker", "wire", "quiet", "failures", "isolated",
-                 "student"]
+    machinery = ["sandbox", "scratch", "student_kernel", "pool", "worker", "wire", "quiet",
+                 "failures", "isolated", "student"]
     doors = ["nbgrader", "course", "bench", "parallel"]
     checks = layer_of("mpilab.grading")
     assert max(layer_of(f"mpilab.autograder.{m}") for m in machinery) < checks

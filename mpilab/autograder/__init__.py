@@ -5,7 +5,11 @@ The machinery every lab shares, which a new lab does not touch (its checks go in
 
 * :mod:`~mpilab.autograder.nbgrader`: the autograde preprocessors (``IsolatedExecute``,
   ``HideHiddenTests``) that ``autograder/nbgrader_config.py`` names;
-* :mod:`~mpilab.autograder.sandbox`: bubblewrap, cgroups and scratch folders;
+* :mod:`~mpilab.autograder.student_kernel`: the student's kernel those preprocessors
+  start in the sandbox, and waiting for its replies;
+* :mod:`~mpilab.autograder.sandbox`: bubblewrap and cgroups, a sandboxed process;
+* :mod:`~mpilab.autograder.scratch`: a grading's scratch folder, and the clean-up of
+  what gradings that ended left (folders, empty cgroups);
 * :mod:`~mpilab.autograder.pool` and :mod:`~mpilab.autograder.worker`: the sandboxed MPI
   ranks that run a student's functions for the grader;
 * :mod:`~mpilab.autograder.wire`: the data format between a student's process and the

@@ -56,7 +56,7 @@ README = Path("docs") / "student-edition.md"
 KNOWN = (
     "mpilab/grading/coarrays.py: lab04-coarrays push_us: solution",
     "mpilab/grading/network.py: lab07-across-the-link fit_link: solution",
-    "mpilab/grading/onesided.py: lab03-one-sided epoch_us: solution",
+    "mpilab/grading/onesided_model.py: lab03-one-sided epoch_us: solution",
 )
 
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS",

@@ -4,8 +4,9 @@
 (``autograder/nbgrader_config.py``). It runs one notebook in two kernels:
 
 * the **student's kernel**, in a :class:`~mpilab.autograder.sandbox.Sandbox` (bubblewrap, as
-  ``nobody``, with memory, process and file limits), runs every cell a student could have
-  written and the locked cells, as nbgrader would;
+  ``nobody``, with memory, process and file limits; started and reached by
+  :mod:`mpilab.autograder.student_kernel`), runs every cell a student could have written
+  and the locked cells, as nbgrader would;
 * the **grader's kernel**, an ordinary kernel of the course's Python, runs the test cells
   (nbgrader has restored them, hidden tests included) after the imports, functions and
   classes of the locked cells. It never runs student code: a name a test uses that only
@@ -38,11 +39,9 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
-from queue import Empty
 
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
@@ -55,82 +54,11 @@ from traitlets import Bool, Integer, List, Unicode
 from . import quiet
 from .cells import classify, definitions, free_names
 from .isolated import ENV, sandbox_env
-from .sandbox import (
-    NOBODY,
-    Limits,
-    Sandbox,
-    make_scratch,
-    remove_stale_cgroups,
-    remove_stale_scratch,
-)
+from .sandbox import NOBODY, Limits, Sandbox
+from .scratch import make_scratch, remove_stale_cgroups, remove_stale_scratch
+from .student_kernel import _PREIMPORT, SandboxKernelManager, _reply, _Unresponsive
 
-__all__ = ["IsolatedExecute", "HideHiddenTests", "SandboxKernelManager", "classify",
-           "free_names", "definitions"]
-
-_PREIMPORT = """\
-import os as _os, sys as _sys
-_path = _sys.path[:]
-_sys.path[:] = [p for p in _sys.path if p not in ("", ".", _os.getcwd())]
-try:
-    import mpilab.autograder.student
-finally:
-    _sys.path[:] = _path
-del _os, _sys, _path
-"""
-
-
-# ---------------------------------------------------------------------------------------
-# the student's kernel
-
-
-class SandboxKernelManager(AsyncKernelManager):
-    """A kernel in the sandbox, reached through Unix sockets in a folder of the scratch.
-
-    Its network namespace has only loopback, so the grader talks to it over ``ipc``
-    sockets in a bound folder; interrupts travel as messages (a signal to ``bwrap`` would
-    not reach the kernel).
-    """
-
-    def __init__(self, *, box: Sandbox, home: str, ipc: str, exports: str,
-                 env: dict[str, str], **kwargs):
-        super().__init__(**kwargs)
-        self.box, self.home, self.ipc, self.exports, self.box_env = box, home, ipc, exports, env
-        self.transport = "ipc"
-        self.ip = os.path.join(ipc, "kernel")
-        self.connection_file = os.path.join(ipc, "kernel.json")
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        """The kernel's command line, wrapped to run in the sandbox (:meth:`Sandbox.command`).
-
-        Parameters
-        ----------
-        extra_arguments : list of str, optional
-            More arguments for the kernel (as jupyter_client's ``format_kernel_cmd``).
-
-        Returns
-        -------
-        list of str
-            The sandboxed command, run in the student's home with the student's
-            environment; the home, ``ipc`` and ``exports`` folders writable.
-        """
-        cmd = super().format_kernel_cmd(extra_arguments)
-        return self.box.command(cmd, cwd=self.home, env=self.box_env,
-                                rw=[self.home, self.ipc, self.exports])
-
-    async def _async_pre_start_kernel(self, **kw):
-        kw["cwd"] = self.home
-        # what the kernel process itself writes (not its cells' output, which travels as
-        # messages) would otherwise reach the instructor's terminal: a flood stops here
-        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
-        cmd, kw = await super()._async_pre_start_kernel(**kw)
-        if self.box.isolated and self.box.as_root:
-            os.chown(self.connection_file, NOBODY, NOBODY)
-        self.kernel_spec.interrupt_mode = "message"
-        return cmd, kw
-
-
-class _Unresponsive(Exception):
-    """The student's kernel did not answer in time."""
+__all__ = ["IsolatedExecute", "HideHiddenTests", "classify", "free_names", "definitions"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -586,27 +514,6 @@ def _size(content: dict) -> int:
         n += len(v) if isinstance(v, (str, bytes)) else len(json.dumps(v, default=str))
     n += sum(len(t) for t in content.get("traceback", []) or [])
     return n
-
-
-def _reply(kc, km, msg_id: str, timeout: float) -> dict:
-    """The shell reply to `msg_id` within `timeout` s (_Unresponsive / DeadKernelError)."""
-
-    async def wait():
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _Unresponsive(f"no answer in {timeout:g} s")
-            try:
-                msg = await kc.shell_channel.get_msg(timeout=min(left, 1.0))
-            except (TimeoutError, Empty):
-                if not await km.is_alive():
-                    raise DeadKernelError("Kernel died") from None
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return msg
-
-    return run_sync(wait)()
 
 
 def _path_names(scratch: str, hidden: list[str]) -> list[tuple[str, str]]:

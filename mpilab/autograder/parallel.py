@@ -136,7 +136,7 @@ def _nbgrader_child(args: list[str], cwd: str, env: dict[str, str], out: str,
 def _clean_after_kill(wait: float = 20.0) -> None:
     """The scratch folders and cgroups of a killed grading, once its processes are gone
     (only what no running grading claims)."""
-    from .sandbox import remove_stale_cgroups, remove_stale_scratch, unclaimed
+    from .scratch import remove_stale_cgroups, remove_stale_scratch, unclaimed
 
     deadline = time.monotonic() + wait
     while True:

@@ -29,14 +29,15 @@ Steps
     is left out of the schedule.
 
 The package's modules: :mod:`.schedules` (steps from events), :mod:`.recording`
-(:class:`TracingComm`, :func:`trace`) and :mod:`.drawing` (:func:`draw`). Every name is
+(:class:`TracingComm`, :func:`trace`), :mod:`.requests` (:class:`TracedRequest`, what its
+nonblocking calls return) and :mod:`.drawing` (:func:`draw`). Every name is
 here as ``tracing.<name>``.
 """
 
 # ruff: noqa: F401 - the names beyond __all__ are the module's API as before the split
 from __future__ import annotations
 
-from . import recording
+from . import requests
 from .drawing import (
     _human,
     draw,
@@ -45,9 +46,9 @@ from .recording import (
     _UNTRACED,
     TracingComm,
     _nbytes,
-    _request_class,
     trace,
 )
+from .requests import _request_class
 from .schedules import (
     KINDS,
     _explain_blocked,
@@ -64,8 +65,8 @@ __all__ = ["schedule", "steps", "senders_by_step", "format_schedule", "TracingCo
 
 
 def __getattr__(name: str):
-    # TracedRequest becomes an MPI.Request subclass on first use (recording._request_class
+    # TracedRequest becomes an MPI.Request subclass on first use (requests._request_class
     # rebinds it there): read it where it lives, so that tracing.TracedRequest is that class
     if name == "TracedRequest":
-        return recording.TracedRequest
+        return requests.TracedRequest
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,16 +1,11 @@
-"""Hockney and LogGP models of point-to-point time, from measurements, and their predictions.
+"""The Hockney model ``t(n) = alpha + n / beta`` fitted to measured times.
 
-The Hockney model says a message of ``n`` bytes takes ``t(n) = alpha + n / beta``: a
-fixed latency ``alpha`` plus the time to stream ``n`` bytes at an asymptotic bandwidth
-``beta``. Real MPI libraries switch protocol (eager to rendezvous) at some size, which
-shows as a second line with a larger ``alpha``: :func:`fit_piecewise` finds it.
-
-Units follow the measurement records: sizes in bytes, times in microseconds, bandwidths
-in MB/s (1 MB = 1e6 bytes), so ``n / beta`` in B / (MB/s) is already in µs.
-
-Everything a model returns is labelled as a prediction (``kind == "prediction"`` and a
-``model`` label in every table, ``"prediction: ..."`` when printed), so a number read
-off a fit can never pass for a measurement.
+:func:`fit_hockney` fits one line; real MPI libraries switch protocol (eager to
+rendezvous) at some size, which shows as a second line with a larger ``alpha``:
+:func:`fit_piecewise` finds it, and keeps one line unless two are much more likely (BIC).
+:func:`fit_records` fits every group of a table of measurement records. Sizes in bytes,
+times in µs, bandwidths in MB/s; every prediction is labelled as one
+(:mod:`mpilab.models.predictions`).
 """
 
 from __future__ import annotations
@@ -22,16 +17,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-__all__ = [
-    "HockneyFit",
-    "LogGP",
-    "PiecewiseHockney",
-    "Prediction",
-    "fit_hockney",
-    "fit_piecewise",
-    "fit_records",
-    "loggp_from",
-]
+from .predictions import _Predicts, params_label
+
+__all__ = ["HockneyFit", "PiecewiseHockney", "fit_hockney", "fit_piecewise", "fit_records"]
 
 # Relative residuals below one part per million are rounding noise, not signal (no timer
 # is that precise). Flooring the residual variance there stops the model comparison from
@@ -44,123 +32,7 @@ _BIC_MARGIN = 10.0
 _MIN_INV_BETA = 1e-12
 
 
-# --------------------------------------------------------------------------- labels
-
-
-def _format_us(t: float) -> str:
-    return f"{t:,.0f} µs" if abs(t) >= 100 else f"{t:.3g} µs"
-
-
-def _format_bandwidth(mbps: float) -> str:
-    return f"{mbps / 1e3:.3g} GB/s" if mbps >= 1e3 else f"{mbps:.3g} MB/s"
-
-
-def params_label(alpha_us: float, beta_MBps: float) -> str:
-    """``α = 1 µs, β = 1 GB/s``: a model's parameters as the figures label them.
-
-    Parameters
-    ----------
-    alpha_us : float
-        Latency, µs.
-    beta_MBps : float
-        Bandwidth, MB/s.
-
-    Returns
-    -------
-    str
-        Both with their units scaled for reading.
-    """
-    return f"α = {_format_us(alpha_us)}, β = {_format_bandwidth(beta_MBps)}"
-
-
 # --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, repr=False)
-class Prediction:
-    """One predicted one-way time, printed so that it cannot pass for a measurement.
-
-    Attributes
-    ----------
-    t_us : float
-        Predicted one-way time in µs.
-    size_bytes : int
-        Message size the prediction is for.
-    model : str
-        Label of the model that made it.
-
-    Examples
-    --------
-    >>> p = Prediction(12.3, 1048576, "Hockney fit: α = 0.42 µs, β = 11.2 GB/s")
-    >>> print(p)
-    prediction: 12.3 µs for 1,048,576 B (Hockney fit: α = 0.42 µs, β = 11.2 GB/s)
-    >>> float(p)
-    12.3
-    """
-
-    t_us: float
-    size_bytes: int
-    model: str
-
-    def __float__(self) -> float:
-        return float(self.t_us)
-
-    def __str__(self) -> str:
-        return f"prediction: {_format_us(self.t_us)} for {self.size_bytes:,} B ({self.model})"
-
-    __repr__ = __str__
-
-
-def _prediction_table(sizes: np.ndarray, t_us: np.ndarray, model: str) -> pd.DataFrame:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bandwidth = np.where(sizes > 0, sizes / t_us, 0.0)  # B/µs == MB/s
-    return pd.DataFrame(
-        {
-            "size_bytes": sizes.astype(np.int64),
-            "t_us": t_us,
-            "bandwidth_MBps": bandwidth,
-            "kind": "prediction",
-            "model": model,
-        }
-    )
-
-
-def _as_sizes(sizes, name: str = "sizes") -> np.ndarray:
-    n = np.atleast_1d(np.asarray(sizes, dtype=float))
-    if n.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {n.shape}")
-    bad = ~np.isfinite(n) | (n < 0)
-    if bad.any():
-        raise ValueError(f"{name} must be finite and >= 0 bytes; got {n[bad].tolist()}")
-    return n
-
-
-class _Predicts:
-    """Predictions from a model's ``time_us`` and ``model`` label (both fit classes)."""
-
-    def predict(self, sizes) -> pd.DataFrame:
-        """Predicted times and bandwidths for the given message sizes.
-
-        Parameters
-        ----------
-        sizes : array_like of int
-            Message sizes in bytes.
-
-        Returns
-        -------
-        pandas.DataFrame
-            Columns ``size_bytes``, ``t_us``, ``bandwidth_MBps``, ``kind`` (always
-            ``"prediction"``) and ``model`` (this fit's label).
-        """
-        n = _as_sizes(sizes)
-        return _prediction_table(n, self.time_us(n), self.model)
-
-    def predict_one(self, n) -> Prediction:
-        """The predicted time for one message size, as a labelled :class:`Prediction`."""
-        size = _as_sizes(n, "n")
-        if size.size != 1:
-            raise ValueError(f"predict_one takes one size, got {size.size}; use predict()")
-        return Prediction(self.time_us(size[0]), int(size[0]), self.model)
 
 
 @dataclass(frozen=True)
@@ -477,125 +349,3 @@ def fit_records(
         except ValueError as exc:
             raise ValueError(f"cannot fit group {key!r}: {exc}") from exc
     return fits
-
-
-# --------------------------------------------------------------------------- LogGP
-
-
-@dataclass(frozen=True)
-class LogGP:
-    """The LogGP model (Alexandrov et al., 1995) of messages that may follow each other.
-
-    Hockney's ``alpha + n / beta`` prices one message alone. LogP and LogGP split that
-    price by who pays it: ``L`` the latency of the network or memory (a message in
-    flight does not stop the sender), ``o`` the overhead each side's processor spends on
-    a message, ``g`` the gap: the least time between two messages a rank injects (the
-    inverse of the message rate), and ``G`` the gap per byte of a long message (the
-    inverse of the bandwidth). So one message alone takes ``L + 2o + (n - 1) G`` (a
-    ping-pong's half round trip), but a stream of them costs each only
-    ``g + (n - 1) G``: the latencies of successive messages overlap.
-
-    Derived here from three measurements, not fitted: half a round trip of a small
-    message, and the per-message times of a stream (osu_bw's window) of small and of
-    large messages. ``L`` and ``o`` are not separated by these (that needs the time of
-    the send call itself), so the model carries ``L + 2o`` as one figure.
-
-    Attributes
-    ----------
-    L_2o_us : float
-        ``L + 2o`` in µs.
-    g_us : float
-        Gap between messages, µs.
-    G_us_per_byte : float
-        Gap per byte, µs/B (1 / G is a bandwidth: ``bandwidth_MBps``).
-    """
-
-    L_2o_us: float
-    g_us: float
-    G_us_per_byte: float
-
-    @property
-    def bandwidth_MBps(self) -> float:
-        """1 / G in MB/s."""
-        return 1.0 / self.G_us_per_byte if self.G_us_per_byte > 0 else float("inf")
-
-    @property
-    def model(self) -> str:
-        return (f"LogGP from measurements: L + 2o = {_format_us(self.L_2o_us)}, "
-                f"g = {_format_us(self.g_us)}, 1/G = {_format_bandwidth(self.bandwidth_MBps)}")
-
-    def pingpong_us(self, n):
-        """Predicted one-way time of one message alone (half a round trip), µs.
-
-        Parameters
-        ----------
-        n : float or array_like
-            Message size(s), in bytes (below 1 counts as 1).
-
-        Returns
-        -------
-        float or numpy.ndarray
-            ``L + 2o + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
-        """
-        n = np.maximum(np.asarray(n, dtype=float), 1.0)
-        t = self.L_2o_us + (n - 1.0) * self.G_us_per_byte
-        return float(t) if t.ndim == 0 else t
-
-    def stream_us(self, n):
-        """Predicted time per message of a long stream of `n`-byte messages, µs.
-
-        Parameters
-        ----------
-        n : float or array_like
-            Message size(s), in bytes (below 1 counts as 1).
-
-        Returns
-        -------
-        float or numpy.ndarray
-            ``g + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
-        """
-        n = np.maximum(np.asarray(n, dtype=float), 1.0)
-        t = self.g_us + (n - 1.0) * self.G_us_per_byte
-        return float(t) if t.ndim == 0 else t
-
-
-def loggp_from(pingpong_small_us: float, stream_small_us: float, stream_large_us: float,
-               n_small: int, n_large: int) -> LogGP:
-    """LogGP parameters from three measured times (µs) at two sizes (bytes).
-
-    ``G`` is the slope of the stream's per-message time between the sizes, ``g`` the
-    stream's small-message time less its bytes, ``L + 2o`` the ping-pong's small-message
-    time less its bytes. ValueError for sizes out of order or times that are not
-    positive; a stream slower at the small size than at the large one gives ``G = 0``
-    (no per-byte cost seen), never a negative one.
-
-    Parameters
-    ----------
-    pingpong_small_us : float
-        Half a round trip of an `n_small`-byte message, µs (> 0).
-    stream_small_us, stream_large_us : float
-        Per-message time of a stream (osu_bw's window) of `n_small`- and of
-        `n_large`-byte messages, µs (> 0).
-    n_small, n_large : int
-        The two message sizes, in bytes (``1 <= n_small < n_large``).
-
-    Returns
-    -------
-    LogGP
-        The model; ``L_2o_us`` and ``g_us`` are never below 0.
-
-    Raises
-    ------
-    ValueError
-        A time that is not finite and positive, or sizes out of order.
-    """
-    for name, v in (("pingpong_small_us", pingpong_small_us),
-                    ("stream_small_us", stream_small_us), ("stream_large_us", stream_large_us)):
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive time in µs, got {v!r}")
-    if not 1 <= int(n_small) < int(n_large):
-        raise ValueError(f"need 1 <= n_small < n_large, got {n_small} and {n_large}")
-    G = max(0.0, (stream_large_us - stream_small_us) / (int(n_large) - int(n_small)))
-    small = (int(n_small) - 1) * G
-    return LogGP(L_2o_us=max(pingpong_small_us - small, 0.0),
-                 g_us=max(stream_small_us - small, 0.0), G_us_per_byte=G)

@@ -1,0 +1,203 @@
+"""Lab 03 Part D: a fence epoch's model, graded against an epoch measured now.
+
+:func:`check_epoch_us` (:data:`EPOCH`, a :class:`~mpilab.grading.prediction.Prediction`)
+grades ``epoch_us(n_bytes, empty_epoch_us, beta_MBps)``, the model of a fence epoch
+carrying one Put (the empty epoch plus ``n / β``), first against
+:func:`reference_epoch_us` on made-up numbers, then against an epoch of 1 MiB measured
+just now (:func:`epoch_times`, on the ranks through :mod:`mpilab.grading.measured`).
+
+The lab's test cells reach these through :mod:`mpilab.grading.onesided`, which
+re-exports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mpilab.grading import measured
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.timing import best_us
+
+__all__ = ["PREDICTION_TOLERANCE", "EPOCH_BYTES", "epoch_times", "reference_epoch_us",
+           "epoch_now", "EPOCH", "check_epoch_us", "show_epoch"]
+
+#: The Put + Fence epoch of 1 MiB measured on this machine may take this many times the
+#: model: below 1 only noise; above it what the model leaves out (the Put's own start-up,
+#: the closing Fence waiting for it to complete).
+PREDICTION_TOLERANCE = (0.5, 2.5)
+EPOCH_BYTES = 1 << 20
+
+
+def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
+    """On every rank of `comm`: an empty fence epoch (``Fence(); Fence()``) and an epoch
+    in which rank 0 puts `nbytes` into rank 1's window (``Fence(); Put; Fence()``, every
+    rank calling the Fences), over a window made once with ``MPI.Win.Create`` on a NumPy
+    array, as in Part A; the fastest of `reps` repetitions of `iters` epochs, per epoch in
+    µs (the slowest rank's).
+
+    One Put, not one per rank: the model is one Put's, and the copies of several Puts at
+    once would share the memory system (on one core, take turns).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Two ranks or more.
+    nbytes : int
+        Bytes of the Put (rounded down to whole doubles, at least one).
+    iters : int, optional
+        Epochs per repetition (default 20).
+    reps : int, optional
+        Repetitions, of which the fastest counts (default 7).
+
+    Returns
+    -------
+    dict
+        ``empty_epoch_us`` and ``epoch_us`` (µs per epoch), and ``nbytes`` (the bytes
+        put).
+    """
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    n = max(1, nbytes // 8)
+    into, out = measured.doubles(n, 0.0), measured.doubles(n)
+    win = MPI.Win.Create(into, disp_unit=into.itemsize, comm=comm)
+    try:
+        def empty():
+            win.Fence()
+            win.Fence()
+
+        def epoch():
+            win.Fence()
+            if rank == 0:
+                win.Put(out, 1)
+            win.Fence()
+
+        return {"empty_epoch_us": best_us(comm, empty, iters, reps),
+                "epoch_us": best_us(comm, epoch, iters, reps), "nbytes": 8 * n}
+    finally:
+        win.Free()
+
+
+def reference_epoch_us(n_bytes: float, empty_epoch_us: float, beta_MBps: float) -> float:
+    """The model: the synchronisation (an empty epoch, both Fences) plus the Put's bytes
+    at the bandwidth of a message, ``empty + n / β`` (µs; 1 MB/s is one byte per µs).
+
+    Parameters
+    ----------
+    n_bytes : float
+        Bytes of the Put.
+    empty_epoch_us : float
+        An empty epoch (``Fence(); Fence()``), in µs.
+    beta_MBps : float
+        Bandwidth β of a message, in MB/s.
+
+    Returns
+    -------
+    float
+        The epoch's time, in µs.
+    """
+    return empty_epoch_us + n_bytes / beta_MBps
+
+
+def epoch_now(cluster_ranks: int = 4) -> dict:
+    """α and β (a ping-pong), an empty epoch and a Put + Fence epoch of 1 MiB, measured
+    (once per grading session) on one rank per core
+    (:func:`mpilab.grading.measured.measure`).
+
+    Parameters
+    ----------
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4), the most the measurement uses.
+
+    Returns
+    -------
+    dict
+        :func:`epoch_times`'s dict (``empty_epoch_us``, ``epoch_us``, ``nbytes``), with
+        ``alpha_us``, ``beta_MBps``, ``ranks``, ``cores`` and ``oversubscribed``.
+    """
+    return measured.with_alpha_beta("epoch", epoch_times, EPOCH_BYTES, nbytes=EPOCH_BYTES,
+                                    cluster_ranks=cluster_ranks)
+
+
+def _epoch_hint(got, n: float, e: float, b: float) -> str:
+    return guessed(got, [
+        (n / b, "An epoch costs its synchronisation even when it carries nothing: add the "
+                "empty epoch's time."),
+        (2 * e + n / b, "The empty epoch is already both Fences (Fence(); Fence()): count "
+                        "it once."),
+        (e + 8 * n / b, "n_bytes is already in bytes: n / β."),
+        (e + n / b * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (e + n / b / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        (e, "The Put's bytes take time too: n / β."),
+        (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
+    ], "An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, with n "
+       "in bytes and β in MB/s).")
+
+
+def _epoch_lines(epoch_us: Callable, m: dict, _cluster_ranks: int) -> None:
+    e, b = m["empty_epoch_us"], m["beta_MBps"]
+    print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
+          f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
+    print(f"a Put + Fence epoch of 1 MiB: measured {m['epoch_us']:8.1f} µs, predicted "
+          + shown(epoch_us, m["nbytes"], e, b, name="epoch_us"))
+
+
+#: Part D: ``epoch_us(n_bytes, empty_epoch_us, beta_MBps)``, against an epoch of 1 MiB.
+EPOCH = Prediction(
+    name="epoch_us", reference=reference_epoch_us, hint=_epoch_hint, now=epoch_now,
+    tolerance=PREDICTION_TOLERANCE, shows=_epoch_lines,
+    parts=lambda m: [Part(f"a Put + Fence epoch of 1 MiB on {m['ranks']} ranks (rank 0 puts "
+                          "into rank 1)", (m["nbytes"], m["empty_epoch_us"], m["beta_MBps"]),
+                          m["epoch_us"])],
+    model=lambda m: (f"an empty epoch of {m['empty_epoch_us']:.3g} µs and β = "
+                     f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
+
+
+def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+    """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
+    ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
+    measured just now.
+
+    Parameters
+    ----------
+    epoch_us : callable
+        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``
+        (µs).
+    cases : iterable of tuple
+        Made-up ``(n_bytes, empty_epoch_us, beta_MBps)`` to compare it with the model on.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    dict
+        :func:`epoch_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
+        predicted).
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        When the model is wrong on a case, or the measurement is outside
+        :data:`PREDICTION_TOLERANCE` times the prediction.
+    """
+    __tracebackhide__ = True
+    return EPOCH.check(epoch_us, cases, cluster_ranks=cluster_ranks)
+
+
+def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
+    """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
+    first call measures them, a few seconds), beside ``epoch_us``'s prediction.
+
+    Parameters
+    ----------
+    epoch_us : callable
+        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``.
+    cluster_ranks : int, optional
+        Ranks of the lab's cluster (default 4).
+
+    Returns
+    -------
+    None
+        It prints; nothing while grading.
+    """
+    return EPOCH.show(epoch_us, cluster_ranks)
