@@ -127,7 +127,7 @@ class BuildWithPrograms(build_ext):
 
 PACKAGES = ["mpilab", "mpilab.kernels", "mpilab.bench", "mpilab.grading", "mpilab.autograder",
             "mpilab.runtime", "mpilab.cluster", "mpilab.sim", "mpilab.halo", "mpilab.tuning",
-            "mpilab.tracing", "mpilab.netlab", "mpilab.collectives",
+            "mpilab.tracing", "mpilab.netlab", "mpilab.collectives", "mpilab.pingpong",
             "mpilab.plots", "mpilab.models", "mpilab.platforms"]  # the last holds data only
 KERNEL_SOURCES = ["*.c", "*.h", "*.pyx", "*.pxd", "*.pxi", "*.f90"]
 SOURCE_FOLDERS = sorted(p.name for p in (HERE / "kernels").iterdir()

@@ -379,3 +379,13 @@ def test_a_module_importing_its_own_package_for_a_name_is_a_circle():
     [(group, circle)] = [(g, c) for g, c in cycles(graph) if "mpilab.sim.smpi" in g]
     assert {"mpilab.sim", "mpilab.sim.smpi"} <= group
     assert circle == ["mpilab.sim", "mpilab.sim.smpi", "mpilab.sim"]
+
+
+def test_every_package_is_in_the_wheel():
+    """setup.py lists packages by name: one it forgets is missing from a non-editable
+    install (the PyPI MPIs' venvs, a student's pip install) while a checkout works."""
+    tree = ast.parse((PKG.parent / "setup.py").read_text())
+    [listed] = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "PACKAGES" for t in n.targets)]
+    here = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert here - set(listed) == set(), "packages setup.py does not list"
