@@ -37,18 +37,21 @@ def _request_class():
                 tc._completed(self, status)
 
         def Wait(self, status=None):  # noqa: N802 - mpi4py's name
+            """``MPI.Request.Wait``, then the receive recorded."""
             st = status if status is not None else MPI.Status()
             out = MPI.Request.Wait(self, st)
             self._done(st)
             return out
 
         def wait(self, status=None):
+            """``MPI.Request.wait``, then the receive recorded."""
             st = status if status is not None else MPI.Status()
             out = MPI.Request.wait(self, st)
             self._done(st)
             return out
 
         def Test(self, status=None):  # noqa: N802
+            """``MPI.Request.Test``; the receive recorded if it completed."""
             st = status if status is not None else MPI.Status()
             flag = MPI.Request.Test(self, st)
             if flag:
@@ -56,6 +59,7 @@ def _request_class():
             return flag
 
         def test(self, status=None):
+            """``MPI.Request.test``; the receive recorded if it completed."""
             st = status if status is not None else MPI.Status()
             flag, obj = MPI.Request.test(self, st)
             if flag:
@@ -77,10 +81,12 @@ def _request_class():
 
         @classmethod
         def Waitall(cls, requests, statuses=None):  # noqa: N802
+            """``MPI.Request.Waitall``, then every traced receive recorded."""
             return cls._all(MPI.Request.Waitall, requests, statuses)
 
         @classmethod
         def waitall(cls, requests, statuses=None):
+            """``MPI.Request.waitall``, then every traced receive recorded."""
             return cls._all(MPI.Request.waitall, requests, statuses)
 
     TracedRequest.__module__ = __name__

@@ -85,7 +85,7 @@ def observe_library(ranks: int, nbytes: int = 65536, *, env: dict | None = None,
         ``observed`` (``{"src->dst": blocks}``), ``matches`` (our algorithms with the
         same pattern; empty when the library did something else, e.g. its linear
         allgather, which gathers and broadcasts with its own tree algorithms), ``ranks``,
-        ``nbytes``, ``env``.
+        ``nbytes``, ``env`` and ``force`` (as given).
 
     Raises
     ------
