@@ -4,6 +4,7 @@ nothing behind. (Every lab module's batch grades side by side too: grading_batch
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -76,3 +77,25 @@ def test_a_grading_past_its_time_is_killed_and_leaves_nothing(course):
     assert got.returncode == 124 and not got.ok
     assert "nbgrader killed after 2 s" in got.log
     assert not leftover_processes(course, grace=30)
+
+
+def test_validate_says_its_verdict_without_pythonunbuffered(tmp_path):
+    """A plain shell's nbgrader validate, forked from the fork server: the verdict nbgrader
+    writes through the stream it took at import reaches the output (it was lost where
+    PYTHONUNBUFFERED was not set, as in a stock Debian root: every released lab then
+    'passed' the check that its stubs fail every test)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    path = tmp_path / "plain.ipynb"
+    nbformat.write(nb, path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    code = ("import sys; from mpilab.autograder import parallel; "
+            f"r = parallel.nbgrader(['validate', {str(path)!r}], {str(tmp_path)!r}, timeout=120); "
+            "print('CODE', r.returncode); print(r.stdout)")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert "CODE 0" in res.stdout, res.stdout + res.stderr
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr

@@ -32,6 +32,7 @@ and printed after the run, student by student, with the time each took.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -113,14 +114,30 @@ def _context():
 
 def _nbgrader_child(args: list[str], cwd: str, env: dict[str, str], out: str,
                     err: str) -> None:
-    """In the forked child: ``nbgrader ARGS`` in `cwd`, its output in the files out/err."""
+    """In the forked child: ``nbgrader ARGS`` in `cwd`, its output in the files out/err.
+
+    The fork server's own stream objects live on in modules that took them at import
+    (nbgrader's ``Validator.stream`` is ``sys.stdout`` as it was then): they write to
+    fds 1 and 2, the files from now on, through buffers of their own, which the child's
+    exit (``os._exit``) would drop. They are made line-buffered and flushed at the end
+    with the child's own. (Where ``PYTHONUNBUFFERED`` was set, nothing was ever held
+    back, so only an instructor's plain shell lost ``nbgrader validate``'s verdict.)
+    """
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    inherited = list({id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__,
+                                         sys.__stderr__) if s is not None}.values())
+    for s in inherited:  # what the fork server still held goes where it was going
+        with contextlib.suppress(Exception):
+            s.flush()
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
         os.close(f)
+    for s in inherited:
+        with contextlib.suppress(Exception):
+            s.reconfigure(line_buffering=True)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.argv = ["nbgrader", *args]
@@ -129,8 +146,9 @@ def _nbgrader_child(args: list[str], cwd: str, env: dict[str, str], out: str,
     try:
         NbGraderApp.launch_instance(argv=list(args))
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for s in (sys.stdout, sys.stderr, *inherited):
+            with contextlib.suppress(Exception):
+                s.flush()
 
 
 def _clean_after_kill(wait: float = 20.0) -> None:
