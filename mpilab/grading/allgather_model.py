@@ -121,7 +121,7 @@ def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
     return {"recursive_doubling_us": None, **forwarding_times(comm, nbytes, extra=ops)}
 
 
-def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float,
+def reference_allgather_us(alg: str, ranks: int, block_bytes: float, alpha_us: float,
                            beta_MBps: float) -> float:
     """The model (lecture 06, :func:`mpilab.collectives.predict`): per step α plus the
     step's message at β; the ring p - 1 steps of one block, recursive doubling and Bruck
@@ -131,7 +131,7 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
     ----------
     alg : {"ring", "recursive_doubling", "bruck"}
         The allgather.
-    p : int
+    ranks : int
         Number of ranks.
     block_bytes : float
         Bytes of each rank's block.
@@ -147,7 +147,7 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
     """
     from mpilab import collectives
 
-    return collectives.predict("allgather", alg, p, block_bytes, alpha_us, beta_MBps).t_us
+    return collectives.predict("allgather", alg, ranks, block_bytes, alpha_us, beta_MBps).t_us
 
 
 def allgather_now(ranks: int = 4) -> dict:

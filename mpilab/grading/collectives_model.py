@@ -96,7 +96,7 @@ PREDICTION_TOLERANCE = (0.5, 2.5)
 BCAST_BYTES = 1 << 20
 
 
-def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
+def reference_bcast_us(alg: str, ranks: int, n_bytes: float, alpha_us: float,
                        beta_MBps: float) -> float:
     """The model: messages one after the other at α + n/β each; the root's p - 1 in
     turn (linear), ⌈log2 p⌉ steps of the tree (binomial).
@@ -105,7 +105,7 @@ def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
     ----------
     alg : {"linear", "binomial"}
         The broadcast (anything but "linear" is taken as the tree).
-    p : int
+    ranks : int
         Number of ranks.
     n_bytes : float
         Bytes broadcast.
@@ -119,7 +119,7 @@ def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
     float
         The broadcast's time, in µs.
     """
-    msgs = p - 1 if alg == "linear" else log_steps(p)
+    msgs = ranks - 1 if alg == "linear" else log_steps(ranks)
     return msgs * (alpha_us + n_bytes / beta_MBps)
 
 
