@@ -339,7 +339,7 @@ def report(f: dict) -> str:
                                else f"no: {sim.get('why_not')}"),
         "  Slurm         " + (f"a controller answers (partitions: "
                                f"{', '.join(slurm.get('partitions') or []) or 'none'}); "
-                               "cluster.start(n, launcher='slurm') can use it"
+                               "cluster.start(ranks, launcher='slurm') can use it"
                                if slurm.get("controller") else f"no: {slurm.get('why_not')}"),
         f"  sandbox       {yes(f.get('sandbox'), f.get('sandbox_why_not'))} (the autograder)",
         f"  browser       {f.get('browser') or 'none found (the JupyterLab test is skipped)'}",

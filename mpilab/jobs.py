@@ -101,9 +101,9 @@ def tagged(var: str, match: str | Callable[[str], bool]) -> list:
     return found
 
 
-def end(procs: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
+def end(processes: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
         grace: float = 2.0, wait: float = 10.0) -> int:
-    """End `procs` (psutil processes); how many there were. Then remove stale segments.
+    """End `processes` (psutil processes); how many there were. Then remove stale segments.
 
     Processes for which `gentle(p)` is true get SIGTERM first and SIGKILL after `grace`
     seconds (an ``mpiexec`` that may still remove its session files); the rest get
@@ -111,7 +111,7 @@ def end(procs: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
 
     Parameters
     ----------
-    procs : sequence of psutil.Process
+    processes : sequence of psutil.Process
         The processes to end (e.g. from :func:`tagged`); those already gone are skipped.
     gentle : callable, optional
         ``gentle(p) -> bool``: which processes get SIGTERM first (default: none).
@@ -123,11 +123,11 @@ def end(procs: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
     Returns
     -------
     int
-        How many processes were given, ``len(procs)``.
+        How many processes were given, ``len(processes)``.
     """
     import psutil
 
-    procs = list(procs)
+    procs = list(processes)
     soft = []
     for p in procs:
         try:

@@ -45,7 +45,7 @@ def mpi(line: str, cell: str):
 
     c = cluster.current()
     if c is None:
-        raise cluster.ClusterError("no cluster: run `lab = mpilab.cluster.start(n)` first")
+        raise cluster.ClusterError("no cluster: run `lab = mpilab.cluster.start(ranks)` first")
     timeout, restart = _parse(line)
     c.execute(cell, timeout=timeout, restart_on_timeout=restart, line_offset=1)
 

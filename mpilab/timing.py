@@ -203,7 +203,7 @@ def context(cluster=None, *, ranks: int | None = None, transport: str | None = N
     d = {}
     d.update(runtime.machine_info())
     if cluster is not None:
-        ranks, transport = cluster.n, cluster.transport
+        ranks, transport = cluster.ranks, cluster.transport
         library = cluster.library
     d.update(library or {})
     if ranks is not None:

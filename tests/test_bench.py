@@ -94,7 +94,7 @@ def test_cluster_lifecycle_benchmark(tmp_path):
     from mpilab import cluster
 
     path = tmp_path / "cluster.json"
-    res = bench("cluster", "-n", "2", "--reps", "1", "--json", str(path))
+    res = bench("cluster", "--ranks", "2", "--reps", "1", "--json", str(path))
     assert res.returncode == 0, res.stderr
     doc = json.loads(path.read_text())
     assert doc["meta"]["ranks"] == 2 and "oversubscribed" in doc["meta"]

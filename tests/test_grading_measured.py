@@ -158,7 +158,7 @@ def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatc
     monkeypatch.setattr(M, "cache_dir", lambda: None)  # measured now, not read back
     monkeypatch.setattr(M, "_CACHE", {})
     ring, bc, ex, ag = M.ring_now(), C.bcast_now(), H.exchange_now(), A.allgather_now()
-    pp = M.pingpong_now(cluster_ranks=2)
+    pp = M.pingpong_now(ranks=2)
     assert pp["sizes"] == [8, 1 << 20, 4 << 20] and pp["ranks"] == 2
     lo, hi = M.HELD_OUT_TOLERANCE
     held = pp["held_out_us"] / (pp["alpha_us"] + (4 << 20) / pp["beta_MBps"])

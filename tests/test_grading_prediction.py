@@ -28,7 +28,7 @@ def made_up(**kw) -> Prediction:
         Part("a big message", (1 << 20, m["alpha_us"], m["beta_MBps"]), m["big_us"],
              "big_predicted_us", "big_ratio")])
     return Prediction(
-        name="t_us", now=lambda cluster_ranks: dict(M, asked=cluster_ranks), parts=parts,
+        name="t_us", now=lambda ranks: dict(M, asked=ranks), parts=parts,
         tolerance=(0.5, 2.5), reference=reference,
         hint=lambda got, n, a, b: guessed(got, [(n / b, "Each message also costs α.")],
                                           "α + n / β"),
@@ -38,7 +38,7 @@ def made_up(**kw) -> Prediction:
 
 
 def test_a_right_model_passes_and_gives_each_parts_prediction_and_ratio():
-    got = made_up().check(reference, [(10, 1.0, 100.0)], cluster_ranks=3)
+    got = made_up().check(reference, [(10, 1.0, 100.0)], ranks=3)
     assert got["asked"] == 3 and got["small_predicted_us"] == 3.0
     assert got["small_ratio"] == pytest.approx(3.5 / 3.0)
     assert got["big_ratio"] == pytest.approx(1100.0 / reference(1 << 20, 2.0, 1000.0))
@@ -46,12 +46,12 @@ def test_a_right_model_passes_and_gives_each_parts_prediction_and_ratio():
 
 def test_a_wrong_model_fails_on_the_made_up_cases_with_the_hint():
     with pytest.raises(CheckFailed, match=r"(?s)t_us\(10, 1.0, 100.0\).*costs α"):
-        made_up().check(lambda n, a, b: n / b, [(10, 1.0, 100.0)], cluster_ranks=2)
+        made_up().check(lambda n, a, b: n / b, [(10, 1.0, 100.0)], ranks=2)
 
 
 def test_a_prediction_off_the_measurement_names_the_part_and_the_numbers():
     with pytest.raises(CheckFailed) as exc:
-        made_up().check(lambda n, a, b: reference(n, a, b) / 1e6, [], cluster_ranks=2)
+        made_up().check(lambda n, a, b: reference(n, a, b) / 1e6, [], ranks=2)
     text = str(exc.value)
     assert text.startswith("a small message: measured 3.5 µs just now")
     assert "α = 2 µs, measured just now on 2 ranks on 2 cores" in text
@@ -68,7 +68,7 @@ def test_parts_of_the_same_arguments_call_the_function_once_and_pick():
     two = made_up(expect_cases=lambda f, cases: None, parts=lambda m: [
         Part("a lap", (2, 1.0), 2.0, "lap", "lap_ratio", pick=lambda g: g[0]),
         Part("a shift", (2, 1.0), 1.5, "shift", "shift_ratio", pick=lambda g: g[1])])
-    got = two.check(pair, [], cluster_ranks=2)
+    got = two.check(pair, [], ranks=2)
     assert calls == [(2, 1.0)] and (got["lap"], got["shift"]) == (2.0, 1.0)
     assert got["shift_ratio"] == 1.5
 

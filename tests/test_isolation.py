@@ -435,8 +435,8 @@ def pool(tmp_path):
     b.close()
 
 
-def call(pool, func, *args, nranks=2, timeout=20.0):
-    return pool.call(isolated.payload(func, args), nranks, timeout)
+def call(pool, func, *args, ranks=2, timeout=20.0):
+    return pool.call(isolated.payload(func, args), ranks, timeout)
 
 
 def test_the_pool_runs_functions_on_real_ranks(pool):
@@ -446,7 +446,7 @@ def test_the_pool_runs_functions_on_real_ranks(pool):
     assert sorted(g[0] for g in got.values()) == [0, 1]
     assert all(g[1] == 5 for g in got.values())
     assert np.array_equal(got[1][2], [5, 5])
-    out = call(pool, ranks_and_sum, 2, nranks=1)  # the same job, fewer ranks
+    out = call(pool, ranks_and_sum, 2, ranks=1)  # the same job, fewer ranks
     assert out.replies[0][1][:2] == (0, 0) and out.replies[1] == ("out",)
     assert pool.starts == 1
 

@@ -389,3 +389,55 @@ def test_every_package_is_in_the_wheel():
                 and any(getattr(t, "id", None) == "PACKAGES" for t in n.targets)]
     here = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
     assert here - set(listed) == set(), "packages setup.py does not list"
+
+
+# The rank count has one name in the public API: `ranks` (a second count in the same
+# signature a qualified name that ends in it, such as `measuring_ranks`). These names can
+# only mean the rank count, so none may come back.
+RANK_COUNT_ALIASES = {"n_ranks", "nranks", "cluster_ranks", "procs", "nprocs"}
+
+
+def rank_count_aliases(path: Path, text: str | None = None) -> list[str]:
+    """``module:line function(parameter)`` for each public function or method (no
+    underscore in its name or in the names it sits in; ``__init__`` of a public class
+    counts) with a parameter named as in :data:`RANK_COUNT_ALIASES`."""
+    tree = ast.parse(path.read_text() if text is None else text)
+    found = []
+
+    def walk(node: ast.AST, where: str, public: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                walk(child, f"{where}{child.name}.", public and not child.name.startswith("_"))
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                mine = public and (not child.name.startswith("_") or child.name == "__init__")
+                a = child.args
+                params = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                params += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+                if mine:
+                    found.extend(f"{module_name(path)}:{child.lineno} {where}{child.name}({p})"
+                                 for p in params if p in RANK_COUNT_ALIASES)
+                walk(child, f"{where}{child.name}.", mine)
+
+    walk(tree, "", True)
+    return found
+
+
+def test_the_rank_count_is_called_ranks_in_the_public_api():
+    stubs = sorted(PKG.rglob("*.pyi"))
+    bad = [hit for path in SOURCES + stubs for hit in rank_count_aliases(path)]
+    assert bad == [], "rename the rank count `ranks` (issue 25)"
+
+
+def test_the_rank_count_check_sees_each_alias_and_leaves_private_ones():
+    text = ("def start(nranks): ...\n"
+            "class Pool:\n"
+            "    def __init__(self, procs): ...\n"
+            "    def call(self, *, cluster_ranks=4): ...\n"
+            "    def _request(self, nranks): ...\n"
+            "def _pool(n_ranks): ...\n"
+            "class _Hidden:\n"
+            "    def run(self, nprocs): ...\n"
+            "def run(func, ranks, measuring_ranks=2): ...\n")
+    got = rank_count_aliases(PKG / "demo.py", text)
+    assert [g.split(" ", 1)[1] for g in got] == [
+        "start(nranks)", "Pool.__init__(procs)", "Pool.call(cluster_ranks)"]

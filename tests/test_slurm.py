@@ -1,4 +1,4 @@
-"""cluster.start(n, launcher="slurm") on a real one-host Slurm (scripts/slurm-local.sh).
+"""cluster.start(ranks, launcher="slurm") on a real one-host Slurm (scripts/slurm-local.sh).
 
 The module starts munged, slurmctld and slurmd (root; the script installs Debian's
 packages when missing), submits the controller and the engines with sbatch through

@@ -305,10 +305,10 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
 # running: the sandboxed ranks
 
 
-def _pool(nranks: int) -> Pool:
+def _pool(ranks: int) -> Pool:
     pool = _state.get("pool")
-    size = max(POOL_RANKS, nranks)
-    if pool is None or pool.size < size:
+    size = max(POOL_RANKS, ranks)
+    if pool is None or pool.ranks < size:
         if pool is not None:
             pool.stop()
         cfg = config()
@@ -345,8 +345,8 @@ def payload(func: Any, args: tuple, kwargs: dict | None = None) -> bytes:
     return cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
 
 
-def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
-    """``func(comm, *args)`` on `nranks` sandboxed ranks (a fresh job after any failure).
+def run(func: Any, args: tuple, ranks: int, timeout: float) -> Outcome:
+    """``func(comm, *args)`` on `ranks` sandboxed ranks (a fresh job after any failure).
 
     Parameters
     ----------
@@ -355,7 +355,7 @@ def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
         :class:`StudentFunction`; called with the call's communicator first.
     args : tuple
         Its further arguments (pickled by the grader with cloudpickle).
-    nranks : int
+    ranks : int
         Ranks in the call's communicator; the job has at least ``POOL_RANKS`` (4).
     timeout : float
         Seconds the call may take on the ranks.
@@ -371,7 +371,7 @@ def run(func: Any, args: tuple, nranks: int, timeout: float) -> Outcome:
     PoolError
         When the sandboxed ranks cannot start.
     """
-    return _pool(nranks).call(payload(func, args), nranks, timeout)
+    return _pool(ranks).call(payload(func, args), ranks, timeout)
 
 
 def local(func: Any, args: tuple, kwargs: dict, timeout: float) -> Outcome:

@@ -3,7 +3,7 @@
 :class:`Pool` starts ``mpiexec -n N python -m mpilab.autograder.worker`` inside a
 :class:`~mpilab.autograder.sandbox.Sandbox`, accepts one Unix-socket connection per rank and
 sends each request to every rank (``call``: ``func(comm, *args)`` on a sub-communicator of
-the first `nranks` ranks) or to rank 0 (``local``: ``func(*args)``). Replies are decoded
+the first `ranks` ranks) or to rank 0 (``local``: ``func(*args)``). Replies are decoded
 with :mod:`mpilab.autograder.wire` only. A call that does not finish in time, or a rank that
 dies, ends the job (its whole PID namespace); the next request starts a fresh one, so a
 check never inherits the state of a failed one.
@@ -84,14 +84,15 @@ class _Drain(threading.Thread):
 
 
 class Pool:
-    """`size` MPI ranks in `box`, started on first use.
+    """`ranks` MPI ranks in `box`, started on first use.
 
     Parameters
     ----------
     box : Sandbox
         Where the ranks run.
-    size : int
-        Ranks in the job (``MPI.COMM_WORLD`` size); calls use the first `nranks`.
+    ranks : int
+        Ranks in the job (``MPI.COMM_WORLD`` size, :attr:`ranks`); a call uses the first
+        ones (:meth:`call`).
     cwd : path
         The ranks' working directory (the student's home in the sandbox).
     rw, ro : list of paths
@@ -104,10 +105,10 @@ class Pool:
         Seconds the ranks have to start and connect (default 60).
     """
 
-    def __init__(self, box: Sandbox, size: int, *, cwd: str, env: dict[str, str],
+    def __init__(self, box: Sandbox, ranks: int, *, cwd: str, env: dict[str, str],
                  workdir: str, rw: list[str] = (), ro: list[str] = (),
                  start_timeout: float = 60.0):
-        self.box, self.size, self.cwd, self.env = box, size, cwd, dict(env)
+        self.box, self.ranks, self.cwd, self.env = box, ranks, cwd, dict(env)
         self.workdir = workdir
         self.rw, self.ro = list(rw), list(ro)
         self.start_timeout = start_timeout
@@ -120,7 +121,7 @@ class Pool:
     # -- lifecycle ----------------------------------------------------------------------
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and len(self.conns) == self.size
+        return self.proc is not None and self.proc.poll() is None and len(self.conns) == self.ranks
 
     def start(self) -> None:
         """Start the job afresh (ending a running one) and wait until every rank connects.
@@ -150,9 +151,9 @@ class Pool:
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         lsock.bind(path)
         os.chmod(path, 0o777)
-        lsock.listen(self.size)
+        lsock.listen(self.ranks)
         # the workers run faulthandler's watchdog thread beside the one that calls MPI
-        launch = runtime.launch(self.size, thread_level="funneled")
+        launch = runtime.launch(self.ranks, thread_level="funneled")
         env = {**self.env, **launch.env}
         argv = launch.argv([sys.executable, "-P", "-m", "mpilab.autograder.worker", path,
                             self.workdir])
@@ -163,13 +164,13 @@ class Pool:
         deadline = time.monotonic() + self.start_timeout
         lsock.settimeout(0.2)
         try:
-            while len(self.conns) < self.size:
+            while len(self.conns) < self.ranks:
                 code = self.proc.poll()
                 if time.monotonic() > deadline or code is not None:
                     why = f"exit status {code}" if code is not None else "timed out"
                     out = self.output()
                     self.stop()
-                    raise PoolError(f"the {self.size} MPI ranks of the grader did not start "
+                    raise PoolError(f"the {self.ranks} MPI ranks of the grader did not start "
                                     f"({why}):\n{out[-2000:]}")
                 try:
                     conn, _ = lsock.accept()
@@ -179,7 +180,7 @@ class Pool:
                 hello = _recv_frame(conn, 4096)
                 info = json.loads(hello) if hello else {}
                 rank = info.get("rank") if isinstance(info, dict) else None
-                if type(rank) is not int or not 0 <= rank < self.size or rank in self.conns:
+                if type(rank) is not int or not 0 <= rank < self.ranks or rank in self.conns:
                     conn.close()
                     continue
                 conn.settimeout(None)
@@ -214,8 +215,8 @@ class Pool:
         return "\n".join(d.tail() for d in self._drains if d.tail())
 
     # -- requests -----------------------------------------------------------------------
-    def call(self, payload: bytes, nranks: int, timeout: float) -> Outcome:
-        """``func(comm, *args)`` on the first `nranks` ranks; `payload` pickles
+    def call(self, payload: bytes, ranks: int, timeout: float) -> Outcome:
+        """``func(comm, *args)`` on the first `ranks` ranks; `payload` pickles
         ``(func, args, kwargs)``.
 
         Starts the job first when it is not running; ends it after a reply that times
@@ -227,9 +228,9 @@ class Pool:
             The grader's pickle of ``(func, args, kwargs)``
             (:func:`mpilab.autograder.isolated.payload`); the student's functions in it
             are their kernel's bytes, loaded on the ranks only.
-        nranks : int
-            Ranks in the call's communicator (the first `nranks` of the job); the others
-            answer ``("out",)``.
+        ranks : int
+            Ranks in the call's communicator: the first `ranks` of the job's
+            :attr:`ranks`; the others answer ``("out",)``.
         timeout : float
             Seconds the call may take on the ranks.
 
@@ -241,11 +242,11 @@ class Pool:
         Raises
         ------
         PoolError
-            When `nranks` is more than the job's size, or the job cannot start.
+            When `ranks` is more than the job's, or the job cannot start.
         """
-        if nranks > self.size:
-            raise PoolError(f"a call on {nranks} ranks in a job of {self.size}")
-        return self._request("call", payload, list(range(self.size)), nranks, timeout)
+        if ranks > self.ranks:
+            raise PoolError(f"a call on {ranks} ranks in a job of {self.ranks}")
+        return self._request("call", payload, list(range(self.ranks)), ranks, timeout)
 
     def local(self, payload: bytes, timeout: float) -> Outcome:
         """``func(*args, **kwargs)`` on rank 0 alone.
@@ -269,18 +270,18 @@ class Pool:
         """
         return self._request("local", payload, [0], 1, timeout)
 
-    def _request(self, kind: str, payload: bytes, targets: list[int], nranks: int,
+    def _request(self, kind: str, payload: bytes, targets: list[int], ranks: int,
                  timeout: float) -> Outcome:
         # the cores are shared with gradings beside this one: wait while one measures
         with quiet.working():
-            return self._request_now(kind, payload, targets, nranks, timeout)
+            return self._request_now(kind, payload, targets, ranks, timeout)
 
-    def _request_now(self, kind: str, payload: bytes, targets: list[int], nranks: int,
+    def _request_now(self, kind: str, payload: bytes, targets: list[int], ranks: int,
                      timeout: float) -> Outcome:
         if not self.alive:
             self.start()
         seq = next(self._seq)
-        msg = pickle.dumps((kind, seq, nranks, float(timeout), payload))
+        msg = pickle.dumps((kind, seq, ranks, float(timeout), payload))
         out = Outcome()
         for r in targets:
             try:

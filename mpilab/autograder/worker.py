@@ -133,10 +133,10 @@ def _serve(world, rank: int, workdir: str, request: tuple) -> tuple | None:
 
     from mpi4py import MPI
 
-    kind, seq, nranks, timeout, payload = request
+    kind, seq, ranks, timeout, payload = request
     comm = None
     if kind == "call":
-        inside = rank < nranks
+        inside = rank < ranks
         comm = world.Split(0 if inside else MPI.UNDEFINED, rank)
         if not inside:
             return ("out",)

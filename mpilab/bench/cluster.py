@@ -1,6 +1,6 @@
 """The cluster's lifecycle: cold start, reconnect from a new process, restart, stop.
 
-    python -m mpilab.bench cluster -n 4 --reps 3 --json OUT
+    python -m mpilab.bench cluster --ranks 4 --reps 3 --json OUT
 
 What a student waits for: starting the notebook's MPI engines (``cold-start``), a notebook
 kernel restarted while the engines run on (``reconnect``: a new process connects to the
@@ -29,26 +29,26 @@ _PROBE = (
     "t = time.perf_counter()\n"
     "from mpilab import cluster\n"
     "c = cluster.connect(sys.argv[1])\n"
-    "assert c.run(lambda: 1, timeout=30) == [1] * c.n\n"
+    "assert c.run(lambda: 1, timeout=30) == [1] * c.ranks\n"
     "print(time.perf_counter() - t)\n"
 )
 
 
 def _answer(c) -> None:
     got = c.run(lambda: 1, timeout=30)
-    if got != [1] * c.n:
+    if got != [1] * c.ranks:
         raise RuntimeError(f"the cluster answered {got}")
 
 
-def run(n: int = 4, reps: int = 3, transport: str = "shm") -> tuple[dict, list[dict]]:
-    """Time each phase `reps` times; returns (meta, records)."""
+def run(ranks: int = 4, reps: int = 3, transport: str = "shm") -> tuple[dict, list[dict]]:
+    """Time each phase `reps` times on `ranks` engines; returns (meta, records)."""
     from .. import cluster
 
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
     cid = f"mpilab-bench-{os.getpid()}"
     times: dict[str, list[float]] = {p: [] for p in PHASES}
-    c = cluster.MPICluster(n, transport, cid)
+    c = cluster.MPICluster(ranks, transport, cid)
     try:
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -70,29 +70,30 @@ def run(n: int = 4, reps: int = 3, transport: str = "shm") -> tuple[dict, list[d
             times["stop"].append(time.perf_counter() - t0)
     finally:
         c.stop()
-    launch = runtime.launch(n, transport)
-    records = [record(times[p], size_bytes=0, impl=p, ranks=n, transport=transport,
+    launch = runtime.launch(ranks, transport)
+    records = [record(times[p], size_bytes=0, impl=p, ranks=ranks, transport=transport,
                       oversubscribed=launch.oversubscribed) for p in PHASES]
     for r in records:
         r["t_s_median"] = r["t_us_median"] / 1e6
     library = c.library or {}
-    return run_meta(launch, {"n": n, "reps": reps, "cluster_id": cid}, library), records
+    # "n": the settings' key since the reference runs (reference/*/cluster.json)
+    return run_meta(launch, {"n": ranks, "reps": reps, "cluster_id": cid}, library), records
 
 
 def main(argv=None) -> int:
     p = parser("cluster", __doc__, reps=3, timeout=False)
-    p.add_argument("-n", type=int, default=4, help="engines (MPI ranks)")
+    p.add_argument("--ranks", "-n", type=int, default=4, help="engines (MPI ranks)")
     a = p.parse_args(argv)
 
     def show(m, recs):
-        lines = [f"# {a.n} engines over {a.transport} on {m['cores']} cores"
+        lines = [f"# {a.ranks} engines over {a.transport} on {m['cores']} cores"
                  + (" (oversubscribed)" if m.get("oversubscribed") else ""),
                  f"{'phase':>12} {'min (s)':>9} {'median (s)':>11}"]
         lines += [f"{r['impl']:>12} {r['t_us_min'] / 1e6:>9.2f} {r['t_s_median']:>11.2f}"
                   for r in recs]
         return "\n".join(lines)
 
-    return finish("cluster", a.json, lambda: run(a.n, a.reps, a.transport), show)
+    return finish("cluster", a.json, lambda: run(a.ranks, a.reps, a.transport), show)
 
 
 if __name__ == "__main__":

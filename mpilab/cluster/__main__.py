@@ -17,7 +17,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                                 description=cluster.__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start", help="start a cluster that outlives this command")
-    s.add_argument("-n", type=int, default=4)
+    s.add_argument("--ranks", "-n", type=int, default=4, help="MPI ranks (engines)")
     s.add_argument("--transport", choices=runtime.TRANSPORTS, default="shm")
     s.add_argument("--id", default="mpilab-default")
     s.add_argument("--nodes", type=int, default=None,
@@ -37,7 +37,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if not a.cmd == "clean" and not a.id.startswith("mpilab-"):
         p.error("cluster ids start with 'mpilab-'")
     if a.cmd == "start":
-        c = MPICluster(a.n, a.transport, a.id, nodes=a.nodes, link=a.link, map_by=a.map_by,
+        c = MPICluster(a.ranks, a.transport, a.id, nodes=a.nodes, link=a.link, map_by=a.map_by,
                        launcher=a.launcher, partition=a.partition, time_limit=a.time_limit)
         c.persistent_nodes = True  # the nodes stay up with the cluster, until `stop`
         try:

@@ -77,7 +77,7 @@ def default_cluster_id() -> str:
 
 
 class MPICluster(Launchers, SlurmJobs, Diagnostics):
-    """ipyparallel engines forming one MPI job (``MPI.COMM_WORLD`` of size `n`).
+    """ipyparallel engines forming one MPI job (``MPI.COMM_WORLD`` of size `ranks`).
 
     Its methods live by concern: starting, reconnecting and ending its processes in
     :class:`~.launchers.Launchers`, the Slurm jobs in :class:`~.slurm.SlurmJobs`, stack
@@ -86,9 +86,9 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
 
     Parameters
     ----------
-    n : int
-        Number of engines, i.e. MPI ranks. More than the machine's cores works
-        (the job runs oversubscribed, and :attr:`info` says so).
+    ranks : int
+        Number of engines, i.e. MPI ranks (read back as :attr:`ranks`). More than the
+        machine's cores works (the job runs oversubscribed, and :attr:`info` says so).
     transport : {"shm", "tcp"}
         ``shm``: the library's shared-memory path between ranks of one host.
         ``tcp``: force the TCP stack over loopback, the path a message between nodes
@@ -109,7 +109,7 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         ``slurm``: the controller and the engines are Slurm batch jobs, submitted with
         ``sbatch`` through ipyparallel's ``SlurmControllerLauncher`` and
         ``SlurmEngineSetLauncher``; the engines are one ``mpiexec`` (the command
-        :func:`mpilab.runtime.launch` gives) inside a job of `n` tasks. :meth:`stop` and
+        :func:`mpilab.runtime.launch` gives) inside a job of `ranks` tasks. :meth:`stop` and
         :meth:`restart` cancel the jobs (docs/cluster.md).
     partition, time_limit : str, optional
         Slurm only: ``sbatch --partition`` and ``--time`` of both jobs.
@@ -117,14 +117,15 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         Slurm only: more ``sbatch`` options for both jobs (``["--account=hpc101"]``).
     """
 
-    def __init__(self, n: int = 4, transport: str = "shm", cluster_id: str | None = None,
+    def __init__(self, ranks: int = 4, transport: str = "shm", cluster_id: str | None = None,
                  start_timeout: float = 60.0, *, nodes: int | None = None,
                  link: str = "fast-ethernet", map_by: str = "node", launcher: str = "local",
                  partition: str | None = None, time_limit: str | None = None,
                  sbatch_args: Sequence[str] = ()):
-        # validates n and transport; a crashed rank must not hide which one it was
-        # engines have threads besides the one that calls MPI (ipykernel's): funneled
-        self.launch = runtime.launch(n, transport, crash_ends_job=False,
+        # validates ranks and transport; a crashed rank must not hide which one it was
+        # engines have threads besides the one that calls MPI (ipykernel's): funneled;
+        # the count is the launch's alone (:attr:`ranks`)
+        self.launch = runtime.launch(ranks, transport, crash_ends_job=False,
                                      thread_level="funneled")
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
@@ -145,14 +146,13 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         self.fabric: netlab.Fabric | None = None
         self.persistent_nodes = False  # True: the nodes outlive this process (the CLI)
         self.hosts: list[str] = []  # hostname of each rank
-        self.n = n
         self.transport = transport
         self.cluster_id = cluster_id or default_cluster_id()
         self.start_timeout = start_timeout
         self._cluster = None
         self.client = None
         self.view = None
-        self.ranks: list[int] = []
+        self.rank_ids: list[int] = []  # the rank of each engine of `view`, in order
         self.pids: list[int] = []  # engine process ids, by rank (same host only)
         self.library: dict = {}  # the MPI library the engines loaded (asked of rank 0)
         self.broken: str | None = None
@@ -161,11 +161,16 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
 
     # -- description -------------------------------------------------------------------
     @property
+    def ranks(self) -> int:
+        """Number of MPI ranks (engines): its launch's, the one place the count is kept."""
+        return self.launch.ranks
+
+    @property
     def info(self) -> dict:
         """Settings every measurement record carries."""
         d = {
             "cluster_id": self.cluster_id,
-            "ranks": self.n,
+            "ranks": self.ranks,
             "transport": self.transport,
             "cores": runtime.usable_cores(),
             "oversubscribed": self.launch.oversubscribed,
@@ -186,7 +191,7 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         state = "broken" if self.broken else "running" if self.client else "stopped"
         over = ", oversubscribed" if self.launch.oversubscribed else ""
         where = f" on {self.nodes} emulated nodes ({self.link})" if self.nodes else ""
-        return (f"<MPICluster {self.cluster_id}: {self.n} ranks over {self.transport}"
+        return (f"<MPICluster {self.cluster_id}: {self.ranks} ranks over {self.transport}"
                 f"{where}{over} on {runtime.usable_cores()} cores, {state}>")
 
     def describe(self) -> str:
@@ -199,9 +204,9 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
             emulated and what is not); Slurm; and whether the ranks are oversubscribed.
         """
         cores = runtime.usable_cores()
-        s = f"{self.n} MPI ranks over {self.transport} on {cores} core{'s' * (cores != 1)}"
+        s = f"{self.ranks} MPI ranks over {self.transport} on {cores} core{'s' * (cores != 1)}"
         if self.nodes:
-            s = (f"{self.n} MPI ranks on {self.nodes} emulated nodes (network namespaces on "
+            s = (f"{self.ranks} MPI ranks on {self.nodes} emulated nodes (network namespaces on "
                  f"this machine, {self.map_by}-mapped) joined by a {self.link} link, "
                  f"sharing {cores} core{'s' * (cores != 1)}")
             if self.fabric is not None:
@@ -210,7 +215,7 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         if self.launcher == "slurm":
             s += ", started as Slurm jobs"
         if self.launch.oversubscribed:
-            s += (f" (oversubscribed: {self.n} ranks share {cores} core{'s' * (cores != 1)}, "
+            s += (f" (oversubscribed: {self.ranks} ranks share {cores} core{'s' * (cores != 1)}, "
                   "so ranks take turns and timings include waiting for a core)")
         return s
 
@@ -250,7 +255,7 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         Returns
         -------
         bool
-            True when all `n` ranks answered in time; False when the cluster is not
+            True when all :attr:`ranks` ranks answered in time; False when the cluster is not
             running, is broken, or some rank did not answer.
         """
         if self.client is None or self.view is None or self.broken:
@@ -259,7 +264,7 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
             got = self.view.apply_async(_rank_and_host).get(timeout=timeout)
         except Exception:
             return False
-        return [r for r, _s, _h, _p in got] == list(range(self.n))
+        return [r for r, _s, _h, _p in got] == list(range(self.ranks))
 
     # -- running code ------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -393,7 +398,8 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
             errors = {}
             for ename, evalue, _tb, info in exc.elist:
                 eid = info.get("engine_id") if isinstance(info, dict) else None
-                rank = self.ranks[self.view.targets.index(eid)] if eid in self.view.targets else -1
+                rank = (self.rank_ids[self.view.targets.index(eid)]
+                        if eid in self.view.targets else -1)
                 errors[rank] = (ename, evalue)
             first = min(errors)
             raise RankError(
@@ -437,11 +443,11 @@ def current() -> MPICluster | None:
     return _current
 
 
-def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
+def start(ranks: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
           start_timeout: float = 60.0, nodes: int | None = None, link: str = "fast-ethernet",
           map_by: str = "node", launcher: str = "local", partition: str | None = None,
           time_limit: str | None = None, sbatch_args: Sequence[str] = ()) -> MPICluster:
-    """Start (or reconnect to) this notebook's cluster of `n` MPI engines.
+    """Start (or reconnect to) this notebook's cluster of `ranks` MPI engines.
 
     Calling it again with the same settings returns the running cluster at once;
     with other settings it replaces it. With `nodes`, the ranks run on that many
@@ -450,7 +456,7 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
 
     Parameters
     ----------
-    n : int, optional
+    ranks : int, optional
         Number of engines, i.e. MPI ranks (default 4). More than the cores works,
         oversubscribed.
     transport : {"shm", "tcp"}, optional
@@ -482,9 +488,9 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
     global _current
     cid = cluster_id or default_cluster_id()
     slurm = (launcher, partition, time_limit, [str(a) for a in sbatch_args])
-    same = (cid, n, transport, nodes, link if nodes else None, map_by if nodes else None, slurm)
+    same = (cid, ranks, transport, nodes, link if nodes else None, map_by if nodes else None, slurm)
     if _current is not None and _current.client is not None and not _current.broken and (
-            _current.cluster_id, _current.n, _current.transport, _current.nodes,
+            _current.cluster_id, _current.ranks, _current.transport, _current.nodes,
             _current.link if _current.nodes else None,
             _current.map_by if _current.nodes else None,
             (_current.launcher, _current.partition, _current.time_limit,
@@ -493,7 +499,7 @@ def start(n: int = 4, transport: str = "shm", *, cluster_id: str | None = None,
             return _current
     if _current is not None and _current.cluster_id == cid:
         _current.stop()
-    c = MPICluster(n, transport, cid, start_timeout=start_timeout, nodes=nodes, link=link,
+    c = MPICluster(ranks, transport, cid, start_timeout=start_timeout, nodes=nodes, link=link,
                    map_by=map_by, launcher=launcher, partition=partition,
                    time_limit=time_limit, sbatch_args=sbatch_args)
     if _ON_FIRST_USE[0]:
@@ -535,7 +541,7 @@ def connect(cluster_id: str, timeout: float = 10.0) -> MPICluster:
         settings = json.loads(meta.read_text())["settings"]
     except (OSError, ValueError, KeyError):
         raise ClusterError(f"no running mpilab cluster {cluster_id!r}") from None
-    c = MPICluster(settings["n"], settings["transport"], cluster_id,
+    c = MPICluster(settings["n"], settings["transport"], cluster_id,  # "n": the ranks
                    nodes=settings.get("nodes"), link=settings.get("link", "fast-ethernet"),
                    map_by=settings.get("map_by", "node"),
                    launcher=settings.get("launcher", "local"),

@@ -206,7 +206,7 @@ class Diagnostics:
         import psutil
 
         dead = []
-        for rank, pid in zip(self.ranks, self.pids, strict=False):
+        for rank, pid in zip(self.rank_ids, self.pids, strict=False):
             if not pid:
                 continue
             try:
@@ -224,8 +224,9 @@ class Diagnostics:
         ranks, the finished ones and the busy ranks' frames. `partial`: a cell whose output
         so far is printed first."""
         outstanding = self.client.outstanding
-        pending = [r for r, mid in zip(self.ranks, ar.msg_ids, strict=False) if mid in outstanding]
-        finished = [r for r in self.ranks if r not in pending]
+        pending = [r for r, mid in zip(self.rank_ids, ar.msg_ids, strict=False)
+                   if mid in outstanding]
+        finished = [r for r in self.rank_ids if r not in pending]
         if partial is not None:
             _show_partial(partial)
         lines = [f"{what} did not finish in {timeout:g} s: rank{'s' * (len(pending) != 1)} "

@@ -69,10 +69,12 @@ class Launchers:
         return self._profile_dir() / "security" / f"mpilab-{self.cluster_id}.json"
 
     def _settings(self) -> dict:
+        # "n" is the saved file's key for the ranks (connect reads it): kept, so that a
+        # cluster an earlier version started is still found and reconnected
         if self.nodes:  # the command names the fabric, which a restart replaces
-            return {"n": self.n, "transport": self.transport, "nodes": self.nodes,
+            return {"n": self.ranks, "transport": self.transport, "nodes": self.nodes,
                     "link": self.link, "map_by": self.map_by, "env": self.launch.env}
-        settings = {"n": self.n, "transport": self.transport,
+        settings = {"n": self.ranks, "transport": self.transport,
                     "command": list(self.launch.command), "env": self.launch.env}
         if self.launcher == "slurm":
             settings.update(launcher="slurm", partition=self.partition,
@@ -114,10 +116,7 @@ class Launchers:
             return False
         try:
             if self.nodes:
-                self.fabric = netlab.load(saved["fabric"])
-                self.launch = self.fabric.launch(self.n, map_by=self.map_by,
-                                                 transport=self.transport,
-                                                 thread_level="funneled")
+                self._use_fabric(netlab.load(saved["fabric"]))
             cl = ipp.Cluster.from_file(cluster_id=self.cluster_id)
             self._cluster = cl
             self.client = cl.connect_client_sync()
@@ -127,6 +126,13 @@ class Launchers:
             return False
         return True
 
+    def _use_fabric(self, fabric) -> None:
+        """Run on `fabric`'s emulated nodes: the launch becomes the fabric's, for the same
+        ranks and transport (the one place a started cluster's launch is rebuilt)."""
+        self.fabric = fabric
+        self.launch = fabric.launch(self.ranks, map_by=self.map_by, transport=self.transport,
+                                    thread_level="funneled")
+
     def _cold_start(self) -> None:
         import ipyparallel as ipp
 
@@ -134,15 +140,13 @@ class Launchers:
         controller_ip = "127.0.0.1"
         if self.nodes:
             try:
-                self.fabric = netlab.up(self.nodes, self.link, persistent=self.persistent_nodes)
+                fabric = netlab.up(self.nodes, self.link, persistent=self.persistent_nodes)
             except netlab.NetlabUnavailable as exc:
                 raise ClusterError(f"no emulated nodes here: {exc}") from None
-            self.launch = self.fabric.launch(self.n, map_by=self.map_by,
-                                             transport=self.transport,
-                                             thread_level="funneled")
+            self._use_fabric(fabric)
             controller_ip = self.fabric.switch_address  # the engines reach it across
         for attempt in (1, 2):
-            cl = ipp.Cluster(engines="mpi", n=self.n, cluster_id=self.cluster_id,
+            cl = ipp.Cluster(engines="mpi", n=self.ranks, cluster_id=self.cluster_id,
                              controller_ip=controller_ip, engine_timeout=self.start_timeout,
                              log_level=40, shutdown_atexit=True,
                              # Engines count as registered at the next heartbeat: the default
@@ -175,7 +179,7 @@ class Launchers:
                     time.sleep(0.5)
                     continue
                 raise ClusterError(
-                    f"the {self.n} MPI engines did not start ({type(exc).__name__}: {exc}).\n"
+                    f"the {self.ranks} MPI engines did not start ({type(exc).__name__}: {exc}).\n"
                     f"Launcher: {' '.join(self.launch.command)}\n{log}"
                 ) from exc
             break
@@ -187,17 +191,17 @@ class Launchers:
     def _wire_up(self, timeout: float) -> None:
         """Order engines by rank, check the MPI job is whole, activate %px."""
         rc = self.client
-        rc.wait_for_engines(self.n, timeout=timeout, interactive=False)  # no progress bar
+        rc.wait_for_engines(self.ranks, timeout=timeout, interactive=False)  # no progress bar
         rc[:].use_cloudpickle()
         all_ids = rc.ids
         got = rc[all_ids].apply_async(_rank_and_host).get(timeout=timeout)
         by_rank = sorted(zip(got, all_ids, strict=False))
         ranks = [r for (r, _size, _h, _pid), _eid in by_rank]
         sizes = {size for (_r, size, _h, _pid), _eid in by_rank}
-        if ranks != list(range(self.n)) or sizes != {self.n}:
-            raise ClusterError(f"engines are not one MPI job of {self.n} ranks: ranks {ranks}, "
+        if ranks != list(range(self.ranks)) or sizes != {self.ranks}:
+            raise ClusterError(f"engines are not one MPI job of {self.ranks} ranks: ranks {ranks}, "
                                f"sizes {sorted(sizes)}")
-        self.ranks = ranks
+        self.rank_ids = ranks
         here = socket.gethostname()
         self.hosts = [host for (_r, _s, host, _pid), _eid in by_rank]
         # emulated nodes share this machine's process ids

@@ -33,7 +33,7 @@ class SlurmJobs:
         # interface, and engines and this client find it by its host name.
         cl.controller_ip = "*"
         cpus = _partition_cpus(self.partition)
-        self.slurm_overcommit = (cpus is not None and self.n > cpus and not
+        self.slurm_overcommit = (cpus is not None and self.ranks > cpus and not
                                  {"-O", "--overcommit"} & set(self.sbatch_args))
 
         def script(name: str, lines: list[str]) -> str:

@@ -119,24 +119,24 @@ class Algorithm:
     _steps: Callable[[int], int] = field(default=_log2c, repr=False)
     _time: Callable[[int, float, float, float], float] | None = field(default=None, repr=False)
 
-    def admissible(self, p: int) -> str | None:
-        """Why this algorithm cannot run on `p` processes, or None when it can.
+    def admissible(self, ranks: int) -> str | None:
+        """Why this algorithm cannot run on `ranks` processes, or None when it can.
 
         Parameters
         ----------
-        p : int
+        ranks : int
             Number of processes (ranks).
 
         Returns
         -------
         str or None
             The reason, in a sentence (``"... needs a power-of-two process count, got
-            6"``); None when `p` is admitted.
+            6"``); None when `ranks` is admitted.
         """
-        return self._check(p)
+        return self._check(ranks)
 
-    def steps(self, p: int) -> int:
-        """Communication steps on `p` processes: the Lamport depth of its schedule.
+    def steps(self, ranks: int) -> int:
+        """Communication steps on `ranks` processes: the Lamport depth of its schedule.
 
         The length of the longest chain of messages each waiting for the one before
         (:func:`mpilab.tracing.steps`), not the number of sequential sends at one rank:
@@ -144,7 +144,7 @@ class Algorithm:
 
         Parameters
         ----------
-        p : int
+        ranks : int
             Number of processes (ranks).
 
         Returns
@@ -152,14 +152,14 @@ class Algorithm:
         int
             The number of steps; 0 on one process.
         """
-        return self._steps(p)
+        return self._steps(ranks)
 
-    def time_us(self, p: int, n: float, alpha_us: float, beta_MBps: float) -> float:
+    def time_us(self, ranks: int, n: float, alpha_us: float, beta_MBps: float) -> float:
         """Model time in µs (a bare number: use :func:`predict` for a labelled one).
 
         Parameters
         ----------
-        p : int
+        ranks : int
             Number of processes (ranks); not checked here (see :meth:`admissible`).
         n : float
             Message size, or per-rank block (scatter, gather, allgather), in bytes.
@@ -173,7 +173,7 @@ class Algorithm:
         float
             The Hockney cost of :attr:`cost`, in µs.
         """
-        return self._time(p, n, alpha_us, beta_MBps)
+        return self._time(ranks, n, alpha_us, beta_MBps)
 
 
 def _alg(op, name, summary, rule, cost, ompi, mpich, check, steps, time):
@@ -329,14 +329,14 @@ def algorithm(op: str, alg: str) -> Algorithm:
     return ALGORITHMS[op][alg]
 
 
-def admissible(op: str, p: int) -> list[str]:
-    """The algorithms of `op` that can run on `p` processes, in registry order.
+def admissible(op: str, ranks: int) -> list[str]:
+    """The algorithms of `op` that can run on `ranks` processes, in registry order.
 
     Parameters
     ----------
     op : str
         One of :data:`OPS`.
-    p : int
+    ranks : int
         Number of processes (ranks).
 
     Returns
@@ -352,13 +352,13 @@ def admissible(op: str, p: int) -> list[str]:
     """
     if op not in ALGORITHMS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    return [a for a, spec in ALGORITHMS[op].items() if spec.admissible(p) is None]
+    return [a for a, spec in ALGORITHMS[op].items() if spec.admissible(ranks) is None]
 
 
 # --------------------------------------------------------------------------- models
 
 
-def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = None,
+def predict(op: str, alg: str, ranks: int, nbytes: int, alpha_us: float | None = None,
             beta_MBps: float | None = None, *, fit=None) -> Prediction:
     """Hockney-model time of one call, labelled as a prediction.
 
@@ -367,7 +367,7 @@ def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = Non
     op, alg : str
         Operation and algorithm (see :data:`ALGORITHMS`; ``ALGORITHMS[op][alg].cost``
         gives the formula).
-    p : int
+    ranks : int
         Processes.
     nbytes : int
         Message size (bcast, reduce, allreduce) or per-rank block (scatter, gather,
@@ -390,19 +390,19 @@ def predict(op: str, alg: str, p: int, nbytes: int, alpha_us: float | None = Non
         raise ValueError("give alpha_us and beta_MBps, or fit=")
     if not (alpha_us >= 0 and beta_MBps > 0):
         raise ValueError(f"need alpha_us >= 0 and beta_MBps > 0, got {alpha_us}, {beta_MBps}")
-    if not isinstance(p, int) or p < 1:
-        raise ValueError(f"p must be a positive integer, got {p!r}")
-    why = spec.admissible(p)
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    why = spec.admissible(ranks)
     if why:
         raise ValueError(why)
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    t = spec.time_us(p, float(nbytes), float(alpha_us), float(beta_MBps))
-    label = f"{alg.replace('_', ' ')} {op} on {p} ranks, Hockney {params_label(alpha_us, beta_MBps)}"
+    t = spec.time_us(ranks, float(nbytes), float(alpha_us), float(beta_MBps))
+    label = f"{alg.replace('_', ' ')} {op} on {ranks} ranks, Hockney {params_label(alpha_us, beta_MBps)}"
     return Prediction(float(t), int(nbytes), label)
 
 
-def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None = None,
+def predict_table(op: str, ranks: int, sizes: Iterable[int], alpha_us: float | None = None,
                   beta_MBps: float | None = None, *, fit=None, algs: Sequence[str] | None = None):
     """Predictions for every admissible algorithm and size: a DataFrame, kind="prediction".
 
@@ -410,7 +410,7 @@ def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None 
     ----------
     op : str
         One of :data:`OPS`.
-    p : int
+    ranks : int
         Number of processes (ranks).
     sizes : iterable of int
         Message sizes, or per-rank blocks (scatter, gather, allgather), in bytes.
@@ -419,7 +419,7 @@ def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None 
     fit : mpilab.models.HockneyFit, optional
         Take α and β from a fit instead.
     algs : sequence of str, optional
-        The algorithms to predict; None: every one :func:`admissible` on `p`.
+        The algorithms to predict; None: every one :func:`admissible` on `ranks`.
 
     Returns
     -------
@@ -431,15 +431,15 @@ def predict_table(op: str, p: int, sizes: Iterable[int], alpha_us: float | None 
     ------
     ValueError
         As :func:`predict`: no α and β, an unknown op or algorithm, or one that cannot
-        run on `p` processes.
+        run on `ranks` processes.
     """
     import pandas as pd
 
     rows = []
-    for alg in algs or admissible(op, p):
+    for alg in algs or admissible(op, ranks):
         for n in sizes:
-            pr = predict(op, alg, p, int(n), alpha_us, beta_MBps, fit=fit)
-            rows.append({"impl": f"model:{alg}", "op": op, "alg": alg, "ranks": p,
+            pr = predict(op, alg, ranks, int(n), alpha_us, beta_MBps, fit=fit)
+            rows.append({"impl": f"model:{alg}", "op": op, "alg": alg, "ranks": ranks,
                          "size_bytes": int(n), "t_us": pr.t_us, "kind": "prediction",
                          "model": pr.model})
     return pd.DataFrame(rows)

@@ -386,7 +386,7 @@ def check_compiled_ring(kernel: Callable, cases: Iterable, *, name: str,
                                 hint="\n".join(block_problems(out, n)))
 
 
-def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
+def check_compiled_refuses(kernel: Callable, ranks: int, n: int, *, name: str,
                            timeout: float = 10) -> None:
     """A recvbuf one number too long makes the compiled kernel raise ValueError everywhere.
 
@@ -394,7 +394,7 @@ def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
     ----------
     kernel : mpilab.build.CompiledFunction
         The compiled ring.
-    p, n : int
+    ranks, n : int
         Ranks, and float64 per block.
     name : str
         What the message calls the kernel.
@@ -402,11 +402,11 @@ def check_compiled_refuses(kernel: Callable, p: int, n: int, *, name: str,
         Seconds before the run fails as stuck.
     """
     __tracebackhide__ = True
-    out = traced.run_traced(cython_harness, kernel, n, 1, ranks=p, name=name,
+    out = traced.run_traced(cython_harness, kernel, n, 1, ranks=ranks, name=name,
                             timeout=timeout)
     quiet = [r for r, o in enumerate(out) if o["raised"] is None]
-    grading.expect(not quiet, f"{name} on {p} ranks with a recvbuf of {p * n + 1} numbers for "
-                   f"{p} blocks of {n}: ranks {traced.ranks_text(quiet)} did not raise "
+    grading.expect(not quiet, f"{name} on {ranks} ranks with a recvbuf of {ranks * n + 1} numbers "
+                   f"for {ranks} blocks of {n}: ranks {traced.ranks_text(quiet)} did not raise "
                    "ValueError. Keep the given checks before any MPI call.")
 
 

@@ -121,7 +121,7 @@ def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
     return {"recursive_doubling_us": None, **forwarding_times(comm, nbytes, extra=ops)}
 
 
-def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float,
+def reference_allgather_us(alg: str, ranks: int, block_bytes: float, alpha_us: float,
                            beta_MBps: float) -> float:
     """The model (lecture 06, :func:`mpilab.collectives.predict`): per step α plus the
     step's message at β; the ring p - 1 steps of one block, recursive doubling and Bruck
@@ -131,7 +131,7 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
     ----------
     alg : {"ring", "recursive_doubling", "bruck"}
         The allgather.
-    p : int
+    ranks : int
         Number of ranks.
     block_bytes : float
         Bytes of each rank's block.
@@ -147,17 +147,17 @@ def reference_allgather_us(alg: str, p: int, block_bytes: float, alpha_us: float
     """
     from mpilab import collectives
 
-    return collectives.predict("allgather", alg, p, block_bytes, alpha_us, beta_MBps).t_us
+    return collectives.predict("allgather", alg, ranks, block_bytes, alpha_us, beta_MBps).t_us
 
 
-def allgather_now(cluster_ranks: int = 4) -> dict:
+def allgather_now(ranks: int = 4) -> dict:
     """α, β and the course's allgathers of 1 KiB blocks, measured (once per grading
     session) on one rank per core (:func:`mpilab.grading.measured.measure`).
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4), the most the measurement uses.
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -166,7 +166,7 @@ def allgather_now(cluster_ranks: int = 4) -> dict:
         ``oversubscribed``.
     """
     return measured.measure("allgather-eager", eager_times, BLOCK_BYTES,
-                            cluster_ranks=cluster_ranks)
+                            ranks=ranks)
 
 
 def _allgather_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
@@ -203,7 +203,7 @@ def _allgather_parts(m: dict) -> list[Part]:
                  f"{alg}_ratio") for alg in PREDICTED if m[f"{alg}_us"] is not None]
 
 
-def _allgather_lines(allgather_us: Callable, m: dict, cluster_ranks: int) -> None:
+def _allgather_lines(allgather_us: Callable, m: dict, ranks: int) -> None:
     """The 1 KiB blocks graded, then the same model for 1 MiB blocks with β from a
     ping-pong that resends one array and from one that forwards what it received."""
     print(f"measured on {where(m)}: α = {m['alpha_us']:.3f} µs (8 B), "
@@ -212,7 +212,7 @@ def _allgather_lines(allgather_us: Callable, m: dict, cluster_ranks: int) -> Non
         print(f"{part.args[0]:>18}, 1 KiB blocks: measured {part.measured_us:8.3f} µs, "
               "predicted " + shown(allgather_us, *part.args, digits=3))
     big = measured.measure("allgather-forwarding", _forwarding_with_allgathers, LARGE_BYTES,
-                           cluster_ranks=cluster_ranks)
+                           ranks=ranks)
     a = big["alpha_us"]
     print(f"\n1 MiB blocks on {where(big)}: one way {big['resent_us']:.1f} µs "
           f"resending one array, {big['forwarded_us']:.1f} µs forwarding the one received")
@@ -238,7 +238,7 @@ ALLGATHER = Prediction(
 
 
 def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
-                       cluster_ranks: int = 4) -> dict:
+                       ranks: int = 4) -> dict:
     """``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)`` equals the model on
     `cases` ((alg, p, n, α, β) tuples), and its predictions hold against the course's
     compiled allgathers of 1 KiB blocks measured just now, each within
@@ -253,8 +253,8 @@ def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
     cases : iterable of tuple
         Made-up ``(alg, p, block_bytes, alpha_us, beta_MBps)`` to compare it with the
         model on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -269,10 +269,10 @@ def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
         :data:`PREDICTION_TOLERANCE` times its prediction.
     """
     __tracebackhide__ = True
-    return ALLGATHER.check(allgather_us, cases, cluster_ranks=cluster_ranks)
+    return ALLGATHER.check(allgather_us, cases, ranks=ranks)
 
 
-def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
+def show_allgather_us(allgather_us: Callable, ranks: int = 4) -> None:
     """Not graded: α, β and the course's allgathers of 1 KiB blocks measured now (the
     first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
     the same model for 1 MiB blocks with β from a ping-pong that resends one array and
@@ -283,12 +283,12 @@ def show_allgather_us(allgather_us: Callable, cluster_ranks: int = 4) -> None:
     allgather_us : callable
         The student's model, ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps) ->
         float``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return ALLGATHER.show(allgather_us, cluster_ranks)
+    return ALLGATHER.show(allgather_us, ranks)

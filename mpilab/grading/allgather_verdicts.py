@@ -81,7 +81,7 @@ def block_problems(outs: Sequence[dict], n: int, limit: int = 5) -> list[str]:
     return lines
 
 
-def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ring",
+def check_ring_schedule(info: dict, ranks: int, n: int, *, name: str = "allgather_ring",
                         itemsize: int = 8) -> int:
     """A right ring allgather's messages: to the right neighbour, ``p - 1`` steps, one block.
 
@@ -89,7 +89,7 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
     ----------
     info : dict
         One rank's :func:`allgather_harness` output.
-    p, n : int
+    ranks, n : int
         Ranks, and elements per block.
     name : str
         What messages call the function.
@@ -102,17 +102,17 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
         The steps it took.
     """
     __tracebackhide__ = True
-    label = f"{name} on {p} ranks"
+    label = f"{name} on {ranks} ranks"
     sched = traced.check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
-    off = [m for m in sched if m["dst"] != (m["src"] + 1) % p]
+    off = [m for m in sched if m["dst"] != (m["src"] + 1) % ranks]
     grading.expect(not off, f"{label}: " + "; ".join(
         f"rank {m['src']} sent to rank {m['dst']} in step {m['step']}" for m in off[:3])
-        + f". In the ring every rank sends only to its right neighbour, (rank + 1) % {p}.\n"
+        + f". In the ring every rank sends only to its right neighbour, (rank + 1) % {ranks}.\n"
         + by_step)
     took = tracing.steps(sched)
-    grading.expect(took == p - 1, f"{label} took {took} steps; the ring takes p - 1 = {p - 1}, "
-                   f"one block per rank in each.\n{by_step}")
+    grading.expect(took == ranks - 1, f"{label} took {took} steps; the ring takes "
+                   f"p - 1 = {ranks - 1}, one block per rank in each.\n{by_step}")
     block = n * itemsize
     big = [m for m in sched if m["bytes"] != block]
     grading.expect(not big, f"{label}: rank {big[0]['src'] if big else 0} sent "
@@ -121,7 +121,7 @@ def check_ring_schedule(info: dict, p: int, n: int, *, name: str = "allgather_ri
     return took
 
 
-def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int = 8) -> int:
+def check_log_schedule(info: dict, ranks: int, n: int, *, name: str, itemsize: int = 8) -> int:
     """A right Bruck or recursive-doubling allgather's messages: ``ceil(log2 p)`` steps.
 
     Every block must reach every other rank once: ``p (p - 1)`` blocks in all.
@@ -130,7 +130,7 @@ def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int =
     ----------
     info : dict
         One rank's :func:`allgather_harness` output.
-    p, n : int
+    ranks, n : int
         Ranks, and elements per block.
     name : str
         What messages call the function.
@@ -149,16 +149,16 @@ def check_log_schedule(info: dict, p: int, n: int, *, name: str, itemsize: int =
         ``p (p - 1)`` blocks.
     """
     __tracebackhide__ = True
-    label = f"{name} on {p} ranks"
+    label = f"{name} on {ranks} ranks"
     sched = traced.check_traced(info, label, "write the algorithm with point-to-point calls")
     by_step = tracing.format_schedule(sched)
-    took, allowed = tracing.steps(sched), traced.log_steps(p)
+    took, allowed = tracing.steps(sched), traced.log_steps(ranks)
     grading.expect(took <= allowed, f"{label} took {took} steps; it should take {allowed} "
-                   f"(ceil(log2 {p})): the number of blocks a rank holds doubles in each "
+                   f"(ceil(log2 {ranks})): the number of blocks a rank holds doubles in each "
                    "step.\n" + by_step)
-    total, want = sum(m["bytes"] for m in sched), p * (p - 1) * n * itemsize
-    grading.expect(total == want, f"{label} moved {total} B in all; each of the {p} blocks "
-                   f"must reach each of the other {p - 1} ranks once: {want} B here (blocks "
+    total, want = sum(m["bytes"] for m in sched), ranks * (ranks - 1) * n * itemsize
+    grading.expect(total == want, f"{label} moved {total} B in all; each of the {ranks} blocks "
+                   f"must reach each of the other {ranks - 1} ranks once: {want} B here (blocks "
                    f"of {n * itemsize} B). Does a step send more blocks than the receiver "
                    "still misses?\n" + by_step)
     return took

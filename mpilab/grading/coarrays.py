@@ -270,15 +270,15 @@ def reference_push_us(n_bytes: float, tiny_push_us: float, copy_MBps: float) -> 
     return tiny_push_us + n_bytes / copy_MBps
 
 
-def push_now(cluster_ranks: int = 4) -> dict:
+def push_now(ranks: int = 4) -> dict:
     """A ping-pong's α and β (for comparison), ``sync_all``, a push of one double, a push
     of 1 MiB and a local copy of 1 MiB, measured (once per grading session) on one image
     per core (:func:`mpilab.grading.measured.measure`).
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4), the most the measurement uses.
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -287,7 +287,7 @@ def push_now(cluster_ranks: int = 4) -> dict:
         ``cores`` and ``oversubscribed``.
     """
     return measured.with_alpha_beta("push", push_times, PUSH_BYTES, nbytes=PUSH_BYTES,
-                                    cluster_ranks=cluster_ranks)
+                                    ranks=ranks)
 
 
 def _push_hint(got, n: float, t: float, c: float) -> str:
@@ -308,7 +308,7 @@ def _push_hint(got, n: float, t: float, c: float) -> str:
        "β_copy in MB/s).")
 
 
-def _push_lines(push_us: Callable, m: dict, _cluster_ranks: int) -> None:
+def _push_lines(push_us: Callable, m: dict, _ranks: int) -> None:
     t, c = m["tiny_push_us"], m["copy_MBps"]
     print(f"measured on {m['ranks']} images ({m['cores']} cores): sync_all {m['sync_us']:.2f} "
           f"µs, a tiny push {t:.2f} µs, a local copy β_copy = {c:,.0f} MB/s (a message's "
@@ -328,7 +328,7 @@ PUSH = Prediction(
                      f"{m['copy_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+def check_push_us(push_us: Callable, cases, *, ranks: int = 4) -> dict:
     """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
     β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
 
@@ -338,8 +338,8 @@ def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
         The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float`` (µs).
     cases : iterable of tuple
         Made-up ``(n_bytes, tiny_push_us, copy_MBps)`` to compare it with the model on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -354,10 +354,10 @@ def check_push_us(push_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
         :data:`PREDICTION_TOLERANCE` times the prediction.
     """
     __tracebackhide__ = True
-    return PUSH.check(push_us, cases, cluster_ranks=cluster_ranks)
+    return PUSH.check(push_us, cases, ranks=ranks)
 
 
-def show_push(push_us: Callable, cluster_ranks: int = 4) -> None:
+def show_push(push_us: Callable, ranks: int = 4) -> None:
     """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
     (the first call measures them, a few seconds), beside ``push_us``'s prediction.
 
@@ -365,12 +365,12 @@ def show_push(push_us: Callable, cluster_ranks: int = 4) -> None:
     ----------
     push_us : callable
         The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return PUSH.show(push_us, cluster_ranks)
+    return PUSH.show(push_us, ranks)

@@ -163,15 +163,15 @@ def allreduce_harness(comm, allreduce: Callable, n: int, dtype: str) -> dict:
 # pure Python: step counts, and what is wrong in words
 
 
-def butterfly_steps(p: int) -> tuple[int, str]:
-    """Steps of a butterfly allreduce on `p` ranks, and why, for a message.
+def butterfly_steps(ranks: int) -> tuple[int, str]:
+    """Steps of a butterfly allreduce on `ranks` ranks, and why, for a message.
 
     ``log2 p`` for a power of two; otherwise ``log2 pof2`` plus one step to fold the
     extra ranks in and one to hand them the result (3 on 3 ranks, 4 on 6).
 
     Parameters
     ----------
-    p : int
+    ranks : int
         Number of ranks (1 or more).
 
     Returns
@@ -181,11 +181,11 @@ def butterfly_steps(p: int) -> tuple[int, str]:
     why : str
         How they add up, for a message ("log2 4", ...).
     """
-    pof2 = 1 << (int(p).bit_length() - 1)
-    if pof2 == p:
-        return pof2.bit_length() - 1, f"log2 {p}"
+    pof2 = 1 << (int(ranks).bit_length() - 1)
+    if pof2 == ranks:
+        return pof2.bit_length() - 1, f"log2 {ranks}"
     return (pof2.bit_length() + 1, f"log2 {pof2} for the butterfly on {pof2} ranks, 1 to fold "
-            f"the other {p - pof2} in and 1 to hand them the result")
+            f"the other {ranks - pof2} in and 1 to hand them the result")
 
 
 def sum_problems(outs: Sequence[dict], limit: int = 4) -> list[str]:
@@ -234,7 +234,7 @@ def sum_problems(outs: Sequence[dict], limit: int = 4) -> list[str]:
     return lines
 
 
-def check_bcast_schedule(info: dict, p: int, root: int, *,
+def check_bcast_schedule(info: dict, ranks: int, root: int, *,
                          name: str = "bcast_binomial") -> int:
     """A right broadcast's messages: a binomial tree's ``ceil(log2 p)`` steps, no extra.
 
@@ -242,7 +242,7 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
     ----------
     info : dict
         One rank's :func:`bcast_harness` output (``schedule``, ``error``, ``untraced``).
-    p, root : int
+    ranks, root : int
         Ranks and root of the run.
     name : str
         What messages call the function.
@@ -259,20 +259,20 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
         or a rank that received the data twice (or the root, once).
     """
     __tracebackhide__ = True
-    label = f"{name} on {p} ranks, root {root}"
+    label = f"{name} on {ranks} ranks, root {root}"
     sched = check_traced(info, label, "build the tree from Send and Recv")
-    took, allowed = tracing.steps(sched), log_steps(p)
+    took, allowed = tracing.steps(sched), log_steps(ranks)
     hint = ""
     if {m["src"] for m in sched} == {root}:
         hint = ("\nOnly the root sends: that is the linear broadcast. In a binomial tree every "
                 "rank that has the data sends it on, so the ranks holding it double each step.")
     grading.expect(took <= allowed, f"{label} took {took} steps; a binomial tree needs only "
-                   f"{allowed} (ceil(log2 {p})). Who sent to whom, step by step:\n"
+                   f"{allowed} (ceil(log2 {ranks})). Who sent to whom, step by step:\n"
                    f"{tracing.format_schedule(sched)}" + hint)
     counts: dict[int, int] = {}
     for m in sched:
         counts[int(m["dst"])] = counts.get(int(m["dst"]), 0) + 1
-    nothing = sorted(set(range(p)) - set(counts) - {root})
+    nothing = sorted(set(range(ranks)) - set(counts) - {root})
     grading.expect(not nothing, f"{label}: no message reached rank {ranks_text(nothing)} through "
                    "comm, yet it holds the data: send and receive with the comm you are "
                    "given, nothing else.")
@@ -284,7 +284,7 @@ def check_bcast_schedule(info: dict, p: int, root: int, *,
     return took
 
 
-def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butterfly") -> int:
+def check_allreduce_schedule(info: dict, ranks: int, *, name: str = "allreduce_butterfly") -> int:
     """A right allreduce's messages: a butterfly's steps (:func:`butterfly_steps`).
 
     As :func:`check_bcast_schedule`, for one rank's :func:`allreduce_harness` output.
@@ -294,7 +294,7 @@ def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butte
     info : dict
         One rank's :func:`allreduce_harness` output (``schedule``, ``error``,
         ``untraced``).
-    p : int
+    ranks : int
         Ranks of the run.
     name : str, optional
         What messages call the function (default "allreduce_butterfly").
@@ -311,10 +311,10 @@ def check_allreduce_schedule(info: dict, p: int, *, name: str = "allreduce_butte
         received no message, or it took more steps than :func:`butterfly_steps` allows.
     """
     __tracebackhide__ = True
-    label = f"{name} on {p} ranks"
+    label = f"{name} on {ranks} ranks"
     sched = check_traced(info, label, "build the butterfly from Sendrecv")
-    allowed, why = butterfly_steps(p)
-    nothing = sorted(set(range(p)) - {m["dst"] for m in sched})
+    allowed, why = butterfly_steps(ranks)
+    nothing = sorted(set(range(ranks)) - {m["dst"] for m in sched})
     grading.expect(not nothing, f"{label}: no message reached rank {ranks_text(nothing)} through "
                    "comm, yet it holds the sum: send and receive with the comm you are "
                    "given, nothing else.")

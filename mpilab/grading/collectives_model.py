@@ -96,7 +96,7 @@ PREDICTION_TOLERANCE = (0.5, 2.5)
 BCAST_BYTES = 1 << 20
 
 
-def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
+def reference_bcast_us(alg: str, ranks: int, n_bytes: float, alpha_us: float,
                        beta_MBps: float) -> float:
     """The model: messages one after the other at α + n/β each; the root's p - 1 in
     turn (linear), ⌈log2 p⌉ steps of the tree (binomial).
@@ -105,7 +105,7 @@ def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
     ----------
     alg : {"linear", "binomial"}
         The broadcast (anything but "linear" is taken as the tree).
-    p : int
+    ranks : int
         Number of ranks.
     n_bytes : float
         Bytes broadcast.
@@ -119,18 +119,18 @@ def reference_bcast_us(alg: str, p: int, n_bytes: float, alpha_us: float,
     float
         The broadcast's time, in µs.
     """
-    msgs = p - 1 if alg == "linear" else log_steps(p)
+    msgs = ranks - 1 if alg == "linear" else log_steps(ranks)
     return msgs * (alpha_us + n_bytes / beta_MBps)
 
 
-def bcast_now(cluster_ranks: int = 4) -> dict:
+def bcast_now(ranks: int = 4) -> dict:
     """α and β, and the two broadcasts of 1 MiB, measured (once per grading session) on
     one rank per core (:func:`mpilab.grading.measured.measure`).
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4), the most the measurement uses.
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -139,7 +139,7 @@ def bcast_now(cluster_ranks: int = 4) -> dict:
         ``beta_MBps``, ``ranks``, ``cores`` and ``oversubscribed``.
     """
     return measured.with_alpha_beta("bcast", bcast_times, BCAST_BYTES, nbytes=BCAST_BYTES,
-                                    cluster_ranks=cluster_ranks)
+                                    ranks=ranks)
 
 
 def _bcast_hint(got: Any, alg: str, p: int, n: float, a: float, b: float) -> str:
@@ -161,7 +161,7 @@ def _bcast_args(m: dict, alg: str) -> tuple:
     return alg, m["ranks"], BCAST_BYTES, m["alpha_us"], m["beta_MBps"]
 
 
-def _bcast_lines(bcast_us: Callable, m: dict, _cluster_ranks: int) -> None:
+def _bcast_lines(bcast_us: Callable, m: dict, _ranks: int) -> None:
     print(f"measured on {where(m)}: α = {m['alpha_us']:.2f} µs, "
           f"β = {m['beta_MBps']:,.0f} MB/s")
     for alg in ("linear", "binomial"):
@@ -180,7 +180,7 @@ BCAST = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 4) -> dict:
+def check_bcast_us(bcast_us: Callable, cases: Iterable, *, ranks: int = 4) -> dict:
     """``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)`` equals the model on `cases`
     ((alg, p, n, α, β) tuples), and its predictions for both broadcasts on this machine
     hold against the broadcasts measured just now.
@@ -193,8 +193,8 @@ def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 
     cases : iterable of tuple
         Made-up ``(alg, p, n_bytes, alpha_us, beta_MBps)`` to compare it with the model
         on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -209,10 +209,10 @@ def check_bcast_us(bcast_us: Callable, cases: Iterable, *, cluster_ranks: int = 
         :data:`PREDICTION_TOLERANCE` times its prediction.
     """
     __tracebackhide__ = True
-    return BCAST.check(bcast_us, cases, cluster_ranks=cluster_ranks)
+    return BCAST.check(bcast_us, cases, ranks=ranks)
 
 
-def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
+def show_bcast_us(bcast_us: Callable, ranks: int = 4) -> None:
     """Not graded: α, β and both broadcasts measured now (the first call measures them, a
     few seconds), beside ``bcast_us``'s predictions.
 
@@ -220,12 +220,12 @@ def show_bcast_us(bcast_us: Callable, cluster_ranks: int = 4) -> None:
     ----------
     bcast_us : callable
         The student's model, ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps) -> float``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return BCAST.show(bcast_us, cluster_ranks)
+    return BCAST.show(bcast_us, ranks)

@@ -88,13 +88,13 @@ def _hint(got, n: float, a: float, b: float) -> str:
                    "α plus the bytes' time, n / β (µs).")
 
 
-def message_now(cluster_ranks: int = 2) -> dict:
+def message_now(ranks: int = 2) -> dict:
     """One-way times of 8 B, 1 MiB and 4 MiB, measured once per grading session, with α
     and β from the first two.
 
     Parameters
     ----------
-    cluster_ranks : int, optional
+    ranks : int, optional
         Ranks of the lab's cluster (default 2); the ping-pong uses ranks 0 and 1.
 
     Returns
@@ -106,13 +106,13 @@ def message_now(cluster_ranks: int = 2) -> dict:
         ``held_out_us`` (the 4 MiB one-way time, µs).
     """
     m = measured.measure("example-message", pingpong.one_way_times, list(SIZES),
-                         cluster_ranks=cluster_ranks)
+                         ranks=ranks)
     alpha, t_big, t_held = m["t_us"]
     return {**m, "alpha_us": alpha, "beta_MBps": SIZES[1] / max(t_big - alpha, 1e-3),
             "held_out_us": t_held}
 
 
-def _lines(func: Callable, m: dict, cluster_ranks: int) -> None:
+def _lines(func: Callable, m: dict, ranks: int) -> None:
     print(f"a message of {SIZES[2]:,} B on {where(m)}: measured {m['held_out_us']:.1f} µs, "
           f"predicted {shown(func, SIZES[2], m['alpha_us'], m['beta_MBps']).strip()}")
 
@@ -127,7 +127,7 @@ MESSAGE = Prediction(
 
 
 def check_message_us(message_us: Callable, cases=((0, 2.0, 1000.0), (1e6, 1.5, 5000.0)),
-                     *, cluster_ranks: int = 2) -> dict:
+                     *, ranks: int = 2) -> dict:
     """``message_us(n, α, β)`` equals α + n / β on `cases`, and its prediction holds
     against a message of 4 MiB measured just now.
 
@@ -137,8 +137,8 @@ def check_message_us(message_us: Callable, cases=((0, 2.0, 1000.0), (1e6, 1.5, 5
         The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
     cases : iterable of tuple, optional
         Made-up ``(n_bytes, alpha_us, beta_MBps)`` to compare it with the model on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 2).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 2); the measurement uses at most these.
 
     Returns
     -------
@@ -153,22 +153,22 @@ def check_message_us(message_us: Callable, cases=((0, 2.0, 1000.0), (1e6, 1.5, 5
         :data:`TOLERANCE` times the prediction.
     """
     __tracebackhide__ = True
-    return MESSAGE.check(message_us, cases, cluster_ranks=cluster_ranks)
+    return MESSAGE.check(message_us, cases, ranks=ranks)
 
 
-def show_message(message_us: Callable, cluster_ranks: int = 2) -> None:
+def show_message(message_us: Callable, ranks: int = 2) -> None:
     """Not graded: the message measured now beside ``message_us``'s prediction.
 
     Parameters
     ----------
     message_us : callable
         The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 2).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 2); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return MESSAGE.show(message_us, cluster_ranks)
+    return MESSAGE.show(message_us, ranks)

@@ -143,14 +143,14 @@ def _exchange_hint(got, nx, ny, dims, a, b) -> str:
     return "Per rank, Σ over its neighbours of α + 8 · edge / β; then the largest over ranks."
 
 
-def exchange_now(cluster_ranks: int = 4) -> dict:
+def exchange_now(ranks: int = 4) -> dict:
     """α, β and the course's exchange of 1 MiB rows on a p × 1 process grid, measured
     (once per grading session) on one rank per core.
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4), the most the measurement uses.
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -159,10 +159,10 @@ def exchange_now(cluster_ranks: int = 4) -> dict:
         ``alpha_us``, ``beta_MBps``, ``ranks``, ``cores``, ``oversubscribed`` ...), plus
         the grid measured: ``nx``, ``ny`` and ``dims`` (p × 1).
     """
-    p = measured.measuring_ranks(cluster_ranks)
+    p = measured.measuring_ranks(ranks)
     nx, ny = ROW_DOUBLES, 2 * p
     m = measured.with_alpha_beta("exchange", exchange_times, nx, ny, nbytes=8 * ROW_DOUBLES,
-                                 cluster_ranks=cluster_ranks)
+                                 ranks=ranks)
     return {**m, "nx": nx, "ny": ny, "dims": (p, 1)}
 
 
@@ -175,7 +175,7 @@ def _exchange_case(case) -> tuple:
     return nx, ny, tuple(dims), a, b
 
 
-def _exchange_lines(exchange_us: Callable, m: dict, _cluster_ranks: int) -> None:
+def _exchange_lines(exchange_us: Callable, m: dict, _ranks: int) -> None:
     print(f"measured on {where(m)}: α = {m['alpha_us']:.2f} µs, "
           f"β = {m['beta_MBps']:,.0f} MB/s")
     print(f"one exchange of 1 MiB rows on a {m['dims'][0]} × 1 process grid: measured "
@@ -193,7 +193,7 @@ EXCHANGE = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+def check_exchange_us(exchange_us: Callable, cases, *, ranks: int = 4) -> dict:
     """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
     ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
     exchange measured just now.
@@ -205,8 +205,8 @@ def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -
         (µs).
     cases : iterable of tuple
         Made-up ``(nx, ny, dims, alpha_us, beta_MBps)`` to compare it with the model on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -221,10 +221,10 @@ def check_exchange_us(exchange_us: Callable, cases, *, cluster_ranks: int = 4) -
         :data:`PREDICTION_TOLERANCE` times the prediction.
     """
     __tracebackhide__ = True
-    return EXCHANGE.check(exchange_us, cases, cluster_ranks=cluster_ranks)
+    return EXCHANGE.check(exchange_us, cases, ranks=ranks)
 
 
-def show_exchange_us(exchange_us: Callable, cluster_ranks: int = 4) -> None:
+def show_exchange_us(exchange_us: Callable, ranks: int = 4) -> None:
     """Not graded: α, β and the course's exchange measured now (the first call measures
     them, a few seconds), beside ``exchange_us``'s prediction.
 
@@ -232,12 +232,12 @@ def show_exchange_us(exchange_us: Callable, cluster_ranks: int = 4) -> None:
     ----------
     exchange_us : callable
         The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return EXCHANGE.show(exchange_us, cluster_ranks)
+    return EXCHANGE.show(exchange_us, ranks)

@@ -153,8 +153,8 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     return value
 
 
-def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
-    """Ranks for a measured case: one per usable core, at most `cluster_ranks`, at least 2.
+def measuring_ranks(ranks: int, cores: int | None = None) -> int:
+    """Ranks for a measured case: one per usable core, at most `ranks`, at least 2.
 
     A timing with more ranks than cores measures the scheduler, not MPI; with fewer than
     two there is nothing to send. On one core the 2 ranks are oversubscribed, and the
@@ -162,7 +162,7 @@ def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
 
     Parameters
     ----------
-    cluster_ranks : int
+    ranks : int
         Ranks of the lab's cluster (2 or more).
     cores : int, optional
         Usable cores; :func:`mpilab.runtime.usable_cores` by default.
@@ -170,17 +170,17 @@ def measuring_ranks(cluster_ranks: int, cores: int | None = None) -> int:
     Returns
     -------
     int
-        ``max(2, min(cluster_ranks, cores))``.
+        ``max(2, min(ranks, cores))``.
 
     Raises
     ------
     ValueError
-        When `cluster_ranks` is below 2.
+        When `ranks` is below 2.
     """
-    if cluster_ranks < 2:
-        raise ValueError(f"a measured case needs a cluster of 2 ranks or more, got {cluster_ranks}")
+    if ranks < 2:
+        raise ValueError(f"a measured case needs a cluster of 2 ranks or more, got {ranks}")
     cores = runtime.usable_cores() if cores is None else cores
-    return max(2, min(int(cluster_ranks), int(cores)))
+    return max(2, min(int(ranks), int(cores)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def _library() -> str:
     return runtime.selected_library()
 
 
-def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
+def measure(name: str, func: Callable, *args: Any, ranks: int,
             timeout: float = 60) -> dict:
     """``func(comm, *args)`` on :func:`measuring_ranks` ranks, once per grading session:
     rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added.
@@ -257,8 +257,8 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
         returns a dict of plain data.
     *args
         Passed to `func` after ``comm``.
-    cluster_ranks : int
-        Ranks of the lab's cluster, the most the measurement uses.
+    ranks : int
+        Ranks of the lab's cluster; the measurement uses at most these.
     timeout : float, optional
         Seconds before the measurement counts as stuck (default 60).
 
@@ -271,7 +271,7 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
     from . import run_on_ranks
 
     cores = runtime.usable_cores()
-    p = measuring_ranks(cluster_ranks, cores)
+    p = measuring_ranks(ranks, cores)
 
     def make() -> dict:
         got = run_on_ranks(func, *args, ranks=p, timeout=timeout)[0]
@@ -281,7 +281,7 @@ def measure(name: str, func: Callable, *args: Any, cluster_ranks: int,
     return cached(key, make, measures=True)
 
 
-def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
+def with_alpha_beta(name: str, func: Callable, *args: Any, ranks: int,
                     nbytes: int = 1 << 20) -> dict:
     """:func:`measure` ``func(comm, *args)``, with a ping-pong's α and β
     (:func:`mpilab.pingpong.alpha_beta` of `nbytes`, measured first) added, for the labs'
@@ -295,8 +295,8 @@ def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
         The course's timed function, called as ``func(comm, *args)`` on every rank.
     *args
         Passed to `func` after ``comm``.
-    cluster_ranks : int
-        Ranks of the lab's cluster, the most the measurements use.
+    ranks : int
+        Ranks of the lab's cluster; the measurements use at most these.
     nbytes : int, optional
         Bytes of the large ping-pong message β is measured with (default 1 MiB).
 
@@ -305,8 +305,8 @@ def with_alpha_beta(name: str, func: Callable, *args: Any, cluster_ranks: int,
     dict
         :func:`measure`'s dict, plus ``alpha_us`` (µs) and ``beta_MBps`` (MB/s).
     """
-    ab = measure("alpha-beta", alpha_beta, nbytes, cluster_ranks=cluster_ranks)
-    m = measure(name, func, *args, cluster_ranks=cluster_ranks)
+    ab = measure("alpha-beta", alpha_beta, nbytes, ranks=ranks)
+    m = measure(name, func, *args, ranks=ranks)
     return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
 
 
@@ -315,12 +315,12 @@ RING_TOLERANCE = (0.5, 2.5)
 RING_BYTES = 1 << 20
 
 
-def ring_now(cluster_ranks: int = 4) -> dict:
+def ring_now(ranks: int = 4) -> dict:
     """Lab 00: a hop, a lap and a shift of 1 MiB arrays, measured (once per session).
 
     Parameters
     ----------
-    cluster_ranks : int, optional
+    ranks : int, optional
         Ranks of the lab's cluster (default 4); :func:`measuring_ranks` says how many of
         them measure.
 
@@ -330,7 +330,7 @@ def ring_now(cluster_ranks: int = 4) -> dict:
         :func:`ring_times`'s ``hop_us``, ``lap_us`` and ``shift_us`` (µs), with ``ranks``,
         ``cores`` and ``oversubscribed`` (:func:`measure`).
     """
-    return measure("ring", ring_times, RING_BYTES, cluster_ranks=cluster_ranks)
+    return measure("ring", ring_times, RING_BYTES, ranks=ranks)
 
 
 def _lap_hint(got, p, hop) -> str:
@@ -382,7 +382,7 @@ def _ring_parts(m: dict) -> list[Part]:
                  "predicted_shift_us", "shift_ratio", pick=shift)]
 
 
-def _ring_lines(ring_times_us: Callable, m: dict, _cluster_ranks: int) -> None:
+def _ring_lines(ring_times_us: Callable, m: dict, _ranks: int) -> None:
     print(f"measured on {where(m)}: a hop of 1 MiB {m['hop_us']:.1f} µs")
     print(f"measured: a lap {m['lap_us']:8.1f} µs, a shift {m['shift_us']:8.1f} µs")
     print(f"predicted (lap, shift): {shown(ring_times_us, m['ranks'], m['hop_us'])}")
@@ -397,7 +397,7 @@ RING = Prediction(
 
 def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.0),
                                                      (8, 40.0)),
-                     *, cluster_ranks: int = 4) -> dict:
+                     *, ranks: int = 4) -> dict:
     """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
     `cases`, and its prediction holds against a lap and a shift measured just now.
 
@@ -407,8 +407,8 @@ def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.
         The student's ``ring_times_us(p, hop_us)``, returning (lap, shift) in µs.
     cases : sequence of (int, float), optional
         (p, hop in µs) pairs the formula is checked on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -423,10 +423,10 @@ def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.
         measurement.
     """
     __tracebackhide__ = True
-    return RING.check(ring_times_us, cases, cluster_ranks=cluster_ranks)
+    return RING.check(ring_times_us, cases, ranks=ranks)
 
 
-def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
+def show_ring_times(ring_times_us: Callable, ranks: int = 4) -> None:
     """Not graded: the hop, lap and shift measured now (the first call measures them, a few
     seconds), beside ``ring_times_us``'s predictions.
 
@@ -434,15 +434,15 @@ def show_ring_times(ring_times_us: Callable, cluster_ranks: int = 4) -> None:
     ----------
     ring_times_us : callable
         The student's ``ring_times_us(p, hop_us)``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return RING.show(ring_times_us, cluster_ranks)
+    return RING.show(ring_times_us, ranks)
 
 
 #: Lab 01: the held-out 4 MiB message may take this many times the model's prediction
@@ -454,14 +454,14 @@ HELD_OUT_TOLERANCE = (0.5, 3.0)
 HELD_OUT_BYTES = 4 << 20
 
 
-def pingpong_now(cluster_ranks: int = 2) -> dict:
+def pingpong_now(ranks: int = 2) -> dict:
     """Lab 01: one-way times of 8 B, 1 MiB and 4 MiB on this notebook's ranks (once per
     grading session), with α and β from the first two.
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 2).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 2); the measurement uses at most these.
 
     Returns
     -------
@@ -471,7 +471,7 @@ def pingpong_now(cluster_ranks: int = 2) -> dict:
         :func:`measure`'s ``ranks``, ``cores`` and ``oversubscribed``.
     """
     m = measure("held-out", one_way_times, [8, RING_BYTES, HELD_OUT_BYTES],
-                cluster_ranks=cluster_ranks)
+                ranks=ranks)
     alpha, t_big, t_held = m["t_us"]
     return {**m, "alpha_us": alpha, "beta_MBps": RING_BYTES / max(t_big - alpha, 1e-3),
             "held_out_bytes": HELD_OUT_BYTES, "held_out_us": t_held}
@@ -496,7 +496,7 @@ HELD_OUT = Prediction(
                      f"(1 MiB), measured just now on {where(m)}"))
 
 
-def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> dict:
+def check_predict_held_out(predict_us: Callable, *, ranks: int = 2) -> dict:
     """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
     against the 4 MiB one-way time measured in the same run, within
     :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``.
@@ -505,8 +505,8 @@ def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> d
     ----------
     predict_us : callable
         The student's ``predict_us(nbytes, alpha_us, beta_MBps)``, in µs.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 2).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 2); the measurement uses at most these.
 
     Returns
     -------
@@ -520,4 +520,4 @@ def check_predict_held_out(predict_us: Callable, *, cluster_ranks: int = 2) -> d
         The prediction is not a number, or outside :data:`HELD_OUT_TOLERANCE`.
     """
     __tracebackhide__ = True
-    return HELD_OUT.check(predict_us, cluster_ranks=cluster_ranks)
+    return HELD_OUT.check(predict_us, ranks=ranks)

@@ -202,7 +202,7 @@ def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]
     return best
 
 
-def placement_problem(hosts, p: int, nodes: int) -> str | None:
+def placement_problem(hosts, ranks: int, nodes: int) -> str | None:
     """What is wrong with `hosts` as a placement of p ranks on `nodes` nodes, or None.
 
     Parameters
@@ -210,7 +210,7 @@ def placement_problem(hosts, p: int, nodes: int) -> str | None:
     hosts : object
         What the student's function returned: it should be a list of ints, the node of
         each rank.
-    p : int
+    ranks : int
         Number of ranks.
     nodes : int
         Number of nodes, each to hold ``p // nodes`` ranks.
@@ -222,13 +222,13 @@ def placement_problem(hosts, p: int, nodes: int) -> str | None:
     """
     if not isinstance(hosts, (list, tuple)):
         return f"return a list with the node of each rank, not {type(hosts).__name__}"
-    if len(hosts) != p:
-        return f"the placement has {len(hosts)} entries for {p} ranks"
+    if len(hosts) != ranks:
+        return f"the placement has {len(hosts)} entries for {ranks} ranks"
     if any(type(h) is not int or not 0 <= h < nodes for h in hosts):
         return f"nodes are numbered 0 .. {nodes - 1}; got {list(hosts)}"
     counts = [list(hosts).count(k) for k in range(nodes)]
     if len(set(counts)) != 1:
-        return (f"every node holds {p // nodes} ranks; the placement {list(hosts)} puts "
+        return (f"every node holds {ranks // nodes} ranks; the placement {list(hosts)} puts "
                 f"{counts} on nodes 0 .. {nodes - 1}")
     return None
 

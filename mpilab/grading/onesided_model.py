@@ -99,15 +99,15 @@ def reference_epoch_us(n_bytes: float, empty_epoch_us: float, beta_MBps: float) 
     return empty_epoch_us + n_bytes / beta_MBps
 
 
-def epoch_now(cluster_ranks: int = 4) -> dict:
+def epoch_now(ranks: int = 4) -> dict:
     """α and β (a ping-pong), an empty epoch and a Put + Fence epoch of 1 MiB, measured
     (once per grading session) on one rank per core
     (:func:`mpilab.grading.measured.measure`).
 
     Parameters
     ----------
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4), the most the measurement uses.
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -116,7 +116,7 @@ def epoch_now(cluster_ranks: int = 4) -> dict:
         ``alpha_us``, ``beta_MBps``, ``ranks``, ``cores`` and ``oversubscribed``.
     """
     return measured.with_alpha_beta("epoch", epoch_times, EPOCH_BYTES, nbytes=EPOCH_BYTES,
-                                    cluster_ranks=cluster_ranks)
+                                    ranks=ranks)
 
 
 def _epoch_hint(got, n: float, e: float, b: float) -> str:
@@ -134,7 +134,7 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
        "in bytes and β in MB/s).")
 
 
-def _epoch_lines(epoch_us: Callable, m: dict, _cluster_ranks: int) -> None:
+def _epoch_lines(epoch_us: Callable, m: dict, _ranks: int) -> None:
     e, b = m["empty_epoch_us"], m["beta_MBps"]
     print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
           f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
@@ -153,7 +153,7 @@ EPOCH = Prediction(
                      f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict:
+def check_epoch_us(epoch_us: Callable, cases, *, ranks: int = 4) -> dict:
     """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
     ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
     measured just now.
@@ -165,8 +165,8 @@ def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict
         (µs).
     cases : iterable of tuple
         Made-up ``(n_bytes, empty_epoch_us, beta_MBps)`` to compare it with the model on.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
@@ -181,10 +181,10 @@ def check_epoch_us(epoch_us: Callable, cases, *, cluster_ranks: int = 4) -> dict
         :data:`PREDICTION_TOLERANCE` times the prediction.
     """
     __tracebackhide__ = True
-    return EPOCH.check(epoch_us, cases, cluster_ranks=cluster_ranks)
+    return EPOCH.check(epoch_us, cases, ranks=ranks)
 
 
-def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
+def show_epoch(epoch_us: Callable, ranks: int = 4) -> None:
     """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
     first call measures them, a few seconds), beside ``epoch_us``'s prediction.
 
@@ -192,12 +192,12 @@ def show_epoch(epoch_us: Callable, cluster_ranks: int = 4) -> None:
     ----------
     epoch_us : callable
         The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``.
-    cluster_ranks : int, optional
-        Ranks of the lab's cluster (default 4).
+    ranks : int, optional
+        Ranks of the lab's cluster (default 4); the measurement uses at most these.
 
     Returns
     -------
     None
         It prints; nothing while grading.
     """
-    return EPOCH.show(epoch_us, cluster_ranks)
+    return EPOCH.show(epoch_us, ranks)

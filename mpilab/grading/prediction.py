@@ -246,7 +246,7 @@ class Prediction:
     name : str
         The student's function, as messages call it ("push_us").
     now : callable
-        ``now(cluster_ranks) -> dict``: the measurement, made once per grading session
+        ``now(ranks) -> dict``: the measurement, made once per grading session
         (:func:`mpilab.grading.measured.measure`); it has ``ranks``, ``cores`` and
         ``oversubscribed`` (:func:`where`).
     parts : callable
@@ -267,7 +267,7 @@ class Prediction:
     returned : callable
         What the function returned, as it is graded (lab 01 accepts a one-element array).
     shows : callable, optional
-        ``shows(func, m, cluster_ranks)``: prints the try-it cell's lines (:meth:`show`).
+        ``shows(func, m, ranks)``: prints the try-it cell's lines (:meth:`show`).
     """
 
     name: str
@@ -282,7 +282,7 @@ class Prediction:
     returned: Callable[[Any], Any] = _as_returned
     shows: Callable[[Callable, dict, int], None] | None = None
 
-    def check(self, func: Callable, cases: Iterable = (), *, cluster_ranks: int) -> dict:
+    def check(self, func: Callable, cases: Iterable = (), *, ranks: int) -> dict:
         """`func` equals the model on `cases`, and its predictions hold against the
         measurement: return the measurement with each part's prediction and ratio.
 
@@ -293,7 +293,7 @@ class Prediction:
         cases : iterable, optional
             Made-up cases to compare it with the model on (each made the function's
             arguments by `args`); none by default.
-        cluster_ranks : int
+        ranks : int
             Ranks of the lab's cluster (the measurement uses at most these).
 
         Returns
@@ -314,7 +314,7 @@ class Prediction:
         elif self.reference is not None:
             expect_model(func, self.name, [self.args(c) for c in cases], self.reference,
                          self.hint)
-        m = self.now(cluster_ranks)
+        m = self.now(ranks)
         model = self.model(m)
         out = dict(m)
         calls: list[tuple[tuple, Any]] = []  # one call per distinct arguments
@@ -330,7 +330,7 @@ class Prediction:
                                                 what=part.what, model=model)
         return out
 
-    def show(self, func: Callable, cluster_ranks: int) -> None:
+    def show(self, func: Callable, ranks: int) -> None:
         """Not graded: the measurement (the first call makes it, a few seconds), beside
         `func`'s predictions; nothing while grading.
 
@@ -338,9 +338,9 @@ class Prediction:
         ----------
         func : callable
             The student's prediction function.
-        cluster_ranks : int
+        ranks : int
             Ranks of the lab's cluster (the measurement uses at most these).
         """
         if not_while_grading():
             return None
-        self.shows(func, self.now(cluster_ranks), cluster_ranks)
+        self.shows(func, self.now(ranks), ranks)

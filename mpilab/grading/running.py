@@ -110,8 +110,8 @@ def autograding() -> bool:
 # engine side
 
 
-def _engine_call(func, args, nranks, workdir):
-    """Run on every engine: split the first `nranks` ranks off, call func(comm, *args).
+def _engine_call(func, args, ranks, workdir):
+    """Run on every engine: split the first `ranks` ranks off, call func(comm, *args).
 
     Returns ("ok", plain value) | ("out",) | ("raised", name, message, frames) |
     ("bad", description). Exceptions of `func` come back as values, so the client tells
@@ -123,7 +123,7 @@ def _engine_call(func, args, nranks, workdir):
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    inside = rank < nranks
+    inside = rank < ranks
     comm = world.Split(0 if inside else MPI.UNDEFINED, rank)
     if not inside:
         return ("out",)
@@ -171,12 +171,12 @@ def _cluster(ranks: int | None):
         print(f"(the MPI engines were {why}: restarting them before this check)")
         _restart(c)
     if ranks is None:
-        ranks = c.n
+        ranks = c.ranks
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    if ranks > c.n:
+    if ranks > c.ranks:
         fail(CheckFailed(f"this check needs {ranks} ranks but the notebook's cluster has "
-                         f"{c.n}: run `lab = mpilab.cluster.start({ranks})` and check again"))
+                         f"{c.ranks}: run `lab = mpilab.cluster.start({ranks})` and check again"))
     return c, ranks
 
 
@@ -275,8 +275,8 @@ def run_on_ranks(func: Callable, *args: Any, ranks: int | None = None,
 class _Ran:
     """What running code on the ranks came to, whichever way it ran."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, ranks: int):
+        self.ranks = ranks
         self.outs: list[tuple] | None = None  # one reply per rank of the communicator
         self.stuck: list[int] = []
         self.finished: list[int] = []
@@ -376,7 +376,7 @@ def _verdict(ran: _Ran, name: str, keys: Sequence[str], smap: SourceMap,
              timeout: float) -> list:
     """The results by rank, or the failure that explains what happened, in words."""
     __tracebackhide__ = True
-    n = ran.n
+    n = ran.ranks
     on = f"on {n} rank{'s' * (n != 1)}"
     if ran.outs is None:
         where = {r: _describe_frame(f, smap) for r, f in ran.frames.items()}

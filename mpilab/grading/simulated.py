@@ -94,22 +94,22 @@ def _fmt_bytes(n: int) -> str:
     return plots.format_bytes(n)
 
 
-def admissible(p: int) -> list[str]:
-    """The course's C allgathers that run on `p` ranks, in the registry's order.
+def admissible(ranks: int) -> list[str]:
+    """The course's C allgathers that run on `ranks` ranks, in the registry's order.
 
     Parameters
     ----------
-    p : int
+    ranks : int
         Number of ranks.
 
     Returns
     -------
     list of str
-        The names of the algorithms of :data:`mpilab.sim.OUR_ALGORITHMS` that take `p`
+        The names of the algorithms of :data:`mpilab.sim.OUR_ALGORITHMS` that take `ranks`
         ranks.
     """
     return [a for a in sim.OUR_ALGORITHMS["allgather"]
-            if collectives.ALGORITHMS["allgather"][a].admissible(p) is None]
+            if collectives.ALGORITHMS["allgather"][a].admissible(ranks) is None]
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,9 +163,9 @@ def _reference(p: int, sizes: Sequence[int], placement: str) -> list[dict]:
     return recs
 
 
-def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
+def simulated(ranks: int, sizes: Iterable[int], placement: str = "cyclic", *,
               progress=None) -> tuple[dict, str]:
-    """Simulated µs per call of every admissible algorithm on `p` ranks placed
+    """Simulated µs per call of every admissible algorithm on `ranks` ranks placed
     `placement` (``"cyclic"`` or ``"block"``), and where the numbers come from.
 
     Simulated once per grading session where SimGrid runs, else read from the course's
@@ -173,7 +173,7 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
 
     Parameters
     ----------
-    p : int
+    ranks : int
         Number of ranks.
     sizes : iterable of int
         Block sizes, in bytes.
@@ -196,13 +196,13 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
     ok, why = sim.available()
     if ok:
         try:
-            recs = cached(_key(p, sizes, placement),
-                           lambda: _simulate(p, sizes, placement, progress))
+            recs = cached(_key(ranks, sizes, placement),
+                           lambda: _simulate(ranks, sizes, placement, progress))
             source = f"{label}, simulated with SimGrid {sim.version()} for this session"
         except (sim.SimUnavailable, RuntimeError, OSError) as exc:
             ok, why = False, f"the simulation failed here: {str(exc).splitlines()[0][:200]}"
     if not ok:
-        recs = _reference(p, sizes, placement)
+        recs = _reference(ranks, sizes, placement)
         source = (f"{label}, reference data (reference/simulated/{REFERENCE}.json, "
                   f"simulated with SimGrid on the course's machine; not simulated here: "
                   f"{why})")
@@ -218,21 +218,21 @@ def simulated(p: int, sizes: Iterable[int], placement: str = "cyclic", *,
 # pure Python: what is wrong with a choice
 
 
-def choice_problem(choice, p: int) -> str | None:
-    """What is wrong with `choice` as the name of an allgather to run on `p` ranks, or None.
+def choice_problem(choice, ranks: int) -> str | None:
+    """What is wrong with `choice` as the name of an allgather to run on `ranks` ranks, or None.
 
     Parameters
     ----------
     choice : object
         What the student's function returned: it should be a name of
         :data:`mpilab.collectives.ALGORITHMS` ``["allgather"]``.
-    p : int
+    ranks : int
         Number of ranks.
 
     Returns
     -------
     str or None
-        What is wrong (not a str, no such algorithm, or not admissible on `p` ranks),
+        What is wrong (not a str, no such algorithm, or not admissible on `ranks` ranks),
         in words; None when the choice can run.
     """
     names = tuple(collectives.ALGORITHMS["allgather"])
@@ -242,10 +242,10 @@ def choice_problem(choice, p: int) -> str | None:
     if choice not in names:
         return (f"returned {choice!r:.60}, which is not one of the allgather algorithms: "
                 f"{', '.join(names)}")
-    why = collectives.ALGORITHMS["allgather"][choice].admissible(p)
+    why = collectives.ALGORITHMS["allgather"][choice].admissible(ranks)
     if why:
-        return (f"returned {choice!r}, which cannot run on {p} ranks ({why}); choose among "
-                f"collectives.admissible('allgather', {p}): {', '.join(admissible(p))}")
+        return (f"returned {choice!r}, which cannot run on {ranks} ranks ({why}); choose among "
+                f"collectives.admissible('allgather', {ranks}): {', '.join(admissible(ranks))}")
     return None
 
 
@@ -253,7 +253,7 @@ _WHERE = {"cyclic": "placed cyclically", "block": "placed in blocks (node 0 firs
 
 
 def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, float]],
-                 p: int, placement: str = "cyclic",
+                 ranks: int, placement: str = "cyclic",
                  tolerance: float = TOLERANCE) -> list[str]:
     """One line per size where the chosen algorithm is more than `tolerance` times slower
     than the fastest admissible one (simulated), naming the placement, the size and the
@@ -266,7 +266,7 @@ def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, flo
     times : mapping of int to mapping of str to float
         ``{block bytes: {algorithm: simulated µs}}``, as :func:`simulated` returns them
         (``"library"`` is left out of the comparison).
-    p : int
+    ranks : int
         Number of ranks.
     placement : {"cyclic", "block"}, optional
         The placement simulated (default "cyclic"), for the message.
@@ -286,7 +286,8 @@ def slow_choices(chosen: Mapping[int, str], times: Mapping[int, Mapping[str, flo
         if ratio <= tolerance:
             continue
         every = " | ".join(f"{a} {t:,.0f}" for a, t in sorted(ours.items(), key=lambda x: x[1]))
-        lines.append(f"on {p} ranks {_WHERE[placement]}, blocks of {n:,} B ({_fmt_bytes(n)}): you chose {alg}, "
+        lines.append(f"on {ranks} ranks {_WHERE[placement]}, blocks of {n:,} B "
+                     f"({_fmt_bytes(n)}): you chose {alg}, "
                      f"simulated {ours[alg]:,.0f} µs per call; the fastest, {best}, takes "
                      f"{ours[best]:,.0f} µs: yours is {ratio:.1f} times that (at most "
                      f"{tolerance:g} times counts).\n    simulated µs per call: {every}")
@@ -371,7 +372,7 @@ def check_choose_allgather(choose: Callable, cases, *,
     return {"source": source, "chosen": out}
 
 
-def show_choices(choose: Callable, p: int = 64,
+def show_choices(choose: Callable, ranks: int = 64,
                  sizes: Sequence[int] = VISIBLE[(64, "cyclic")],
                  placements: Sequence[str] = tuple(PLACEMENTS), *,
                  tolerance: float = TOLERANCE) -> None:
@@ -386,7 +387,7 @@ def show_choices(choose: Callable, p: int = 64,
     choose : callable
         The student's ``choose_allgather(p, block_bytes, placement) -> name``, called
         here; what it raises is printed.
-    p : int, optional
+    ranks : int, optional
         Number of ranks (default 64).
     sizes : sequence of int, optional
         Block sizes, in bytes (default the visible check's).
@@ -397,7 +398,7 @@ def show_choices(choose: Callable, p: int = 64,
     """
     if grading.not_while_grading():
         return None
-    print(f"{sim.label(PLATFORM)}: allgather on {p} ranks of the allgather paper's two "
+    print(f"{sim.label(PLATFORM)}: allgather on {ranks} ranks of the allgather paper's two "
           f"nodes; µs per call. A simulation, not a measurement: it leaves out "
           f"{sim.LEAVES_OUT}.")
     ok, why = sim.available()
@@ -405,7 +406,7 @@ def show_choices(choose: Callable, p: int = 64,
         print(f"SimGrid is not installed here ({why.split(':')[0]}): this is reference "
               f"data, the same simulation run on the course's machine.")
     for placement in placements:
-        _show_one(choose, p, tuple(sizes), placement, tolerance)
+        _show_one(choose, ranks, tuple(sizes), placement, tolerance)
     return None
 
 

@@ -29,12 +29,12 @@ __all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explaine
            "show_trace"]
 
 
-def log_steps(p: int) -> int:
+def log_steps(ranks: int) -> int:
     """``ceil(log2 p)``, exactly: the steps of a binomial tree or Bruck's allgather.
 
     Parameters
     ----------
-    p : int
+    ranks : int
         Number of ranks (1 or more).
 
     Returns
@@ -42,7 +42,7 @@ def log_steps(p: int) -> int:
     int
         ``ceil(log2 p)``, computed on integers (0 for one rank).
     """
-    return (int(p) - 1).bit_length()
+    return (int(ranks) - 1).bit_length()
 
 
 def ranks_text(xs: Iterable[int]) -> str:
@@ -61,14 +61,14 @@ def ranks_text(xs: Iterable[int]) -> str:
     return ", ".join(map(str, xs))
 
 
-def messages_hint(info: dict, p: int, root: int | None = None) -> str:
+def messages_hint(info: dict, ranks: int, root: int | None = None) -> str:
     """Who sent to whom, step by step (from the tracer), and who got nothing.
 
     Parameters
     ----------
     info : dict
         One rank's harness output: ``schedule`` and ``error`` of the tracer.
-    p : int
+    ranks : int
         Ranks of the check.
     root : int, optional
         A broadcast's root: ranks other than the root that no message reached are named.
@@ -83,7 +83,7 @@ def messages_hint(info: dict, p: int, root: int | None = None) -> str:
     sched = info["schedule"]
     text = "Messages, step by step (from the tracer):\n" + tracing.format_schedule(sched)
     if root is not None:
-        missing = sorted(set(range(p)) - {m["dst"] for m in sched} - {root})
+        missing = sorted(set(range(ranks)) - {m["dst"] for m in sched} - {root})
         if missing:
             text += f"\nNo message reached rank{'s' * (len(missing) > 1)} {ranks_text(missing)}."
     return text

@@ -11,7 +11,7 @@ from .schedules import steps
 # picture
 
 
-def draw(sched: Sequence[Mapping], p: int, ax: Any = None, *, labels: bool = True,
+def draw(sched: Sequence[Mapping], ranks: int, ax: Any = None, *, labels: bool = True,
          title: str | None = None) -> Any:
     """Space-time diagram of a schedule: one line per rank, one column per step.
 
@@ -21,7 +21,7 @@ def draw(sched: Sequence[Mapping], p: int, ax: Any = None, *, labels: bool = Tru
     ----------
     sched : list of dict
         What :func:`schedule` returns.
-    p : int
+    ranks : int
         Number of ranks.
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure by default.
@@ -38,8 +38,8 @@ def draw(sched: Sequence[Mapping], p: int, ax: Any = None, *, labels: bool = Tru
 
     n = steps(sched)
     if ax is None:
-        _fig, ax = plt.subplots(figsize=(1.6 + 1.3 * max(n, 1), 0.9 + 0.45 * p))
-    for r in range(p):
+        _fig, ax = plt.subplots(figsize=(1.6 + 1.3 * max(n, 1), 0.9 + 0.45 * ranks))
+    for r in range(ranks):
         ax.plot([0, max(n, 1)], [r, r], color="0.85", lw=1, zorder=1)
     colors = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     for m in sched:
@@ -55,10 +55,10 @@ def draw(sched: Sequence[Mapping], p: int, ax: Any = None, *, labels: bool = Tru
                     bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none",
                           "alpha": 0.8})
     ax.set_xlim(-0.3, max(n, 1) + 0.3)
-    ax.set_ylim(p - 0.5, -0.5)  # rank 0 on top
+    ax.set_ylim(ranks - 0.5, -0.5)  # rank 0 on top
     ax.set_xticks(range(max(n, 1) + 1))
-    ax.set_yticks(range(p))
-    ax.set_yticklabels([f"rank {r}" for r in range(p)])
+    ax.set_yticks(range(ranks))
+    ax.set_yticklabels([f"rank {r}" for r in range(ranks)])
     ax.set_xlabel("step")
     total = sum(int(m["bytes"]) for m in sched)
     ax.set_title(title if title is not None else

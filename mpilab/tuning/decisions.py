@@ -110,7 +110,7 @@ def _reduce_default(p: int, n: int) -> str:
     raise AssertionError("unreachable: the last rule has no bound")
 
 
-def library_default(op: str, p: int, nbytes: int) -> dict:
+def library_default(op: str, ranks: int, nbytes: int) -> dict:
     """The allgather or reduce algorithm Open MPI 4.1 picks by default: its documented rule.
 
     Derived by reading Open MPI 4.1's ``coll_tuned_decision_fixed.c``
@@ -124,7 +124,7 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
     ----------
     op : {"allgather", "reduce"}
         The collective; the other rules are not encoded (ValueError).
-    p : int
+    ranks : int
         Number of processes (ranks).
     nbytes : int
         Per-rank block (allgather) or whole message (reduce), in bytes.
@@ -140,14 +140,14 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
         raise ValueError(f"only the allgather and reduce rules are encoded, not {op!r}")
     n = int(nbytes)
     if op == "reduce":
-        alg = _reduce_default(int(p), n)
+        alg = _reduce_default(int(ranks), n)
         return {"decision": alg, "runs": alg,
                 "source": "library's documented default for a commutative operation: "
                           "derived from Open MPI 4.1 coll_tuned_decision_fixed.c, not "
                           "queried from the library"}
-    if p == 2:
+    if ranks == 2:
         alg = "two_proc"
-    elif p < 32:
+    elif ranks < 32:
         alg = "recursive_doubling"
     else:
         # (communicator-size bound, [(size bound, alg), ...]) for p < 1024
@@ -162,13 +162,13 @@ def library_default(op: str, p: int, nbytes: int) -> dict:
         names = {2: "bruck", 3: "recursive_doubling", 4: "ring", 5: "neighbor_exchange"}
         alg = "neighbor_exchange"  # p >= 1024 and large blocks; small blocks not encoded
         for bound, rules in table:
-            if p < bound:
+            if ranks < bound:
                 alg = next(names[a] for lim, a in rules if lim is None or n < lim)
                 break
     runs = alg
-    if alg == "recursive_doubling" and p & (p - 1):
+    if alg == "recursive_doubling" and ranks & (ranks - 1):
         runs = "bruck"
-    if alg == "neighbor_exchange" and p % 2:
+    if alg == "neighbor_exchange" and ranks % 2:
         runs = "ring"
     return {"decision": alg, "runs": runs,
             "source": "library's documented default: derived from Open MPI 4.1 "
