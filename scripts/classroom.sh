@@ -9,6 +9,7 @@
 #   scripts/classroom.sh remove         stop, then delete the accounts (and their homes),
 #                                       the groups and the state folder (exchange included)
 #   scripts/classroom.sh status         is the hub up, and the class's accounts
+#   scripts/classroom.sh venv           only the class's Python environment (start makes it)
 #
 # ROSTER: one login per line; the instructor's line says so in a second word
 # (`teacher instructor`); `#` starts a comment. A login that exists already and is not
@@ -194,8 +195,11 @@ PY
 
 start_hub() {
   if hub_pid >/dev/null; then say "the hub runs already (pid $(hub_pid)), port $PORT"; return 0; fi
-  command -v configurable-http-proxy >/dev/null ||
-    cannot "no configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
+  # Debian's proxy finds its modules in /usr/share/nodejs, which a node from elsewhere
+  # (NodeSource's) does not search by itself; the hub passes its environment on
+  export NODE_PATH=/usr/share/nodejs${NODE_PATH:+:$NODE_PATH}
+  configurable-http-proxy --version >/dev/null 2>&1 ||
+    cannot "no working configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
   install -d -m 700 "$HUB"
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" && MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
@@ -263,6 +267,7 @@ case "${1:-}" in
     make_jupyter_config
     start_hub
     ;;
+  venv) need_root; make_venv ;;  # ahead of the class: the few minutes it takes
   add)
     need_root
     [[ -n ${2:-} ]] || cannot "usage: $0 add ROSTER"
@@ -275,5 +280,5 @@ case "${1:-}" in
     [[ -f $STATE/accounts ]] && { say "accounts:"; cat "$STATE/accounts"; }
     [[ -n ${pid:-} ]] || exit 3
     ;;
-  *) echo "usage: $0 start ROSTER | add ROSTER | stop | remove | status" >&2; exit 2 ;;
+  *) echo "usage: $0 start ROSTER | add ROSTER | stop | remove | status | venv" >&2; exit 2 ;;
 esac
