@@ -184,7 +184,13 @@ make_jupyter_config() {  # copies: students read these, not the checkout
 }
 
 # --- the hub ----------------------------------------------------------------------------------
-hub_pid() { local p; p=$(cat "$HUB/hub.pid" 2>/dev/null) && kill -0 "$p" 2>/dev/null && echo "$p"; }
+hub_pid() {  # the pid we started, or the one the hub wrote itself
+  local f p
+  for f in "$HUB/hub.pid" "$HUB/jupyterhub.pid"; do
+    p=$(cat "$f" 2>/dev/null) && [[ -n $p ]] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
+  done
+  return 1
+}
 
 hub_answers() {
   "$VENV/bin/python" - "$PORT" <<'PY' >/dev/null 2>&1
@@ -202,9 +208,11 @@ start_hub() {
     cannot "no working configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
   install -d -m 700 "$HUB"
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
-  ( cd "$HUB" && MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
+  ( cd "$HUB" || exit 1
+    MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
       setsid "$VENV/bin/jupyterhub" -f "$ROOT/classroom/jupyterhub_config.py" \
-      >> "$HUB/hub.log" 2>&1 < /dev/null & echo $! > "$HUB/hub.pid" )
+      >> "$HUB/hub.log" 2>&1 < /dev/null &
+    echo $! > "$HUB/hub.pid" )
   local waited=0
   until hub_answers; do
     hub_pid >/dev/null || fail "the hub exited"

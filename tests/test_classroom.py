@@ -34,6 +34,7 @@ import nbformat
 import psutil
 import pytest
 from conftest import ROOT
+from nbgrader.utils import notebook_hash
 
 pytestmark = pytest.mark.slow
 
@@ -226,6 +227,7 @@ def test_students_cannot_reach_each_others_work(classroom):
     assert stat.S_IMODE(b_notebook.stat().st_mode) == 0o640
     assert b_submission.stat().st_gid == grp.getgrnam("mpilab-instructors").gr_gid
     b_home = pwd.getpwnam(B).pw_dir
+    assert Path(b_home, LAB, f"{LAB}.ipynb").exists()
 
     # as A: B's home, B's submission (even knowing its name), the exchange's listings
     refused(A, "ls", b_home)
@@ -243,18 +245,19 @@ def test_students_cannot_reach_each_others_work(classroom):
     nbgrader(TEACHER, "autograde", LAB, cwd=course)
     nbgrader(TEACHER, "generate_feedback", LAB, cwd=course)
     nbgrader(TEACHER, "release_feedback", LAB, cwd=course)
-    released = sorted((EXCHANGE / "feedback").glob("*.html"))
-    assert len(released) == 2, released
-    nbgrader(B, "fetch_feedback", LAB)
-    got = list(Path(b_home, LAB, "feedback").rglob(f"{LAB}.html"))
-    assert got, "B got no feedback"
-    b_feedback = [f for f in released if f.read_bytes() == got[0].read_bytes()]
-    assert len(b_feedback) == 1
+    released = {}  # each student's feedback file in the exchange, named as nbgrader names it
+    for student in (A, B):
+        secret = (course / "submitted" / student / LAB / "submission_secret.txt").read_text()
+        released[student] = EXCHANGE / "feedback" / f"{notebook_hash(secret=secret, notebook_id=LAB)}.html"
+    assert sorted((EXCHANGE / "feedback").glob("*.html")) == sorted(released.values())
     refused(A, "ls", str(EXCHANGE / "feedback"))
-    refused(A, "cat", str(b_feedback[0]))
-    nbgrader(A, "fetch_feedback", LAB)  # A gets their own, and only theirs
-    a_got = list(Path(pwd.getpwnam(A).pw_dir, LAB, "feedback").rglob(f"{LAB}.html"))
-    assert len(a_got) == 1 and a_got[0].read_bytes() != got[0].read_bytes()
+    refused(A, "cat", str(released[B]))
+    for student in (A, B):  # each gets their own, and only theirs
+        nbgrader(student, "fetch_feedback", LAB)
+        home = pwd.getpwnam(student).pw_dir
+        got = list(Path(home, LAB, "feedback").rglob(f"{LAB}.html"))
+        assert len(got) == 1, got
+        assert got[0].read_bytes() == released[student].read_bytes()
 
 
 def _listening(port: int) -> bool:
