@@ -97,13 +97,13 @@ make_accounts() {  # make_accounts ROSTER
   local entries login role group password home
   entries=$(read_roster "$1")
   [[ -n $entries ]] || cannot "roster '$1' names nobody"
-  getent group "$STUDENTS" >/dev/null || groupadd "$STUDENTS"
-  getent group "$INSTRUCTORS" >/dev/null || groupadd "$INSTRUCTORS"
-  while read -r login role; do  # every refusal before any account is made
+  while read -r login role; do  # every refusal before anything is made
     if id "$login" >/dev/null 2>&1 && ! ours "$login"; then
       cannot "'$login' is an account of this machine, not the class's: pick another login"
     fi
   done <<< "$entries"
+  getent group "$STUDENTS" >/dev/null || groupadd "$STUDENTS"
+  getent group "$INSTRUCTORS" >/dev/null || groupadd "$INSTRUCTORS"
   install -d -m 755 "$STATE"
   touch "$STATE/accounts" "$STATE/passwords"
   chmod 644 "$STATE/accounts"

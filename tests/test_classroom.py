@@ -25,6 +25,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,8 +36,6 @@ import psutil
 import pytest
 from conftest import ROOT
 from nbgrader.utils import notebook_hash
-
-pytestmark = pytest.mark.slow
 
 SCRIPT = ROOT / "scripts" / "classroom.sh"
 TAG = f"{os.getpid() % 100000}"
@@ -69,7 +68,9 @@ def _free_ports() -> int:
 
 PORT = _free_ports()
 ENV = {**os.environ, "MPILAB_CLASSROOM_DIR": str(STATE), "MPILAB_CLASSROOM_PORT": str(PORT),
-       "MPILAB_CLASSROOM_VENV": str(VENV), "MPILAB_KERNELS": "none"}
+       "MPILAB_CLASSROOM_VENV": str(VENV), "MPILAB_KERNELS": "none",
+       "MPILAB_CLASSROOM_IP": "127.0.0.1"}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="root only")
 
 
 def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -115,6 +116,68 @@ def api(path: str, method: str = "GET", token: str | None = None,
         return e.code, {}
 
 
+# --- without a hub -----------------------------------------------------------------------------
+def test_the_class_nbgrader_config_names_the_private_plugins():
+    from nbgrader.exchange.default import ExchangeReleaseFeedback, ExchangeSubmit
+    from traitlets.config.loader import PyFileConfigLoader
+    from traitlets.utils.importstring import import_item
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", str(ROOT / "classroom")).load_config()
+    assert cfg.CourseDirectory.groupshared is True
+    assert issubclass(import_item(cfg.ExchangeFactory.submit), ExchangeSubmit)
+    assert issubclass(import_item(cfg.ExchangeFactory.release_feedback), ExchangeReleaseFeedback)
+
+
+def test_make_private(tmp_path):
+    from mpilab.autograder.exchange import make_private
+
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "sub" / "a.ipynb").write_text("{}")
+    (tmp_path / "sub" / "deeper" / "b.txt").write_text("x")
+    make_private(tmp_path / "sub")
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "sub").rglob("*")}
+    assert modes == {"a.ipynb": 0o640, "deeper": 0o2770, "b.txt": 0o640}
+    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o2770
+
+
+@needs_root
+def test_readable_by_lets_one_account_read():
+    """The ACL of a released feedback file: `nobody` reads it, `daemon` does not."""
+    from mpilab.autograder.exchange import readable_by
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:  # pytest's own folders are root's alone
+        os.chmod(d, 0o755)
+        f = Path(d) / "feedback.html"
+        f.write_text("yours")
+        try:
+            readable_by(str(f), pwd.getpwnam("nobody").pw_uid)
+        except OSError as exc:
+            pytest.skip(f"no POSIX ACLs here: {exc}")
+        assert as_user_plain("nobody", "cat", str(f)).stdout == "yours"
+        denied = as_user_plain("daemon", "cat", str(f))
+        assert denied.returncode != 0 and "Permission denied" in denied.stderr
+
+
+def as_user_plain(login: str, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", login, "--", *cmd], capture_output=True, text=True,
+                          cwd="/", timeout=30)
+
+
+@needs_root
+def test_a_roster_is_checked_before_any_account_is_made(tmp_path):
+    roster = tmp_path / "roster.txt"
+    roster.write_text("good\nBad Name\n")
+    done = _script("start", str(roster), timeout=60)
+    assert done.returncode == 2 and "roster.txt:2" in done.stderr, done.stderr
+    roster.write_text("root\n")
+    done = _script("start", str(roster), timeout=60)
+    assert done.returncode == 2 and "not the class's" in done.stderr, done.stderr
+    with pytest.raises(KeyError):
+        pwd.getpwnam("good")
+    assert not STATE.exists()
+
+
+# --- a class -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def classroom(tmp_path_factory):
     if os.geteuid() != 0:
@@ -149,6 +212,7 @@ def classroom(tmp_path_factory):
         assert not STATE.exists()
 
 
+@pytest.mark.slow
 def test_accounts_homes_and_passwords(classroom):
     assert set(classroom) == {A, B, TEACHER}
     st = (STATE / "passwords").stat()
@@ -166,6 +230,7 @@ def test_accounts_homes_and_passwords(classroom):
     assert (EXCHANGE / "inbound").stat().st_uid == 0
 
 
+@pytest.mark.slow
 def test_a_student_logs_in_through_the_hub_and_gets_the_students_lab(classroom):
     code, _ = api(f"/hub/api/users/{A}/tokens", "POST",
                   body={"auth": {"username": A, "password": "not-the-password"}})
@@ -214,6 +279,7 @@ def _course_of_the_instructor() -> Path:
     return course
 
 
+@pytest.mark.slow
 def test_students_cannot_reach_each_others_work(classroom):
     course = _course_of_the_instructor()
     nbgrader(TEACHER, "generate_assignment", LAB, cwd=course)
@@ -266,6 +332,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.slow
 def test_stop_leaves_nothing_running(classroom):
     hub = int((STATE / "hub" / "hub.pid").read_text())
     proxy = int((STATE / "hub" / "proxy.pid").read_text())
