@@ -76,19 +76,18 @@ ours() { in_group "$1" "$STUDENTS" || in_group "$1" "$INSTRUCTORS"; }
 accounts() { [[ -f $STATE/accounts ]] && awk 'NF {print $1}' "$STATE/accounts" || true; }
 
 read_roster() {  # read_roster FILE: "login role" lines, checked
-  local file=$1 login role rest n=0
+  local file=$1 line login role rest n=0
   [[ -f $file ]] || cannot "no roster file '$file' (one login per line; 'name instructor')"
-  while read -r login role rest; do
+  while IFS= read -r line || [[ -n $line ]]; do
     n=$((n + 1))
-    [[ -z $login || $login == \#* ]] && continue
+    line=${line%%#*}
+    read -r login role rest <<< "$line" || true
+    [[ -z ${login:-} ]] && continue
     [[ $login =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] ||
       cannot "$file:$n: '$login' is not a login (lower case letters, digits, _ and -)"
-    case "${role:-student}" in
-      student|instructor) ;;
-      \#*) role=student ;;
-      *) cannot "$file:$n: role must be 'instructor' or nothing, not '$role'" ;;
-    esac
-    [[ -z ${rest:-} || $rest == \#* ]] || cannot "$file:$n: one login (and a role) per line"
+    [[ ${role:-student} == student || $role == instructor ]] ||
+      cannot "$file:$n: role must be 'instructor' or nothing, not '$role'"
+    [[ -z ${rest:-} ]] || cannot "$file:$n: one login (and a role) per line"
     echo "$login ${role:-student}"
   done < "$file"
 }
