@@ -235,20 +235,7 @@ def test_a_student_logs_in_through_the_hub_and_gets_the_students_lab(classroom):
     code, _ = api(f"/hub/api/users/{A}/tokens", "POST",
                   body={"auth": {"username": A, "password": "not-the-password"}})
     assert code == 403, "a wrong password gets no token"
-    code, made = api(f"/hub/api/users/{A}/tokens", "POST",
-                     body={"auth": {"username": A, "password": classroom[A]}})
-    assert code in (200, 201), code
-    token = made["token"]
-    code, _ = api(f"/hub/api/users/{A}/server", "POST", token=token)
-    assert code in (201, 202), code
-    deadline = time.monotonic() + 120
-    while True:
-        code, user = api(f"/hub/api/users/{A}", token=token)
-        server = (user.get("servers") or {}).get("", {})
-        if server.get("ready"):
-            break
-        assert time.monotonic() < deadline, f"{A}'s server not ready in 120 s: {user}"
-        time.sleep(1)
+    token = log_in_and_start(A, classroom[A])
     code, status = api(f"/user/{A}/api/status", token=token)
     assert code == 200, code
     # it runs as the student, with the students' JupyterLab: the Assignment List, no formgrader
@@ -261,6 +248,30 @@ def test_a_student_logs_in_through_the_hub_and_gets_the_students_lab(classroom):
     assert api(f"/user/{A}/formgrader", token=token)[0] == 404
     code, courses = api(f"/user/{A}/assignments?course_id={COURSE}", token=token)
     assert code == 200 and courses.get("success"), courses
+
+
+@pytest.mark.slow
+def test_the_instructor_gets_the_formgrader(classroom):
+    token = log_in_and_start(TEACHER, classroom[TEACHER])
+    code, _ = api(f"/user/{TEACHER}/formgrader/manage_assignments", token=token)
+    assert code == 200, code
+
+
+def log_in_and_start(login: str, password: str) -> str:
+    """A token from the hub for `login`'s password (PAM), and their server started."""
+    code, made = api(f"/hub/api/users/{login}/tokens", "POST",
+                     body={"auth": {"username": login, "password": password}})
+    assert code in (200, 201), code
+    token = made["token"]
+    code, _ = api(f"/hub/api/users/{login}/server", "POST", token=token)
+    assert code in (201, 202), code
+    deadline = time.monotonic() + 120
+    while True:
+        code, user = api(f"/hub/api/users/{login}", token=token)
+        if ((user.get("servers") or {}).get("", {})).get("ready"):
+            return token
+        assert time.monotonic() < deadline, f"{login}'s server not ready in 120 s: {user}"
+        time.sleep(1)
 
 
 def _course_of_the_instructor() -> Path:
