@@ -128,18 +128,6 @@ def test_the_class_nbgrader_config_names_the_private_plugins():
     assert issubclass(import_item(cfg.ExchangeFactory.release_feedback), ExchangeReleaseFeedback)
 
 
-def test_make_private(tmp_path):
-    from mpilab.autograder.exchange import make_private
-
-    (tmp_path / "sub" / "deeper").mkdir(parents=True)
-    (tmp_path / "sub" / "a.ipynb").write_text("{}")
-    (tmp_path / "sub" / "deeper" / "b.txt").write_text("x")
-    make_private(tmp_path / "sub")
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "sub").rglob("*")}
-    assert modes == {"a.ipynb": 0o640, "deeper": 0o2770, "b.txt": 0o640}
-    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o2770
-
-
 @needs_root
 def test_readable_by_lets_one_account_read():
     """The ACL of a released feedback file: `nobody` reads it, `daemon` does not."""

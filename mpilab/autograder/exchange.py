@@ -9,14 +9,16 @@ or rewrites what is behind it. ``make classroom`` (``scripts/classroom.sh``) nam
 two plugins in the class's ``nbgrader_config.py`` (``ExchangeFactory``), so that
 permissions, not names, keep students apart:
 
-- :class:`PrivateSubmit`: a submission is ``rwxrws---`` (folders) and ``rw-r-----``
-  (files), owned by the student, its group the instructors' (the inbound folder is
-  set-group-ID, root-owned, ``rwxrws-wx`` with the sticky bit): the instructor collects
-  it, no other student opens it.
-- :class:`PrivateReleaseFeedback`: each released feedback file is ``rw-------`` plus a
-  POSIX ACL entry that lets its student (nbgrader's student id is the student's Unix
-  login on a class server) read it. Where the file system keeps no ACLs, the file keeps
-  nbgrader's mode and a warning says so.
+- :class:`PrivateSubmit`: a submission (folders, files) is its student's and the
+  instructors' group's alone (a POSIX ACL: owner, the inbound folder's group, no one
+  else); the inbound folder itself is root's, ``rwxrws-wx`` with the sticky bit, so no
+  student lists it or renames another's submission.
+- :class:`PrivateReleaseFeedback`: each released feedback file is ``rw-------`` plus an
+  ACL entry that lets its student (nbgrader's student id is the student's Unix login on
+  a class server) read it.
+
+Where the file system keeps no ACLs, both keep nbgrader's permissions and a warning says
+so.
 """
 
 from __future__ import annotations
@@ -25,49 +27,66 @@ import glob
 import os
 import pwd
 import re
-import stat
 import struct
 
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 from nbgrader.exchange.default.submit import ExchangeSubmit
 from nbgrader.utils import notebook_hash
 
-SUBMISSION_DIR = 0o2770  # the owner and the instructors' group (set-group-ID keeps it)
-SUBMISSION_FILE = 0o640
-
-
-def make_private(top: str, dir_mode: int = SUBMISSION_DIR,
-                 file_mode: int = SUBMISSION_FILE) -> None:
-    """Every folder under `top` (itself included) `dir_mode`, every file `file_mode`."""
-    for dirname, _, filenames in os.walk(top):
-        for name in filenames:
-            os.chmod(os.path.join(dirname, name), file_mode)
-        os.chmod(dirname, dir_mode)
-
-
-class PrivateSubmit(ExchangeSubmit):
-    """nbgrader's submit, leaving the submission to its student and the instructors."""
-
-    def copy_files(self):
-        super().copy_files()
-        make_private(os.path.join(self.inbound_path, self.assignment_filename))
-
-
 # POSIX ACLs as the kernel reads them from the system.posix_acl_access attribute
 # (linux/posix_acl_xattr.h): a version, then (tag, permissions, id) entries, in tag order.
 _ACL_VERSION = 2
-_USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 _UNDEFINED_ID = 0xFFFFFFFF
+
+
+def set_acl(path: str, owner: int, *, users: dict[int, int] | None = None,
+            groups: dict[int, int] | None = None) -> None:
+    """`path`: `owner` (rwx bits, 0-7) for its owner, the given bits for the `users` and
+    `groups` (id: bits) named, nothing for its group and everyone else. The owner of a
+    file may set this on it without belonging to the groups it names."""
+    users, groups = users or {}, groups or {}
+    mask = 0
+    for bits in (*users.values(), *groups.values()):
+        mask |= bits
+    entries = [(_USER_OBJ, owner, _UNDEFINED_ID),
+               *[(_USER, bits, uid) for uid, bits in sorted(users.items())],
+               (_GROUP_OBJ, 0, _UNDEFINED_ID),
+               *[(_GROUP, bits, gid) for gid, bits in sorted(groups.items())],
+               (_MASK, mask, _UNDEFINED_ID), (_OTHER, 0, _UNDEFINED_ID)]
+    blob = struct.pack("<I", _ACL_VERSION) + b"".join(
+        struct.pack("<HHI", tag, bits, ident) for tag, bits, ident in entries)
+    os.setxattr(path, "system.posix_acl_access", blob)
+
+
+def make_private(top: str, gid: int) -> None:
+    """Every folder under `top` (itself included) and every file: its owner's and the
+    group `gid`'s (read; folders: rwx, so that the group may remove them), no one else's."""
+    for dirname, _, filenames in os.walk(top):
+        for name in filenames:
+            set_acl(os.path.join(dirname, name), 6, groups={gid: 4})
+        set_acl(dirname, 7, groups={gid: 7})
 
 
 def readable_by(path: str, uid: int) -> None:
     """`path`: read and write for its owner, read for `uid`, nothing for anyone else."""
-    entries = [(_USER_OBJ, 6, _UNDEFINED_ID), (_USER, 4, uid), (_GROUP_OBJ, 0, _UNDEFINED_ID),
-               (_MASK, 4, _UNDEFINED_ID), (_OTHER, 0, _UNDEFINED_ID)]
-    blob = struct.pack("<I", _ACL_VERSION) + b"".join(
-        struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
-    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-    os.setxattr(path, "system.posix_acl_access", blob)
+    set_acl(path, 6, users={uid: 4})
+
+
+class PrivateSubmit(ExchangeSubmit):
+    """nbgrader's submit, leaving the submission to its student and the instructors (the
+    inbound folder's group). By ACL, not by the folder's group: a student's copy takes the
+    mode of their own folder, and the kernel drops the set-group-ID bit that would have
+    given the files written after it (timestamp, secret) the instructors' group."""
+
+    def copy_files(self):
+        super().copy_files()
+        dest = os.path.join(self.inbound_path, self.assignment_filename)
+        try:
+            make_private(dest, os.stat(self.inbound_path).st_gid)
+        except OSError as exc:
+            self.log.warning("No ACL on %s (%s): it keeps nbgrader's permissions, "
+                             "protected by its name alone", dest, exc)
 
 
 class PrivateReleaseFeedback(ExchangeReleaseFeedback):
@@ -96,6 +115,5 @@ class PrivateReleaseFeedback(ExchangeReleaseFeedback):
                 self.log.warning("No account %r: feedback %s keeps nbgrader's permissions",
                                  m["student_id"], released)
             except OSError as exc:
-                os.chmod(released, 0o644)
                 self.log.warning("No ACL on %s (%s): it keeps nbgrader's permissions, "
                                  "protected by its name alone", released, exc)
