@@ -13,7 +13,8 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
 .PHONY: setup setup-test kernels lab instructor test test-fast test-latest test-mpi lock lint clean help \
-        lab-generate lab-release lab-autograde lab-feedback lab-ungradable student-edition
+        lab-generate lab-release lab-autograde lab-feedback lab-ungradable student-edition \
+        classroom classroom-add classroom-stop classroom-remove
 
 help:
 	@echo "make lab        set up (MPI, .venv, kernels) and start JupyterLab on the course"
@@ -28,6 +29,8 @@ help:
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
 	@echo "make lab-ungradable  the parts the grader could not check (no score yet): grade them again"
 	@echo "make student-edition DEST=dir  the course students may see (no solutions, hidden tests)"
+	@echo "make classroom ROSTER=file  a class on this server: JupyterHub, accounts, exchange (root)"
+	@echo "make classroom-add ROSTER=file | classroom-stop | classroom-remove  (README: Run a class)"
 	@echo "MPILAB_MPI=mpich selects MPICH instead of Open MPI"
 
 setup:
@@ -170,6 +173,22 @@ FORCE ?=
 student-edition: setup
 	@test -n "$(DEST)" || { echo "make student-edition DEST=dir (a folder outside the checkout)"; exit 2; }
 	PATH="$(abspath $(dir $(PY))):$$PATH" $(PY) -m mpilab.autograder.edition "$(DEST)" $(if $(FORCE),--force,)
+
+# A class on this server (root, Debian): JupyterHub with the roster's accounts, the
+# students' and the instructor's JupyterLab, nbgrader's exchange (scripts/classroom.sh;
+# README "Run a class"). State in /srv/mpilab (MPILAB_CLASSROOM_DIR); port 8000.
+ROSTER ?=
+classroom:
+	@test -n "$(ROSTER)" || { echo "make classroom ROSTER=file (one login per line; 'name instructor')"; exit 2; }
+	@scripts/setup.sh --classroom
+	scripts/classroom.sh start "$(abspath $(ROSTER))"
+classroom-add:
+	@test -n "$(ROSTER)" || { echo "make classroom-add ROSTER=file"; exit 2; }
+	scripts/classroom.sh add "$(abspath $(ROSTER))"
+classroom-stop:
+	scripts/classroom.sh stop
+classroom-remove:
+	scripts/classroom.sh remove
 
 clean:
 	rm -rf build mpilab/kernels/*.so mpilab/kernels/_bin autograder/release \

@@ -3,7 +3,7 @@
 #
 #   scripts/lock.sh            (make lock)
 #
-# uv resolves the test environment (pyproject.toml's dependencies with the test extras, plus
+# uv resolves the test environment (pyproject.toml's dependencies with the test and classroom extras, plus
 # pip, wheel and the PyPI MPI wheels) once for all supported Pythons (--universal, from the
 # oldest that pyproject.toml's requires-python names: Debian 12's 3.11.2) and keeps every
 # version already in constraints.txt that still fits, so a lock moves only what it must.
@@ -35,7 +35,7 @@ printf 'pip\nwheel\nopenmpi\nmpich\n' > "$tmp/tools.in"
 # The current pins are uv's preferences (it reads them from the output file).
 grep -vE '^\s*(#|$)' constraints.txt > "$tmp/lock.txt" || true
 for attempt in 1 2 3 4; do
-  "$uv" pip compile pyproject.toml "$tmp/tools.in" --extra test --universal \
+  "$uv" pip compile pyproject.toml "$tmp/tools.in" --extra test --extra classroom --universal \
     --python-version "$oldest" --fork-strategy fewest --allow-unsafe \
     --no-header --no-annotate --quiet -o "$tmp/lock.txt"
   forked=$(sed -E 's/[ ;].*//; s/==.*//' "$tmp/lock.txt" | sort | uniq -d)

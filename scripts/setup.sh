@@ -15,6 +15,8 @@
 #    test suite passed with (constraints.txt; skipped inside a conda environment that has
 #    MPI: that environment is used as it is). MPILAB_LATEST=1 installs the newest
 #    releases instead (what `make test-latest` uses, in a copy of the tree).
+# With --classroom (`make classroom`): the proxy of JupyterHub, Debian's
+#    node-configurable-http-proxy (root on Debian only); scripts/classroom.sh does the rest.
 # 3. With --test: Chromium for the browser test and Slurm (slurm-wlm, munge) for the
 #    cluster-launcher test (root on Debian only), and a second cloudpickle release in
 #    .venv/alt/ (tests/test_sources.py runs both).
@@ -25,7 +27,9 @@ cd "$(dirname "$0")/.."
 MPI="${MPILAB_MPI:-openmpi}"
 FROM="${MPILAB_MPI_FROM:-system}"
 WANT_TEST=0
+WANT_CLASSROOM=0
 [[ "${1:-}" == "--test" ]] && WANT_TEST=1
+[[ "${1:-}" == "--classroom" ]] && WANT_CLASSROOM=1
 case "$MPI" in
   openmpi) APT_MPI="openmpi-bin libopenmpi-dev" ;;
   mpich) APT_MPI="mpich libmpich-dev" ;;
@@ -111,6 +115,12 @@ fi
 # the simulated sections show the reference results in reference/simulated/.
 if ! have smpicc && ! apt_install libsimgrid-dev; then
   say "no SimGrid (not root, or not Debian/Ubuntu): simulated sections show reference data"
+fi
+
+# A class on this server (`make classroom`): JupyterHub's proxy, from Debian.
+if [[ $WANT_CLASSROOM == 1 ]] && ! have configurable-http-proxy; then
+  apt_install node-configurable-http-proxy ||
+    say "no configurable-http-proxy (not root, or not Debian/Ubuntu): make classroom cannot start a hub"
 fi
 
 # --- 2. Python environment ------------------------------------------------------------
