@@ -44,7 +44,22 @@ def set_acl(path: str, owner: int, *, users: dict[int, int] | None = None,
             groups: dict[int, int] | None = None) -> None:
     """`path`: `owner` (rwx bits, 0-7) for its owner, the given bits for the `users` and
     `groups` (id: bits) named, nothing for its group and everyone else. The owner of a
-    file may set this on it without belonging to the groups it names."""
+    file may set this on it without belonging to the groups it names.
+
+    Parameters
+    ----------
+    path : str
+        The file or folder.
+    owner : int
+        The owner's permission bits (0-7).
+    users, groups : dict of int to int, optional
+        Bits for each user id and group id named (none by default).
+
+    Raises
+    ------
+    OSError
+        The file system keeps no ACLs, or the caller may not set them.
+    """
     users, groups = users or {}, groups or {}
     mask = 0
     for bits in (*users.values(), *groups.values()):
@@ -61,7 +76,15 @@ def set_acl(path: str, owner: int, *, users: dict[int, int] | None = None,
 
 def make_private(top: str, gid: int) -> None:
     """Every folder under `top` (itself included) and every file: its owner's and the
-    group `gid`'s (read; folders: rwx, so that the group may remove them), no one else's."""
+    group `gid`'s (read; folders: rwx, so that the group may remove them), no one else's.
+
+    Parameters
+    ----------
+    top : str
+        The folder (a submission in the exchange's inbound folder).
+    gid : int
+        The group that may read it (the instructors').
+    """
     for dirname, _, filenames in os.walk(top):
         for name in filenames:
             set_acl(os.path.join(dirname, name), 6, groups={gid: 4})
@@ -69,7 +92,15 @@ def make_private(top: str, gid: int) -> None:
 
 
 def readable_by(path: str, uid: int) -> None:
-    """`path`: read and write for its owner, read for `uid`, nothing for anyone else."""
+    """`path`: read and write for its owner, read for `uid`, nothing for anyone else.
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    uid : int
+        The one other user who may read it (the student a feedback file is for).
+    """
     set_acl(path, 6, users={uid: 4})
 
 
@@ -80,6 +111,7 @@ class PrivateSubmit(ExchangeSubmit):
     given the files written after it (timestamp, secret) the instructors' group."""
 
     def copy_files(self):
+        """nbgrader's copy into the inbound folder, then the copy made private."""
         super().copy_files()
         dest = os.path.join(self.inbound_path, self.assignment_filename)
         try:
@@ -93,6 +125,7 @@ class PrivateReleaseFeedback(ExchangeReleaseFeedback):
     """nbgrader's release_feedback, each file readable by its own student alone."""
 
     def copy_files(self):
+        """nbgrader's release, then each released file made readable by its student."""
         super().copy_files()
         # the files nbgrader has just released, found as nbgrader names them
         pattern = re.escape(os.path.sep).join([
