@@ -33,17 +33,18 @@ ROOTED = ("bcast", "reduce", "scatter", "gather")
 REDUCING = ("reduce", "allreduce")
 
 
-def admissible(op, alg, p):
-    """Why `alg` cannot run `op` on `p` processes, or None when it can."""
+def admissible(op, alg, ranks):
+    """Why `alg` cannot run `op` on `ranks` processes, or None when it can."""
     if alg == LIBRARY:
         return None
     if op == "allgather":
-        if alg == "recursive_doubling" and p & (p - 1):
-            return f"recursive doubling allgather needs a power-of-two process count, got {p}"
-        if alg == "neighbor_exchange" and p % 2:
-            return f"neighbor exchange allgather needs an even process count, got {p}"
-        if alg == "two_proc" and p != 2:
-            return f"two-proc allgather needs exactly 2 processes, got {p}"
+        if alg == "recursive_doubling" and ranks & (ranks - 1):
+            return ("recursive doubling allgather needs a power-of-two process count, "
+                    f"got {ranks}")
+        if alg == "neighbor_exchange" and ranks % 2:
+            return f"neighbor exchange allgather needs an even process count, got {ranks}"
+        if alg == "two_proc" and ranks != 2:
+            return f"two-proc allgather needs exactly 2 processes, got {ranks}"
     return None
 
 

@@ -6,7 +6,7 @@ from numpy.typing import NDArray
 
 Event = tuple[str, int, int]  # (kind, peer, nbytes)
 
-def admissible(op: str, alg: str, p: int) -> str | None:
+def admissible(op: str, alg: str, ranks: int) -> str | None:
     """Why `alg` cannot run `op` on `p` processes, or None when it can."""
 
 def run(comm: MPI.Comm, op: str, alg: str, sendbuf: object = None, recvbuf: object = None, *,
