@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from mpilab import grading
+from mpilab.buffers import doubles
 from mpilab.grading import measured
 from mpilab.grading.prediction import Part, Prediction, shown, where
 from mpilab.grading.traced import log_steps
+from mpilab.timing import pinned
 
 __all__ = ["PREDICTION_TOLERANCE", "BLOCK_BYTES", "LARGE_BYTES", "PREDICTED", "eager_times",
            "reference_allgather_us", "allgather_now", "ALLGATHER", "check_allgather_us",
@@ -79,8 +81,8 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
 
     p = comm.Get_size()
     k = collectives.kernel_module()
-    sbuf = measured.doubles(-(-block_bytes // 8)).view(np.uint8)
-    rbuf = measured.doubles(-(-block_bytes // 8), 0.0).view(np.uint8)
+    sbuf = doubles(-(-block_bytes // 8)).view(np.uint8)
+    rbuf = doubles(-(-block_bytes // 8), 0.0).view(np.uint8)
     algs = [a for a in PREDICTED if a in collectives.admissible("allgather", p)]
 
     def once(name: str) -> float:
@@ -93,7 +95,7 @@ def eager_times(comm, block_bytes: int, reps: int = 7, iters: int = 100) -> dict
 
     names = ["alpha", "block", *algs]
     best = dict.fromkeys(names, float("inf"))
-    with measured.pinned(comm):
+    with pinned(comm):
         for _ in range(reps):
             for name in names:
                 best[name] = min(best[name], once(name))
@@ -114,7 +116,7 @@ def _forwarding_with_allgathers(comm, nbytes: int) -> dict:
 
     p = comm.Get_size()
     n = max(1, nbytes // 8)
-    send, recv = measured.doubles(n, float(comm.Get_rank())), measured.doubles(p * n, 0.0)
+    send, recv = doubles(n, float(comm.Get_rank())), doubles(p * n, 0.0)
     ops = {alg: (lambda a=alg: collectives.run(comm, "allgather", a, send, recv))
            for alg in ("ring", "recursive_doubling")
            if alg in collectives.admissible("allgather", p)}

@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mpilab import grading
+from mpilab.buffers import doubles
 from mpilab.grading import measured
 from mpilab.grading.prediction import Part, Prediction, shown, where
 from mpilab.grading.traced import log_steps
+from mpilab.timing import pinned
 
 __all__ = ["PREDICTION_TOLERANCE", "BCAST_BYTES", "bcast_times", "reference_bcast_us",
            "bcast_now", "BCAST", "check_bcast_us", "show_bcast_us"]
@@ -52,7 +54,7 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
     from mpi4py import MPI
 
     rank, p = comm.Get_rank(), comm.Get_size()
-    buf = measured.doubles(nbytes // 8)
+    buf = doubles(nbytes // 8)
 
     def linear():
         if rank == 0:
@@ -73,7 +75,7 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
             mask <<= 1
 
     out = {}
-    with measured.pinned(comm):
+    with pinned(comm):
         for name, call in (("linear", linear), ("binomial", binomial)):
             call()  # warm-up
             best = float("inf")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mpilab import grading, halo
+from mpilab.buffers import doubles
 from mpilab.grading import measured
 from mpilab.grading.prediction import Part, Prediction, shown, where
 from mpilab.timing import best_us
@@ -57,7 +58,7 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
     cart = comm.Create_cart([p, 1], periods=[False, False], reorder=False)
     north, south = cart.Shift(0, 1)
     rows = halo.split(ny, p)[cart.Get_coords(cart.Get_rank())[0]][1]
-    u = measured.doubles((rows + 2) * (nx + 2)).reshape(rows + 2, nx + 2)
+    u = doubles((rows + 2) * (nx + 2)).reshape(rows + 2, nx + 2)
 
     def exchange():
         MPI.Request.Waitall([cart.Irecv(u[0, 1:-1], source=north, tag=0),

@@ -36,9 +36,9 @@ import numpy as np
 
 from .. import runtime
 from ..autograder import quiet
-from ..buffers import doubles  # noqa: F401 - used by the labs' measurements
+from ..buffers import doubles
 from ..pingpong import alpha_beta, one_way_times, round_trip
-from ..timing import best_us, pinned  # noqa: F401 - used by the labs' measurements
+from ..timing import best_us
 from .compare import _fmt, _is_num, _trusted
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
