@@ -56,7 +56,7 @@ from .cells import classify, definitions, free_names
 from .isolated import ENV, sandbox_env
 from .sandbox import NOBODY, Limits, Sandbox
 from .scratch import make_scratch, remove_stale_cgroups, remove_stale_scratch
-from .student_kernel import _PREIMPORT, SandboxKernelManager, _reply, _Unresponsive
+from .student_kernel import PREIMPORT, SandboxKernelManager, Unresponsive, shell_reply
 
 __all__ = ["IsolatedExecute", "HideHiddenTests", "classify", "free_names", "definitions"]
 
@@ -272,7 +272,7 @@ class IsolatedExecute(Execute):
                 self.nb.metadata["language_info"] = info["content"]["language_info"]
             # the exporter, imported before any student cell and with the submission's own
             # files off the path: what the student's code replaces later does not reach it
-            self._student_run(_PREIMPORT, timeout=60)
+            self._student_run(PREIMPORT, timeout=60)
 
     def _restart_student(self, why: str) -> bool:
         """Start the student's kernel again and replay what ran; False when given up."""
@@ -292,7 +292,7 @@ class IsolatedExecute(Execute):
             self._start_student()
             for code in self._replay:
                 self._student_run(code, timeout=self.timeout or 60)
-        except (DeadKernelError, _Unresponsive, RuntimeError) as exc:
+        except (DeadKernelError, Unresponsive, RuntimeError) as exc:
             return self._restart_student(f"failed again while catching up ({exc})")
         return True
 
@@ -328,7 +328,7 @@ class IsolatedExecute(Execute):
         if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):
             try:  # an interrupted kernel must answer again before the next cell
                 self._student_run("pass", timeout=10)
-            except (_Unresponsive, DeadKernelError):
+            except (Unresponsive, DeadKernelError):
                 self._restart_student("did not answer after an interrupt")
                 return
         self._replay.append(cell.source)
@@ -336,10 +336,10 @@ class IsolatedExecute(Execute):
     def _student_run(self, code: str, timeout: float) -> dict:
         """Run `code` silently in the student's kernel; its reply (raises when none)."""
         if self.kc is None:
-            raise _Unresponsive("no kernel")
+            raise Unresponsive("no kernel")
         msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False,
                                  stop_on_error=False)
-        return _reply(self.kc, self.km, msg_id, timeout)
+        return shell_reply(self.kc, self.km, msg_id, timeout)
 
     def process_message(self, msg, cell, cell_index):
         """Keep at most ``max_output_bytes`` of a cell's output (a flood is cut, not stored).
@@ -381,7 +381,7 @@ class IsolatedExecute(Execute):
                 f"{names!r}, {folder!r})")
         try:
             self._student_run(code, timeout=30)
-        except (_Unresponsive, DeadKernelError) as exc:
+        except (Unresponsive, DeadKernelError) as exc:
             self._restart_student(f"did not hand its functions over ({exc})")
             return None
         return folder
@@ -392,13 +392,13 @@ class IsolatedExecute(Execute):
             return None
         kc = self._gclient.kc
         msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
-        return _reply(kc, self._gclient.km, msg_id, timeout)
+        return shell_reply(kc, self._gclient.km, msg_id, timeout)
 
     def _grader_eval(self, expr: str, timeout: float = 60):
         kc = self._gclient.kc
         msg_id = kc.execute("", silent=True, store_history=False, allow_stdin=False,
                             user_expressions={"r": expr})
-        reply = _reply(kc, self._gclient.km, msg_id, timeout)
+        reply = shell_reply(kc, self._gclient.km, msg_id, timeout)
         value = reply["content"].get("user_expressions", {}).get("r", {})
         if value.get("status") != "ok":
             raise RuntimeError(f"the grader's kernel could not evaluate {expr!r}: {value}")
@@ -414,7 +414,7 @@ class IsolatedExecute(Execute):
                     self._grader_exec(f"{mod}.bind(globals(), {folder!r}, {names!r})")
             self._gclient.execute_cell(cell, index,
                                        execution_count=self.code_cells_executed + 1)
-        except (DeadKernelError, _Unresponsive, CellTimeoutError, RuntimeError) as exc:
+        except (DeadKernelError, Unresponsive, CellTimeoutError, RuntimeError) as exc:
             cell.outputs = [_error("GraderError", f"the checks of this part could not run "
                                    f"({type(exc).__name__}: {exc}). The grader's problem, "
                                    "not yours: no points counted until your instructor "

@@ -2,8 +2,8 @@
 
 :class:`SandboxKernelManager` starts the kernel of the student's notebook through
 :meth:`mpilab.autograder.sandbox.Sandbox.command` and talks to it over Unix sockets in a
-folder of the scratch (its network namespace has only loopback); :data:`_PREIMPORT` is
-what the kernel runs first (:mod:`mpilab.autograder.student`), and :func:`_reply` waits for
+folder of the scratch (its network namespace has only loopback); :data:`PREIMPORT` is
+what the kernel runs first (:mod:`mpilab.autograder.student`), and :func:`shell_reply` waits for
 its answer to one request, telling a kernel that died from one that stopped answering.
 :class:`mpilab.autograder.nbgrader.IsolatedExecute` uses them.
 """
@@ -23,7 +23,7 @@ from .sandbox import NOBODY, Sandbox
 
 __all__ = ["SandboxKernelManager"]
 
-_PREIMPORT = """\
+PREIMPORT = """\
 import os as _os, sys as _sys
 _path = _sys.path[:]
 _sys.path[:] = [p for p in _sys.path if p not in ("", ".", _os.getcwd())]
@@ -81,19 +81,43 @@ class SandboxKernelManager(AsyncKernelManager):
         return cmd, kw
 
 
-class _Unresponsive(Exception):
+class Unresponsive(Exception):
     """The student's kernel did not answer in time."""
 
 
-def _reply(kc, km, msg_id: str, timeout: float) -> dict:
-    """The shell reply to `msg_id` within `timeout` s (_Unresponsive / DeadKernelError)."""
+def shell_reply(kc, km, msg_id: str, timeout: float) -> dict:
+    """The shell reply to `msg_id`, waited for at most `timeout` seconds.
+
+    Parameters
+    ----------
+    kc : jupyter_client.AsyncKernelClient
+        The client of the student's kernel (its shell channel is read).
+    km : jupyter_client.AsyncKernelManager
+        Its manager, asked whether the kernel is still alive while nothing arrives.
+    msg_id : str
+        The id of the request whose reply is wanted; other replies are dropped.
+    timeout : float
+        Seconds to wait in all.
+
+    Returns
+    -------
+    dict
+        The reply message.
+
+    Raises
+    ------
+    Unresponsive
+        No reply within `timeout`.
+    nbclient.exceptions.DeadKernelError
+        The kernel died while it was awaited.
+    """
 
     async def wait():
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _Unresponsive(f"no answer in {timeout:g} s")
+                raise Unresponsive(f"no answer in {timeout:g} s")
             try:
                 msg = await kc.shell_channel.get_msg(timeout=min(left, 1.0))
             except (TimeoutError, Empty):
