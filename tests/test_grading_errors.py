@@ -13,32 +13,44 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from scipy.stats import binomtest
 
-from mpilab.autograder import course
+from mpilab.bench.grading_errors import cells
+from mpilab.grading import error_models as M
 from mpilab.grading import error_rates as E
 from mpilab.grading import measured
 
 LAB0 = "lab00-mpi-basics"
 
 
-def built(lab: str) -> dict:
-    """The lab's models as functions here: {model: function}."""
-    return {name: E.student_function(E.GRADED[lab].name, src)[1]
-            for name, (_what, src) in E.models(lab, course.solutions(lab)).items()}
+def check(lab: str, part: str) -> M.Graded:
+    [g] = [g for g in M.GRADED if (g.lab, g.part) == (lab, part)]
+    return g
 
 
-@pytest.mark.parametrize("lab", E.LABS)
-def test_every_lab_has_its_solution_and_wrong_models(lab):
+def built(g: M.Graded) -> dict:
+    """The check's models as functions here: {model: function}."""
+    return {name: M.student_function(g.name, src)[1]
+            for name, (_what, src) in M.models(g, cells(g.lab)).items()}
+
+
+def test_every_lab_has_a_measured_check():
+    labs = Path(__file__).resolve().parents[1] / "labs"
+    assert M.LABS == [f.parent.name for f in sorted(labs.glob("lab*/lab*.ipynb"))]
+
+
+@pytest.mark.parametrize("g", [g for g in M.GRADED if not g.in_cell],
+                         ids=lambda g: f"{g.lab}-{g.part}")
+def test_every_prediction_has_its_solution_and_wrong_models(g):
     """The correct model is the solution's function; each wrong one differs from it on one
     of the lab's made-up cases at least (else it would not be wrong), and twice is twice."""
-    fs = built(lab)
+    fs = built(g)
     assert {"correct", "twice", "half", "constant"} <= set(fs)
-    if lab == "lab07-across-the-link":
+    if g.lab == "lab07-across-the-link":
         return  # its cases are traced schedules (tests/test_lab07.py grades the model)
-    g = E.GRADED[lab]
     cases = g.cases or [(4 << 20, 0.5, 10_000.0), (8, 1.0, 500.0)]
 
     def flat(x):
@@ -54,7 +66,7 @@ def test_every_lab_has_its_solution_and_wrong_models(lab):
 
 
 def test_a_wrong_model_is_the_solution_changed_as_a_student_slips():
-    fs = built("lab05-collectives")
+    fs = built(check("lab05-collectives", "test_bcast_us"))
     args = ("binomial", 4, 1 << 20, 2.0, 1000.0)
     assert fs["latency-only"](*args) == pytest.approx(2 * 2.0)
     assert fs["bandwidth-only"](*args) == pytest.approx(2 * (1 << 20) / 1000.0)
@@ -63,8 +75,25 @@ def test_a_wrong_model_is_the_solution_changed_as_a_student_slips():
 
 
 def test_without_a_solution_the_bench_says_it_needs_the_instructors_notebooks():
+    g = check(LAB0, "test_ring_times")
     with pytest.raises(ValueError, match="instructors' source notebooks"):
-        E.models(LAB0, {"ring_pass": "def ring_pass(comm, token):\n    ..."})
+        M.models(g, {"ring_pass": "def ring_pass(comm, token):\n    ..."})
+    stub = "def ring_times_us(p, hop_us):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    with pytest.raises(ValueError, match="instructors' source notebooks"):
+        M.models(g, {"ring_times_us": stub})
+
+
+def test_the_ping_pong_models_and_check_come_from_the_lab_not_from_here():
+    """Lab 01's ping-pong: the solution needs the set-up cell's payload(); the check is the
+    test cell's own check_pingpong (its visible part: the hidden tests are never read)."""
+    g = check("lab01-pingpong", "test_pingpong")
+    code = cells(g.lab)
+    assert "BEGIN HIDDEN TESTS" not in code[g.part] and "(4 << 20, 10)" not in code[g.part]
+    src = dict(M.models(g, code))
+    assert "def payload(" in src["correct"][1] and "cluster.start" not in src["correct"][1]
+    assert set(src) == {"correct", "round-trip", "whole-loop", "seconds", "constant-time"}
+    assert callable(M.check_of(g, code))
+    assert M.tolerance(g) == (0.05, 20.0)
 
 
 @pytest.mark.graded_timing  # it takes the grading lock, as a measurement does
@@ -94,7 +123,8 @@ def test_an_own_session_measures_anew_and_keeps_it_to_itself():
 
 
 def grading(impl, verdict, with_cases, correct=False, ratios=None, rep=0):
-    return {"impl": impl, "kind": "grading", "lab": LAB0, "rep": rep, "correct": correct,
+    return {"impl": impl, "kind": "grading", "lab": LAB0, "part": "test_ring_times",
+            "rep": rep, "correct": correct,
             "what": impl, "measured": verdict, "with_cases": with_cases,
             "why": {}, "ratios": ratios or {}}
 
@@ -145,7 +175,7 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
     assert m0["hop_us"] > 0 and m0 != m1  # measured anew in each repetition
 
     gradings = [r for r in recs if r["kind"] == "grading"]
-    lo, hi = E.tolerance(LAB0)
+    lo, hi = M.tolerance(check(LAB0, "test_ring_times"))
     for r in gradings:
         assert r["measured"] in ("pass", "fail") and r["ratios"], r
         inside = all(lo <= x <= hi for x in r["ratios"].values())

@@ -3,19 +3,21 @@
     python -m mpilab.bench grading-errors [--labs lab00-mpi-basics,lab02-halo]
         [--repeats 30] [--load K] [--note TEXT] [--json OUT]
 
-For each lab's graded prediction, the lab's correct model (its solution, read from the
-instructors' source notebook) and known-wrong models (latency or bandwidth only, bits for
-bytes, twice or half, another algorithm's formula, a constant) are graded ``--repeats``
-times by the lab's own check, each repetition against a fresh measurement made as the
+For each lab's measured checks (its graded prediction; lab 01's ping-pong timing too),
+the lab's correct model (its solution, read from the instructors' source notebook) and
+known-wrong models (latency or bandwidth only, bits for bytes, twice or half, another
+algorithm's formula, a constant; a time in seconds, of the round trip or of the whole
+loop) are graded ``--repeats`` times by the lab's own check, each repetition against a fresh measurement made as the
 grader makes it: in a process set up as the grader's kernel, on the grader's sandboxed
 MPI ranks, under the grading lock (:mod:`mpilab.grading.error_rates` says what it
 exercises and what not: not nbgrader, whose cost ``python -m mpilab.bench autograde``
 measures). ``--load K`` grades beside a second job of K busy processes, which the grading
-lock does not hold back. Per lab and model the table and the JSON give the pass count,
+lock does not hold back. Per check and model the table and the JSON give the pass count,
 the false-fail rate of the correct model and the false-pass rate of each wrong one with
 95 % Clopper-Pearson bounds, for the measured part alone and for the check with its
-made-up cases, and the spread of measured / predicted (the ratio each tolerance is
-applied to: min, 5th percentile, median, 95th percentile, max). Lab 07 measures a link
+made-up cases, and the spread of the ratio each tolerance is applied to (measured /
+predicted; the student's time over the course's: min, 5th percentile, median, 95th
+percentile, max). Lab 07 measures a link
 between emulated nodes (root; :mod:`mpilab.netlab`); it is not among the default labs.
 
 Exit status 1 when a correct model failed or a wrong one passed the check with its
@@ -44,13 +46,41 @@ def _library() -> dict:
     return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
+def cells(lab: str) -> dict[str, str]:
+    """The lab's code cells in the instructors' source notebook, by grade id: the solution
+    cells without their delimiters, the locked cells, and the test cells' visible part
+    (up to their hidden tests, which the bench never reads).
+
+    Parameters
+    ----------
+    lab : str
+        The lab's name.
+
+    Returns
+    -------
+    dict of str to str
+        Source by grade id.
+    """
+    import nbformat
+
+    from ..autograder import course
+
+    out = course.solutions(lab)
+    nb = nbformat.read(course.REPO / "labs" / lab / f"{lab}.ipynb", 4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade_id") and not meta.get("solution"):
+            out[meta["grade_id"]] = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+    return out
+
+
 def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple[dict, list]:
     """Run :func:`mpilab.grading.error_rates.run` on the labs; meta and records.
 
     Parameters
     ----------
     labs : list of str
-        Labs of :data:`mpilab.grading.error_rates.GRADED`.
+        Labs of :data:`mpilab.grading.error_models.LABS`.
     repeats : int
         Gradings of each model per lab, each against a fresh measurement.
     busy : int
@@ -66,17 +96,16 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
     records : list of dict
         :func:`mpilab.grading.error_rates.run`'s records.
     """
-    from ..autograder import course
-    from ..grading import error_rates
+    from ..grading import error_models, error_rates
     from ..timing import context
 
     repeats = validate.count(repeats, "repeats")
     busy = validate.count(busy, "load", lowest=0)
-    solutions = {lab: course.solutions(lab) for lab in labs}
-    for lab in labs:
-        error_rates.models(lab, solutions[lab])  # no solution (students' edition): say so now
+    code = {lab: cells(lab) for lab in labs}
+    for g in error_models.graded(labs):
+        error_models.models(g, code[g.lab])  # no solution (students' edition): say so now
     facts, records = error_rates.run(
-        labs, solutions, repeats, busy,
+        labs, code, repeats, busy,
         progress=lambda line: print(line, file=sys.stderr, flush=True))
     made = [v for r in records if r["kind"] == "measurement" for v in r["values"].values()
             if isinstance(v, dict)]
@@ -86,7 +115,8 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
     meta["measuring_ranks"] = sorted({v["ranks"] for v in made if "ranks" in v})
     meta["load_note"] = note
     meta["settings"] = {"labs": labs, "repeats": repeats, "load": busy,
-                        "tolerances": {lab: list(error_rates.tolerance(lab)) for lab in labs}}
+                        "tolerances": {f"{g.lab} {g.part}": list(error_models.tolerance(g))
+                                       for g in error_models.graded(labs)}}
     meta["command"] = " ".join(["python", "-m", "mpilab.bench", "grading-errors",
                                 *sys.argv[2:]])
     return meta, records
@@ -106,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when every correct model passed and every wrong model failed its check with
         made-up cases, 1 when not, 2 when the run could not be made.
     """
-    from ..grading import error_rates
+    from ..grading import error_models, error_rates
 
     p = parser("grading-errors", __doc__, transport=False, timeout=False)
     p.add_argument("--labs", default=",".join(DEFAULT_LABS),
@@ -129,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'; ' + m['load_note'] if m['load_note'] else ''}\n"
                 f"# {m['settings']['repeats']} gradings per model, each against a fresh "
                 "measurement; rate = false-fail (correct) or false-pass (wrong), "
-                "Clopper-Pearson 95 %; ratio = measured / predicted\n"
+                "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: the "
+                "student's time / the course's)\n"
                 + error_rates.table(records))
 
     def ok(records):
@@ -138,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                    for r in records if r["kind"] == "rates")
 
     return finish("grading-errors", a.json,
-                  lambda: measure(validate.names(a.labs, error_rates.LABS, "lab"),
+                  lambda: measure(validate.names(a.labs, error_models.LABS, "lab"),
                                   a.repeats, a.load, a.note), show, ok=ok)
 
 

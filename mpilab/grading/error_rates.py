@@ -1,39 +1,36 @@
 """How often the labs' measured checks fail a correct model or pass a wrong one.
 
 ``python -m mpilab.bench grading-errors`` (:mod:`mpilab.bench.grading_errors`) is the
-command line; this module is the experiment. For every lab's graded prediction (the
-``check_*_us`` of :mod:`mpilab.grading.measured`, ``halo_model``, ``onesided_model``,
-``coarrays``, ``collectives_model``, ``allgather_model``, and lab 07's
-:func:`mpilab.grading.network.check_predict_measured`) it grades the lab's correct model
-and known-wrong models, `repeats` times, each repetition against a fresh measurement.
+command line; this module is the experiment, :mod:`mpilab.grading.error_models` what it
+grades: each lab's measured checks (the graded predictions, lab 01's ping-pong timing),
+the lab's correct model (its solution) and known-wrong ones. Each is graded `repeats`
+times, each repetition against a fresh measurement.
 
 What it exercises, and what not:
 
 * the lab's own check function, called as the lab's test cell calls it, in a process set
   up as the grader's kernel is at autograde time (:func:`grader`: a scratch folder, a
-  sandbox, ``MPILAB_GRADER``): the measurement runs on the grader's sandboxed MPI ranks
+  sandbox, ``MPILAB_GRADER``): the measurements run on the grader's sandboxed MPI ranks
   (:mod:`mpilab.autograder.pool`), under the grading lock
   (:func:`mpilab.autograder.quiet.measuring`), and each model is a student's function
   as the grader holds one (:class:`mpilab.autograder.isolated.StudentFunction`: a
   cloudpickle only the sandboxed ranks load), called there;
-* each repetition is a grading session of its own (:func:`mpilab.grading.measured.own_session`):
-  one fresh measurement, which every model of the repetition is graded against, as one
-  ``nbgrader autograde`` session grades a class against one measurement;
+* each repetition is a grading session of its own
+  (:func:`mpilab.grading.measured.own_session`): one fresh measurement, which every
+  model of the repetition is graded against, as one ``nbgrader autograde`` session
+  grades a class against one measurement (lab 01's ping-pong check measures the
+  student's loop and the course's each time it runs, as in a grading);
 * not nbgrader, its kernels or the student's kernel (``python -m mpilab.bench autograde``
-  measures those), and no hidden test: the made-up cases graded beside the measurement
-  are the visible test cell's.
-
-The correct model is the lab's solution, read from the instructors' source notebook by
-the command line (:func:`models`): nothing here holds an answer. The wrong models are
-that solution changed the way students slip (:data:`SLIPS`): latency or bandwidth only,
-bits for bytes, twice or half the time, another algorithm's formula, a constant.
+  measures those), and no hidden test: the cases graded are the visible test cell's.
 
 Each grading is recorded twice: ``with_cases`` (the check as the lab's visible test cell
 calls it: the made-up cases, then the measurement) and ``measured`` (the same check with
-no made-up cases: the measured part alone, which is what a tolerance decides). Per lab and
-model, :func:`rates` gives the pass count, the false-fail rate of the correct model or
-the false-pass rate of a wrong one with a 95 % Clopper-Pearson interval, and the measured
-/ predicted ratio each tolerance is applied to (min, 5th percentile, median, 95th, max).
+no made-up cases: the measured part alone, which is what a tolerance decides; the same
+grading where the check takes no cases). Per check and model, :func:`rates` gives the
+pass count, the false-fail rate of the correct model or the false-pass rate of a wrong
+one with a 95 % Clopper-Pearson interval, and the spread of the ratio each tolerance is
+applied to (measured / predicted; for a time the student measured, theirs / the
+course's): min, 5th percentile, median, 95th, max.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,212 +48,9 @@ import numpy as np
 
 from ..autograder.failures import CheckFailed, Ungradable
 from . import measured
+from .error_models import Graded, check_of, graded, models, resolve, student_function, tolerance
 
-__all__ = ["Graded", "GRADED", "LABS", "SLIPS", "models", "student_function", "grader", "load",
-           "tolerance", "grade_lab", "rates", "run", "table"]
-
-
-@dataclass(frozen=True)
-class Graded:
-    """One lab's graded prediction, as the error-rate bench grades it.
-
-    Parameters
-    ----------
-    name : str
-        The student's function ("exchange_us").
-    check : str
-        The check, ``"module:function"`` under :mod:`mpilab.grading`, called as
-        ``check(func, cases)`` (or ``check(func)`` without `cases`).
-    prediction : str or None
-        The :class:`~mpilab.grading.prediction.Prediction` it checks (``"module:NAME"``),
-        whose measured parts give the ratios; None for lab 07's (:func:`_link_ratios`).
-    cases : tuple or None
-        The visible test cell's made-up cases; None where the check takes none.
-    ranks : int
-        The ranks of the lab's cluster (the check's default).
-    args : dict
-        Argument positions the slips change: ``fixed`` (α, or the fixed cost), ``beta``,
-        ``alg``, ``p``.
-    needs : tuple of str
-        Other functions of the lab's solution the model calls.
-    """
-
-    name: str
-    check: str
-    prediction: str | None
-    cases: tuple | None
-    ranks: int = 4
-    args: dict = field(default_factory=dict)
-    needs: tuple = ()
-
-
-GRADED: dict[str, Graded] = {
-    "lab00-mpi-basics": Graded("ring_times_us", "measured:check_ring_times", "measured:RING",
-                               ((2, 10.0), (5, 1.0)), args={"p": 0, "fixed": 1}),
-    "lab01-pingpong": Graded("predict_us", "measured:check_predict_held_out",
-                             "measured:HELD_OUT", None, ranks=2,
-                             args={"fixed": 1, "beta": 2}),
-    "lab02-halo": Graded("exchange_us", "halo_model:check_exchange_us", "halo_model:EXCHANGE",
-                         ((16, 12, (2, 2), 1.0, 1000.0), (1000, 10, (1, 2), 2.0, 500.0)),
-                         args={"fixed": 3, "beta": 4}),
-    "lab03-one-sided": Graded("epoch_us", "onesided_model:check_epoch_us",
-                              "onesided_model:EPOCH",
-                              ((8, 1.5, 10000.0), (1_000_000, 2.0, 5000.0)),
-                              args={"fixed": 1, "beta": 2}),
-    "lab04-coarrays": Graded("push_us", "coarrays:check_push_us", "coarrays:PUSH",
-                             ((8, 6.0, 40000.0), (1_000_000, 10.0, 20000.0)),
-                             args={"fixed": 1, "beta": 2}),
-    "lab05-collectives": Graded("bcast_us", "collectives_model:check_bcast_us",
-                                "collectives_model:BCAST",
-                                (("linear", 4, 1000, 2.0, 1000.0),
-                                 ("binomial", 4, 1000, 2.0, 1000.0)),
-                                args={"alg": 0, "fixed": 3, "beta": 4}),
-    "lab06-allgather": Graded("allgather_us", "allgather_model:check_allgather_us",
-                              "allgather_model:ALLGATHER",
-                              (("ring", 4, 1000, 2.0, 1000.0), ("bruck", 4, 1000, 2.0, 1000.0),
-                               ("recursive_doubling", 4, 1000, 2.0, 1000.0)),
-                              args={"alg": 0, "fixed": 3, "beta": 4}),
-    "lab07-across-the-link": Graded("predict_ms", "network:check_predict_measured", None,
-                                    None, args={"fixed": 2, "beta": 3},
-                                    needs=("link_loads",)),
-}
-LABS = list(GRADED)
-
-#: The wrong models: (name, what it does, the arguments it needs, the body of
-#: ``model(*args)``, which calls the correct model as ``_CORRECT`` with the list ``a``).
-SLIPS = [
-    ("latency-only", "the fixed cost alone: β infinite", ("beta",),
-     "a[{beta}] = float('inf')\nreturn _CORRECT(*a)"),
-    ("bandwidth-only", "the bytes alone: no α (no fixed cost)", ("fixed", "beta"),
-     "a[{fixed}] = 0.0\nreturn _CORRECT(*a)"),
-    ("bits-for-bytes", "β read as bits per µs: n / β eight times too long", ("beta",),
-     "a[{beta}] = a[{beta}] / 8\nreturn _CORRECT(*a)"),
-    ("fixed-cost-twice", "the fixed cost (α, the empty epoch, the tiny push) counted twice",
-     ("fixed", "beta"), "a[{fixed}] = 2 * a[{fixed}]\nreturn _CORRECT(*a)"),
-    ("linear-formula", "the linear broadcast's p - 1 messages for both broadcasts",
-     ("alg", "beta"), "a[{alg}] = 'linear'\nreturn _CORRECT(*a)"),
-    ("tree-formula", "the binomial tree's ⌈log2 p⌉ steps for both broadcasts",
-     ("alg", "beta"), "a[{alg}] = 'binomial'\nreturn _CORRECT(*a)"),
-    ("ring-formula", "the ring's p - 1 steps of one block for every allgather",
-     ("alg", "beta"), "a[{alg}] = 'ring'\nreturn _CORRECT(*a)"),
-    ("lap-p-1-hops", "a lap of p - 1 hops (the token not coming back)", ("p",),
-     "a[{p}] = a[{p}] - 1\nreturn _CORRECT(*a)"),
-    ("shift-p-hops", "the shift's p messages one after the other, like a lap", ("p",),
-     "lap, _shift = _CORRECT(*a)\nreturn lap, lap"),
-    ("twice", "twice the correct model's time", (), "return _scaled(_CORRECT(*a), 2.0)"),
-    ("half", "half the correct model's time", (), "return _scaled(_CORRECT(*a), 0.5)"),
-    ("constant", "100 (µs, or ms for lab 07) whatever the arguments", (),
-     "return _scaled(_CORRECT(*a), 0.0, 100.0)"),
-]
-
-#: run before the solution's cell, as the labs' set-up cells import these
-_PRELUDE = """\
-import math
-import numpy as np
-from mpilab import halo
-
-
-def _scaled(got, k, plus=0.0):
-    if isinstance(got, (tuple, list)):
-        return tuple(float(v) * k + plus for v in got)
-    return float(got) * k + plus
-"""
-
-
-def _slip_applies(lab: str, slip: str, needs: tuple) -> bool:
-    g = GRADED[lab]
-    if any(n not in g.args for n in needs):
-        return False
-    if slip in ("linear-formula", "tree-formula"):
-        return lab == "lab05-collectives"
-    if slip == "ring-formula":
-        return lab == "lab06-allgather"
-    return True
-
-
-def models(lab: str, solution: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """The lab's correct model and its wrong ones, as source text a student could write.
-
-    Parameters
-    ----------
-    lab : str
-        A lab of :data:`GRADED`.
-    solution : dict of str to str
-        The lab's solution cells, by grade id (what
-        :func:`mpilab.autograder.course.solutions` reads from the source notebook).
-
-    Returns
-    -------
-    dict of str to (str, str)
-        ``{"correct": (what, source), slip: (what, source), ...}``: each source defines
-        the lab's function (:attr:`Graded.name`) after :data:`_PRELUDE`.
-
-    Raises
-    ------
-    ValueError
-        When no solution cell defines the lab's function (the students' edition has none).
-    """
-    g = GRADED[lab]
-
-    def cell(name: str) -> str:
-        for src in solution.values():
-            if f"def {name}(" in src:
-                return src
-        raise ValueError(f"{lab}: no solution cell defines {name}: the error-rate bench "
-                         "needs the instructors' source notebooks")
-
-    correct = "\n\n".join([_PRELUDE, *(cell(n) for n in g.needs), cell(g.name)])
-    out = {"correct": ("the lab's solution", correct)}
-    for slip, what, needs, body in SLIPS:
-        if not _slip_applies(lab, slip, needs):
-            continue
-        body = body.format(**g.args)
-        out[slip] = (what, f"{correct}\n\n_CORRECT = {g.name}\n\n\ndef {g.name}(*args):\n"
-                           "    a = list(args)\n"
-                           + "".join(f"    {line}\n" for line in body.splitlines()))
-    return out
-
-
-def student_function(name: str, source: str):
-    """`source`'s function `name`, as the grader holds a student's: (handle, function).
-
-    The source runs here as a notebook cell would (module ``__main__``), so cloudpickle
-    keeps the function by value, as the student's kernel exports it
-    (:mod:`mpilab.autograder.student`); the handle is what the grader's kernel makes of
-    that export.
-
-    Parameters
-    ----------
-    name : str
-        The function's name.
-    source : str
-        Python source that defines it.
-
-    Returns
-    -------
-    handle : mpilab.autograder.isolated.StudentFunction
-        What the check is given: it runs only on the grader's sandboxed ranks.
-    func : callable
-        The function itself, for the ratios computed here.
-    """
-    import cloudpickle
-
-    from ..autograder.failures import fingerprint
-    from ..autograder.isolated import StudentFunction
-
-    ns: dict[str, Any] = {"__name__": "__main__"}
-    exec(compile(source, f"<{name}>", "exec"), ns)  # noqa: S102 - the bench's own models
-    func = ns[name]
-    meta = {"name": name, "qualname": name, "fingerprint": fingerprint(func),
-            "source": source}
-    return StudentFunction(name, cloudpickle.dumps(func), meta), func
-
-
-def _resolve(ref: str):
-    import importlib
-
-    module, attr = ref.split(":")
-    return getattr(importlib.import_module(f"mpilab.grading.{module}"), attr)
+__all__ = ["grader", "load", "grade", "rates", "run", "table"]
 
 
 _GRADERS: list[int] = []  # the process that was a grader (:func:`grader`): once
@@ -356,7 +149,7 @@ def _verdict(call: Callable[[], Any]) -> tuple[str, str | None]:
 
 def _prediction_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
     """measured / predicted for each measured part, from the session's measurement."""
-    pred = _resolve(g.prediction)
+    pred = resolve(g.prediction)
     m = pred.now(g.ranks)  # the repetition's measurement (measured.own_session)
     out: dict[str, float | None] = {}
     for part in pred.parts(m):
@@ -389,37 +182,37 @@ def _link_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
     return out
 
 
-def tolerance(lab: str) -> tuple[float, float]:
-    """The (lowest, highest) measured / predicted ratio the lab's check accepts.
+def _observed(seen: list) -> Any:
+    """:mod:`mpilab.grading` as a test cell's check receives it (``g``), its
+    ``expect_timing`` also noting each ratio it is given (the student's time over the
+    course's) in `seen`; the verdict is still the real ``expect_timing``'s."""
+    from types import SimpleNamespace
+
+    from .. import grading
+
+    def expect_timing(got_us, reference_us, *args, **kwargs):
+        try:
+            seen.append(float(got_us) / float(reference_us))
+        except (ArithmeticError, TypeError, ValueError):
+            seen.append(None)
+        return grading.expect_timing(got_us, reference_us, *args, **kwargs)
+
+    g = SimpleNamespace(**{n: getattr(grading, n) for n in dir(grading)
+                           if not n.startswith("__")})
+    g.expect_timing = expect_timing
+    return g
+
+
+def grade(g: Graded, cells: dict[str, str], repeats: int,
+          progress: Callable[[str], None] = lambda line: None) -> list[dict]:
+    """Grade the check's correct and wrong models `repeats` times (inside :func:`grader`).
 
     Parameters
     ----------
-    lab : str
-        A lab of :data:`GRADED`.
-
-    Returns
-    -------
-    (float, float)
-        The tolerance its check applies.
-    """
-    g = GRADED[lab]
-    if g.prediction is None:
-        from . import network
-
-        return tuple(network.PREDICTION_TOLERANCE)
-    return tuple(_resolve(g.prediction).tolerance)
-
-
-def grade_lab(lab: str, solution: dict[str, str], repeats: int,
-              progress: Callable[[str], None] = lambda line: None) -> list[dict]:
-    """Grade the lab's correct and wrong models `repeats` times (inside :func:`grader`).
-
-    Parameters
-    ----------
-    lab : str
-        A lab of :data:`GRADED`.
-    solution : dict of str to str
-        The lab's solution cells (:func:`models`).
+    g : Graded
+        The measured check.
+    cells : dict of str to str
+        The lab's code cells (:func:`mpilab.grading.error_models.models`).
     repeats : int
         Repetitions, each a grading session with a fresh measurement.
     progress : callable, optional
@@ -429,41 +222,46 @@ def grade_lab(lab: str, solution: dict[str, str], repeats: int,
     -------
     list of dict
         Per repetition one ``kind: "measurement"`` record (``values``: the measurements
-        made, by key) and per model one ``kind: "grading"`` record: ``impl`` (the model),
-        ``correct``, ``with_cases`` and ``measured`` (``"pass"``, ``"fail"`` or
-        ``"ungradable"``), ``why`` (for each of the two, the failure's message, cut, or
-        None), ``ratios`` (measured / predicted per part; None where the model gives no
-        number).
+        made, by key) and per model one ``kind: "grading"`` record: ``lab``, ``part``
+        (the test cell), ``impl`` (the model), ``correct``, ``with_cases`` and
+        ``measured`` (``"pass"``, ``"fail"`` or ``"ungradable"``), ``why`` (for each of
+        the two, the failure's message, cut, or None), ``ratios`` (per measured part the
+        ratio the tolerance is applied to; None where the model gives no number).
     """
-    g = GRADED[lab]
-    check = _resolve(g.check)
+    check = check_of(g, cells)
     funcs = {name: (what, *student_function(g.name, src))
-             for name, (what, src) in models(lab, solution).items()}
-    ratios_of = _prediction_ratios if g.prediction is not None else _link_ratios
+             for name, (what, src) in models(g, cells).items()}
     records: list[dict] = []
     for rep in range(repeats):
         with measured.own_session() as made:
             for name, (what, handle, func) in funcs.items():
-                if g.cases is None:  # the check takes no made-up cases: one grading
+                seen: list = []
+                if g.in_cell:  # the test cell's own check: check(grading, func, *args)
+                    with_cases = alone = _verdict(
+                        lambda h=handle, seen=seen: check(_observed(seen), h, *g.cases))
+                elif g.cases is None:  # the check takes no made-up cases: one grading
                     with_cases = alone = _verdict(lambda h=handle: check(h))
                 else:
                     with_cases = _verdict(lambda h=handle: check(h, g.cases))
                     alone = _verdict(lambda h=handle: check(h, ()))
                 try:
-                    ratios = ratios_of(g, func)
+                    ratios = ({f"run_{i + 1}": x for i, x in enumerate(seen)} if g.in_cell
+                              else _prediction_ratios(g, func) if g.prediction
+                              else _link_ratios(g, func))
                 except (CheckFailed, Ungradable):  # no measurement could be made
                     ratios = {}
-                records.append({"impl": name, "kind": "grading", "lab": lab, "rep": rep,
-                                "correct": name == "correct", "what": what,
-                                "with_cases": with_cases[0], "measured": alone[0],
+                records.append({"impl": name, "kind": "grading", "lab": g.lab,
+                                "part": g.part, "rep": rep, "correct": name == "correct",
+                                "what": what, "with_cases": with_cases[0],
+                                "measured": alone[0],
                                 "why": {"measured": alone[1], "with_cases": with_cases[1]},
                                 "ratios": ratios})
             values = dict(made)
-        records.append({"impl": "measurement", "kind": "measurement", "lab": lab, "rep": rep,
-                        "values": values})
-        ok = [r for r in records if r["kind"] == "grading" and r["rep"] == rep]
-        progress(f"{lab} repetition {rep + 1}/{repeats}: "
-                 + " ".join(f"{r['impl']}={r['measured']}" for r in ok))
+        records.append({"impl": "measurement", "kind": "measurement", "lab": g.lab,
+                        "part": g.part, "rep": rep, "values": values})
+        progress(f"{g.lab} {g.part} repetition {rep + 1}/{repeats}: "
+                 + " ".join(f"{r['impl']}={r['measured']}" for r in records
+                            if r["kind"] == "grading" and r["rep"] == rep))
     return records
 
 
@@ -486,60 +284,65 @@ def _spread(values: list[float]) -> dict | None:
 
 
 def rates(records: list[dict]) -> list[dict]:
-    """Per lab and model: pass counts, error rates with 95 % bounds, the ratios' spread.
+    """Per check and model: pass counts, error rates with 95 % bounds, the ratios' spread.
 
     Parameters
     ----------
     records : list of dict
-        :func:`grade_lab`'s records (other kinds are ignored).
+        :func:`grade`'s records (other kinds are ignored).
 
     Returns
     -------
     list of dict
-        One ``kind: "rates"`` record per lab and model: ``gradings`` (ungradable ones
-        left out of the rates, counted in ``ungradable``), for ``measured`` and
-        ``with_cases`` each ``{"passes", "rate", "ci95"}``, where ``rate`` is the
-        false-fail rate (failures / gradings) of the correct model and the false-pass
-        rate (passes / gradings) of a wrong one (``rate_is`` says which) and ``ci95``
-        its Clopper-Pearson interval; ``tolerance``; ``ratios``: per measured part the
-        min, 5th percentile, median, 95th percentile and max of measured / predicted.
+        One ``kind: "rates"`` record per check (``lab``, ``part``) and model (``impl``):
+        for ``measured`` and ``with_cases`` each ``{"gradings", "ungradable", "passes",
+        "rate", "ci95"}`` (ungradable gradings left out of the rest), where ``rate`` is
+        the false-fail rate (failures / gradings) of the correct model and the
+        false-pass rate (passes / gradings) of a wrong one (``rate_is`` says which) and
+        ``ci95`` its Clopper-Pearson interval; ``tolerance``; ``ratios``: per measured
+        part the min, 5th percentile, median, 95th percentile and max of the ratio the
+        tolerance is applied to.
     """
+    from .error_models import GRADED
+
     out = []
-    keys = list(dict.fromkeys((r["lab"], r["impl"]) for r in records
+    keys = list(dict.fromkeys((r["lab"], r["part"], r["impl"]) for r in records
                               if r["kind"] == "grading"))
-    for lab, impl in keys:
-        rs = [r for r in records if r["kind"] == "grading" and (r["lab"], r["impl"]) == (lab, impl)]
+    for lab, part, impl in keys:
+        rs = [r for r in records if r["kind"] == "grading"
+              and (r["lab"], r["part"], r["impl"]) == (lab, part, impl)]
         correct = rs[0]["correct"]
-        rec = {"impl": impl, "kind": "rates", "lab": lab, "correct": correct,
+        [g] = [g for g in GRADED if (g.lab, g.part) == (lab, part)]
+        rec = {"impl": impl, "kind": "rates", "lab": lab, "part": part, "correct": correct,
                "what": rs[0]["what"], "rate_is": "false-fail" if correct else "false-pass",
-               "tolerance": list(tolerance(lab))}
+               "tolerance": list(tolerance(g))}
         for which in ("measured", "with_cases"):
-            graded = [r[which] for r in rs if r[which] != "ungradable"]
-            passes = graded.count("pass")
-            wrong = len(graded) - passes if correct else passes
-            rec[which] = {"gradings": len(graded), "ungradable": len(rs) - len(graded),
+            verdicts = [r[which] for r in rs if r[which] != "ungradable"]
+            passes = verdicts.count("pass")
+            wrong = len(verdicts) - passes if correct else passes
+            rec[which] = {"gradings": len(verdicts), "ungradable": len(rs) - len(verdicts),
                           "passes": passes,
-                          "rate": wrong / len(graded) if graded else None,
-                          "ci95": _ci95(wrong, len(graded))}
-        parts = list(dict.fromkeys(k for r in rs for k in r["ratios"]))
-        rec["ratios"] = {p: _spread([r["ratios"].get(p) for r in rs]) for p in parts}
+                          "rate": wrong / len(verdicts) if verdicts else None,
+                          "ci95": _ci95(wrong, len(verdicts))}
+        names = list(dict.fromkeys(k for r in rs for k in r["ratios"]))
+        rec["ratios"] = {n: _spread([r["ratios"].get(n) for r in rs]) for n in names}
         out.append(rec)
     return out
 
 
-def run(labs: list[str], solutions: dict[str, dict[str, str]], repeats: int = 30,
+def run(labs: list[str], cells: dict[str, dict[str, str]], repeats: int = 30,
         busy: int = 0, progress: Callable[[str], None] = lambda line: None
         ) -> tuple[dict, list[dict]]:
-    """Grade every lab's models `repeats` times, as the grader does; meta and records.
+    """Grade every measured check of `labs` `repeats` times, as the grader does.
 
     Parameters
     ----------
     labs : list of str
-        Labs of :data:`GRADED`.
-    solutions : dict
-        Each lab's solution cells, by grade id (:func:`models`).
+        Labs of :data:`mpilab.grading.error_models.LABS`.
+    cells : dict
+        Each lab's code cells, by grade id (:func:`mpilab.grading.error_models.models`).
     repeats : int, optional
-        Repetitions per lab (default 30), each with a fresh measurement.
+        Repetitions per check (default 30), each with a fresh measurement.
     busy : int, optional
         Busy processes beside the gradings (:func:`load`; default 0).
     progress : callable, optional
@@ -551,12 +354,12 @@ def run(labs: list[str], solutions: dict[str, dict[str, str]], repeats: int = 30
         The sandbox's facts and the load (``load_processes``, ``load_kind``); the caller
         adds the machine's and the library's.
     records : list of dict
-        :func:`grade_lab`'s records of every lab, then :func:`rates`'s.
+        :func:`grade`'s records of every check, then :func:`rates`'s.
     """
     records: list[dict] = []
     with grader() as facts, load(busy) as loaded:
-        for lab in labs:
-            records += grade_lab(lab, solutions[lab], repeats, progress)
+        for g in graded(labs):
+            records += grade(g, cells[g.lab], repeats, progress)
     return {**facts, **loaded}, records + rates(records)
 
 
@@ -568,7 +371,7 @@ def _fmt_rate(d: dict) -> str:
 
 
 def table(records: list[dict]) -> str:
-    """The rates as a table: one line per lab and model.
+    """The rates as a table: one line per check and model.
 
     Parameters
     ----------
@@ -578,22 +381,22 @@ def table(records: list[dict]) -> str:
     Returns
     -------
     str
-        Lab, model (the correct one starred), passes / gradings of the measured part
+        Lab and test cell, model (the correct one starred), passes / gradings of the measured part
         alone and of the check with its made-up cases, each with the error rate (the
         correct model's false fails, a wrong one's false passes) and its 95 % interval,
-        the tolerance, and per measured part the median (5th to 95th percentile) of
-        measured / predicted.
+        the tolerance, and per measured part the median (5th to 95th percentile) of the
+        ratio the tolerance is applied to.
     """
-    lines = [f"{'lab':<22} {'model':<17} {'measured part alone':<28} "
-             f"{'with made-up cases':<28} {'tol.':<7}  measured / predicted: median "
-             "(p5-p95)"]
+    lines = [f"{'lab, test cell':<40} {'model':<17} {'measured part alone':<28} "
+             f"{'with made-up cases':<28} {'tol.':<8} ratio: median (p5-p95)"]
     for r in records:
         if r["kind"] != "rates":
             continue
         ratios = "; ".join(
             f"{part.removesuffix('_ratio').replace('_', ' ')} {s['median']:.2f} "
             f"({s['p5']:.2f}-{s['p95']:.2f})" for part, s in r["ratios"].items() if s)
-        lines.append(f"{r['lab']:<22} {r['impl'] + ' *' * r['correct']:<17} "
+        tol = "-".join(f"{x:.3g}" for x in r["tolerance"])
+        lines.append(f"{r['lab'] + ' ' + r['part']:<40} {r['impl'] + ' *' * r['correct']:<17} "
                      f"{_fmt_rate(r['measured']):<28} {_fmt_rate(r['with_cases']):<28} "
-                     f"{r['tolerance'][0]:g}-{r['tolerance'][1]:g}  {ratios or '-'}")
+                     f"{tol:<8} {ratios or '-'}")
     return "\n".join(lines)
