@@ -21,7 +21,8 @@ percentile, max). Lab 07 measures a link
 between emulated nodes (root; :mod:`mpilab.netlab`); it is not among the default labs.
 
 Exit status 1 when a correct model failed or a wrong one passed the check with its
-made-up cases (the course's bar: 0 of each), 2 when the run could not be made.
+made-up cases (the course's bar: 0 of each) or a grading was ungradable (the grader's
+ranks did not start, say), 2 when the run could not be made.
 """
 
 from __future__ import annotations
@@ -122,6 +123,16 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
     return meta, records
 
 
+def _ungradable(records: list[dict]) -> str:
+    """A line saying how many gradings were ungradable, and the first one's reason."""
+    bad = [r for r in records if r["kind"] == "grading" and "ungradable" in
+           (r["measured"], r["with_cases"])]
+    if not bad:
+        return ""
+    why = (bad[0]["why"]["measured"] or bad[0]["why"]["with_cases"] or "?").splitlines()[0]
+    return f"\n# {len(bad)} gradings ungradable (left out of the rates); the first: {why}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: :func:`measure`, the table, the JSON with ``--json``.
 
@@ -134,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     -------
     int
         0 when every correct model passed and every wrong model failed its check with
-        made-up cases, 1 when not, 2 when the run could not be made.
+        made-up cases, 1 when not (or a grading was ungradable), 2 when the run could not
+        be made.
     """
     from ..grading import error_models, error_rates
 
@@ -161,11 +173,11 @@ def main(argv: list[str] | None = None) -> int:
                 "measurement; rate = false-fail (correct) or false-pass (wrong), "
                 "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: the "
                 "student's time / the course's)\n"
-                + error_rates.table(records))
+                + error_rates.table(records) + _ungradable(records))
 
     def ok(records):
-        return all(r["with_cases"]["passes"] == (r["with_cases"]["gradings"]
-                                                 if r["correct"] else 0)
+        return all(r["with_cases"]["ungradable"] == 0 and r["with_cases"]["passes"]
+                   == (r["with_cases"]["gradings"] if r["correct"] else 0)
                    for r in records if r["kind"] == "rates")
 
     return finish("grading-errors", a.json,
