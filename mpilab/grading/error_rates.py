@@ -21,7 +21,9 @@ What it exercises, and what not:
   grades a class against one measurement (lab 01's ping-pong check measures the
   student's loop and the course's each time it runs, as in a grading);
 * not nbgrader, its kernels or the student's kernel (``python -m mpilab.bench autograde``
-  measures those), and no hidden test: the cases graded are the visible test cell's.
+  measures those), and no hidden test: the cases graded are the visible test cell's; one
+  sandbox and one set of sandboxed ranks serve the whole run (a grading starts its own,
+  and their start is not measured).
 
 Each grading is recorded twice: ``with_cases`` (the check as the lab's visible test cell
 calls it: the made-up cases, then the measurement) and ``measured`` (the same check with
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autograder.failures import CheckFailed, Ungradable
+from ..autograder.failures import CheckFailed, Ungradable, forget_timeouts
 from . import measured
 from .error_models import Graded, check_of, graded, models, resolve, student_function, tolerance
 
@@ -235,6 +237,7 @@ def grade(g: Graded, cells: dict[str, str], repeats: int,
     for rep in range(repeats):
         with measured.own_session() as made:
             for name, (what, handle, func) in funcs.items():
+                forget_timeouts()  # a grading of its own: no timeout of an earlier one counts
                 seen: list = []
                 if g.in_cell:  # the test cell's own check: check(grading, func, *args)
                     with_cases = alone = _verdict(
