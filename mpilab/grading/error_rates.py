@@ -92,8 +92,9 @@ def grader(hide: list[str] | tuple = ()) -> Iterator[dict]:
         raise RuntimeError("this process is a grader's kernel already: one grader per process")
     _GRADERS.append(os.getpid())
     root, claim = make_scratch()
-    box = Sandbox(root, hide=[str(h) for h in hide])
+    box = None
     try:
+        box = Sandbox(root, hide=[str(h) for h in hide])
         cfg = {"sandbox": os.path.join(root, "sandbox.json"), "home": str(box.folder("home")),
                "pool": str(box.folder("pool")), "build": str(box.folder("build")),
                "exports": str(box.folder("exports"))}
@@ -109,7 +110,8 @@ def grader(hide: list[str] | tuple = ()) -> Iterator[dict]:
             isolated.shutdown()
         finally:
             os.environ.pop(isolated.ENV, None)
-            box.close()
+            if box is not None:
+                box.close()
             claim.close()
 
 
