@@ -156,7 +156,8 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
     """Two repetitions of lab 00 through the command line: every model graded against the
     same fresh measurement in a repetition (twice's ratios are half the correct model's),
     a new one in the next, verdicts that agree with the ratios and the tolerance, rates
-    and bounds in [0, 1]."""
+    and bounds in [0, 1]. Whether the correct model passes is what the bench measures, not
+    what this test asserts."""
     out = tmp_path / "errors.json"
     res = subprocess.run([sys.executable, "-m", "mpilab.bench", "grading-errors", "--labs",
                           LAB0, "--repeats", "2", "--note", "a test", "--json", str(out)],
@@ -183,7 +184,10 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
     by = {(r["impl"], r["rep"]): r for r in gradings}
     for rep in (0, 1):
         correct, twice = by["correct", rep], by["twice", rep]
-        assert correct["with_cases"] == "pass", correct["why"]  # graded_timing: alone
+        # the solution passes the made-up cases: only the measurement can fail it (how
+        # often is what the bench measures; a loaded machine fails it, so not asserted)
+        assert correct["with_cases"] == correct["measured"], correct["why"]
+        assert correct["why"]["with_cases"] in (None, correct["why"]["measured"])
         for part, x in correct["ratios"].items():
             assert math.isclose(twice["ratios"][part], x / 2, rel_tol=1e-9)
         lap = by["lap-p-1-hops", rep]
@@ -197,6 +201,7 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
             assert d["gradings"] == 2 and d["ungradable"] == 0 and 0 <= d["passes"] <= 2
             low, high = d["ci95"]
             assert 0.0 <= low <= d["rate"] <= high <= 1.0
-    assert rates["correct"]["with_cases"]["rate"] == 0.0
+    c = rates["correct"]["with_cases"]
+    assert c["rate"] == (2 - c["passes"]) / 2  # the correct model's failures are false
     assert rates["lap-p-1-hops"]["with_cases"]["passes"] == 0
     assert "false-fail" in res.stdout and LAB0 in res.stdout
