@@ -29,6 +29,7 @@ BENCHMARKS = {
     "cluster": "mpilab.bench.cluster",
     "coarray": "mpilab.bench.coarray",
     "autograde": "mpilab.autograder.bench",  # the grader's costs live with the grader
+    "grading-errors": "mpilab.bench.grading_errors",
 }
 
 

@@ -42,7 +42,8 @@ from ..timing import best_us
 from .compare import _fmt, _is_num, _trusted
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
-__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "measure",
+__all__ = ["CACHE_SECONDS", "cached", "cache_dir", "own_session", "measuring_ranks",
+           "measure",
            "with_alpha_beta", "expect_prediction", "expect_model", "where",
            # labs 00 and 01
            "ring_times", "ring_now", "check_ring_times", "show_ring_times", "pingpong_now",
@@ -106,6 +107,36 @@ def _making(name: str):
         yield
 
 
+#: the sessions of their own open in this process, innermost last (:func:`own_session`)
+_OWN: list[dict] = []
+
+
+@contextlib.contextmanager
+def own_session():
+    """A grading session of its own: what is measured inside is measured anew.
+
+    Inside, :func:`cached` with ``measures`` neither reads the measurements that gradings
+    share (this kernel's and :func:`cache_dir`'s) nor keeps its own there: each is made
+    once, under the grading lock as always, and serves only the calls inside the block.
+    Values that are not measured (simulations, traces) are cached as usual. The error-rate
+    bench (:mod:`mpilab.grading.error_rates`) grades each repetition in one, so every
+    repetition is graded against a fresh measurement, as each ``nbgrader autograde``
+    session is.
+
+    Yields
+    ------
+    dict
+        The measurements made inside, by their keys (plain JSON data), filled as they
+        are made.
+    """
+    own: dict = {}
+    _OWN.append(own)
+    try:
+        yield own
+    finally:
+        _OWN[:] = [o for o in _OWN if o is not own]  # by identity: empty dicts are equal
+
+
 def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     """`make()`, or what it gave less than :data:`CACHE_SECONDS` ago in this session.
 
@@ -130,6 +161,12 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     object
         The plain JSON data `make` returned, now or in this session.
     """
+    if measures and _OWN:  # a session of its own (own_session): measured anew, kept there
+        own = _OWN[-1]
+        if name not in own:
+            with quiet.measuring():
+                own[name] = make()
+        return own[name]
     got = _lookup(name, measures)
     if got is not _MISSING:
         return got
