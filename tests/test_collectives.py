@@ -59,6 +59,23 @@ def test_models_are_labelled_predictions_and_steps_match_the_registry():
     with pytest.raises(ValueError, match="power-of-two"):
         C.predict("allgather", "recursive_doubling", 6, 8, 1.0, 1.0)
     assert C.ALGORITHMS["bcast"]["binomial"].steps(8) == 3
+    # alltoall and reduce-scatter: pairwise and ring send one block a step for p-1
+    # steps; Bruck sends p/2 blocks in each of log2 p rounds (8 ranks: 12 blocks), and
+    # on 6 ranks the slots with bit k set: 3 + 2 + 2 = 7 blocks
+    assert C.predict("alltoall", "pairwise", 8, 1024, 2.0, 1000.0).t_us == pytest.approx(
+        7 * (2.0 + 1.024))
+    assert C.predict("alltoall", "bruck", 8, 1024, 2.0, 1000.0).t_us == pytest.approx(
+        3 * 2.0 + 12 * 1.024)
+    assert C.predict("alltoall", "bruck", 6, 1000, 1.0, 1000.0).t_us == pytest.approx(
+        3 * 1.0 + 7 * 1.0)
+    assert C.predict("reduce_scatter_block", "ring", 5, 1000, 1.0, 1000.0).t_us == (
+        pytest.approx(4 * 2.0))
+    assert C.predict("reduce_scatter_block", "recursive_halving", 8, 1000, 1.0,
+                     1000.0).t_us == pytest.approx(3 * 1.0 + 7 * 1.0)
+    with pytest.raises(ValueError, match="power-of-two"):
+        C.predict("reduce_scatter_block", "recursive_halving", 6, 8, 1.0, 1.0)
+    assert C.admissible("reduce_scatter_block", 6) == ["ring"]
+    assert C.admissible("alltoall", 5) == ["pairwise", "bruck"]
     assert tuning.library_default("allgather", 2, 8)["runs"] == "two_proc"
     assert tuning.library_default("allgather", 6, 8)["runs"] == "bruck"
     assert tuning.library_default("allgather", 48, 100000)["runs"] == "ring"
