@@ -2,7 +2,7 @@
 
 In a temporary copy of the course: the source notebooks validate; the released stubs fail
 every test; a correct submission gets full marks; wrong ones (a linear broadcast, an
-off-by-one ring, ...) get partial marks with messages that say what is wrong; a
+off-by-one ring, a reduce-scatter one block off, ...) get partial marks with messages that say what is wrong; a
 deadlocking one is graded within its timeouts, loses only that part and leaves no process
 behind; a hostile one (monkeypatching ``mpilab.grading``, ``mpilab.tracing`` and the checks
 of ``mpilab.grading.collectives`` and ``.allgather``, returning objects with a lying
@@ -55,9 +55,11 @@ _t.steps = lambda sched: 0  # "every algorithm takes no step"
 
 import mpilab.grading.allgather as _a  # noqa: E402
 import mpilab.grading.collectives as _c  # noqa: E402
+import mpilab.grading.reduce_scatter as _rs  # noqa: E402
 
-for _m in (_c, _a):
+for _m in (_c, _a, _rs):
     for _name in ("check_bcast", "check_allreduce", "check_allgather", "check_compiled_ring",
+                  "check_reduce_scatter", "check_ring_steps",
                   "check_ring_source", "check_refusals", "check_traced",
                   "check_bcast_schedule", "check_allreduce_schedule", "check_ring_schedule",
                   "check_log_schedule"):
@@ -145,6 +147,40 @@ def allreduce_butterfly(comm, sendbuf, recvbuf):
         comm.Recv(recvbuf, source=0)
 '''
 
+RS_ONE_BLOCK_OFF = '''
+def reduce_scatter_ring(comm, sendbuf, recvbuf):
+    """Starts with its own block r instead of r - 1: ends with the total of block r + 1."""
+    r, p = comm.Get_rank(), comm.Get_size()
+    n = len(recvbuf)
+    partial = sendbuf[r * n:(r + 1) * n].copy()
+    got = np.empty_like(recvbuf)
+    for k in range(p - 1):
+        j = (r - k - 1) % p
+        comm.Sendrecv(partial, dest=(r + 1) % p, recvbuf=got, source=(r - 1) % p)
+        partial = got + sendbuf[j * n:(j + 1) * n]
+    recvbuf[...] = partial
+'''
+
+RS_STRAIGHT_TO_OWNER = '''
+def reduce_scatter_ring(comm, sendbuf, recvbuf):
+    """Right result: every block goes straight to its owner (pairwise), not round a ring."""
+    r, p = comm.Get_rank(), comm.Get_size()
+    n = len(recvbuf)
+    recvbuf[...] = sendbuf[r * n:(r + 1) * n]
+    got = np.empty_like(recvbuf)
+    for k in range(1, p):
+        to, frm = (r + k) % p, (r - k) % p
+        comm.Sendrecv(sendbuf[to * n:(to + 1) * n], dest=to, recvbuf=got, source=frm)
+        recvbuf += got
+'''
+
+RS_HOSTILE = HOSTILE_PATCH + '''
+
+def reduce_scatter_ring(comm, sendbuf, recvbuf):
+    """Does nothing; returns a liar."""
+    return _Liar()
+'''
+
 BCAST_HOSTILE = HOSTILE_PATCH + '''
 
 def bcast_binomial(comm, buf, root):
@@ -186,11 +222,13 @@ def bcast_us(alg, p, n_bytes, alpha_us, beta_MBps):
 @needs5
 @pytest.mark.submission(LAB5, "wrong", lambda: {**solutions(LAB5), "bcast_binomial": BCAST_LINEAR,
                                                "allreduce_butterfly": ALLREDUCE_REBINDS,
+                                               "reduce_scatter_ring": RS_ONE_BLOCK_OFF,
                                                "bcast_us": BCAST_US_UNROUNDED})
 @pytest.mark.graded_timing
 def test_lab05_wrong_gets_partial_marks(request, course):
     want = {"test_bcast_binomial": 3.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 0.0, "test_allreduce_steps": 0.0,
+            "test_reduce_scatter_ring": 0.0, "test_reduce_scatter_steps": 0.0,
             "test_bcast_us": 0.0}
     nb, wall = check_run(request, course, want)
     err = errors_of(nb, "test_bcast_us")  # right on 4 ranks, wrong on 5 (hidden)
@@ -200,16 +238,20 @@ def test_lab05_wrong_gets_partial_marks(request, course):
     assert "step 3: 1->3 (40 B)" in err and "Only the root sends" in err, err
     err = errors_of(nb, "test_allreduce_butterfly")
     assert "rank 1 holds rank 1: missing rank 0, 2, 3" in err, err
+    err = errors_of(nb, "test_reduce_scatter_ring")
+    assert "rank 0 holds the sum of block 1, not of block 0" in err, err
     print(f"[wall] {LAB5} wrong submission autograded in {wall:.1f} s")
 
 
 @needs5
 @pytest.mark.submission(LAB5, "deadlock", lambda: {
-    **solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK, "allreduce_butterfly": ALLREDUCE_VIA_ROOT})
+    **solutions(LAB5), "bcast_binomial": BCAST_DEADLOCK, "allreduce_butterfly": ALLREDUCE_VIA_ROOT,
+    "reduce_scatter_ring": RS_STRAIGHT_TO_OWNER})
 @pytest.mark.graded_timing
 def test_lab05_deadlock_loses_only_that_part(request, course):
     want = {"test_bcast_binomial": 0.0, "test_bcast_steps": 0.0,
             "test_allreduce_butterfly": 3.0, "test_allreduce_steps": 0.0,
+            "test_reduce_scatter_ring": 2.0, "test_reduce_scatter_steps": 0.0,
             "test_bcast_us": 2.0}
     nb, wall = check_run(request, course, want)
     # the try-it cell above the test is not run while grading: it says so ...
@@ -230,17 +272,21 @@ def test_lab05_deadlock_loses_only_that_part(request, course):
     assert "Skipped" in errors_of(nb, "test_bcast_steps")
     err = errors_of(nb, "test_allreduce_steps")
     assert "took 4 steps; the butterfly needs only 2" in err, err
+    err = errors_of(nb, "test_reduce_scatter_steps")  # right result, not a ring
+    assert "sends only to its right neighbour" in err, err
     print(f"[wall] {LAB5} deadlocking submission autograded in {wall:.1f} s")
 
 
 @needs5
 @pytest.mark.submission(LAB5, "hostile", {"bcast_binomial": BCAST_HOSTILE,
-                                          "allreduce_butterfly": ALLREDUCE_HOSTILE})
+                                          "allreduce_butterfly": ALLREDUCE_HOSTILE,
+                                          "reduce_scatter_ring": RS_HOSTILE})
 def test_lab05_hostile_gets_no_marks_for_wrong_answers(request, course):
     nb, wall = check_run(request, course, {k: 0.0 for k in full(LAB5)})
     # the patches stay in the student's kernel; the checks run in the grader's
     assert "bcast_binomial is right" not in printed_by(nb, "test_bcast_binomial")
     assert "allreduce_butterfly is right" not in printed_by(nb, "test_allreduce_butterfly")
+    assert "reduce_scatter_ring is right" not in printed_by(nb, "test_reduce_scatter_ring")
     for gid in set(full(LAB5)) - {"test_bcast_us"}:
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     assert "NotImplementedError" in errors_of(nb, "test_bcast_us")  # left as released

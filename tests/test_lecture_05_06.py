@@ -271,3 +271,51 @@ def test_lecture_06_shows_the_16_core_reference_run_labelled_with_its_ratios():
     assert (f"linear, NOT like for like (two algorithms of one name), left out of that "
             f"range: {min(lin):.2f}x to {max(lin):.2f}x (128 KiB)") in text, text
     assert "recursive_doubling at every size" in text
+
+
+# steps of the alltoall and reduce-scatter algorithms on p = 2..8, worked out by hand, and
+# the blocks all ranks send together: p (p - 1), for Bruck p times the set bits of 0..p-1
+STEPS_06_A2A = {
+    "alltoall/pairwise": [p - 1 for p in PS],
+    "alltoall/bruck": [clog2(p) for p in PS],
+    "reduce_scatter_block/ring": [p - 1 for p in PS],
+    "reduce_scatter_block/recursive_halving": [1, None, 2, None, None, None, 3],
+}
+BLOCKS_06_A2A = {
+    "alltoall/pairwise": [p * (p - 1) for p in PS],
+    "alltoall/bruck": [2, 6, 16, 25, 42, 63, 96],  # 2x1, 3x2, 4x4, 5x5, 6x7, 7x9, 8x12
+    "reduce_scatter_block/ring": [p * (p - 1) for p in PS],
+    "reduce_scatter_block/recursive_halving": [2, None, 12, None, None, None, 56],
+}
+
+
+def test_lecture_06_traces_alltoall_and_reduce_scatter():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "a2a_mismatch = 0"))
+    assert traced_steps(text) == STEPS_06_A2A, text
+    blocks = {name: [None if v == "-" else int(v) for v in values.split()] for name, values
+              in re.findall(r"^(\w+/\w+): .*blocks sent in all ([\d -]+?) (?:ok|MISMATCH)$",
+                            text, re.M)}
+    assert blocks == BLOCKS_06_A2A, text
+    assert "every traced step count and block count equals its formula" in text
+    assert pngs(cell_with(nb, "a2a_panels = [")) == 1
+    costs = text_of(cell_with(nb, 'A2A_OPS = ("alltoall"'))
+    assert "⌈log2 p⌉α + B(p) n/β" in costs and "(p-1)(α + n/β)" in costs
+
+
+def test_lecture_06_measures_alltoall_and_reduce_scatter_beside_the_library():
+    nb = executed("06-allgather")
+    text = text_of(cell_with(nb, "def time_ops("))
+    for p in (2, 4):
+        assert f"p={p}: " in text and f"oversubscribed: {p > runtime.usable_cores()}" in text
+        for op in ("alltoall", "reduce_scatter_block"):
+            assert f"this machine: {op}, {p} ranks on" in text, (p, op)
+    for row in ("pairwise", "bruck", "ring", "recursive_halving", "library",
+                "pairwise (prediction)", "ring (prediction)"):
+        assert re.search(rf"^{re.escape(row)} ", text, re.M), row
+    # one verdict line per table and size: which of ours won, by how much, the noise
+    verdicts = re.findall(r"^  \S+ \S+: ours fastest (\w+) \([\d.]+ µs; [\d.]+× \w+, "
+                          r"(?:beyond|within) the noise\); the model picks \w+", text, re.M)
+    assert len(verdicts) == 2 * 2 * 3, text  # p = 2, 4; two ops; three sizes
+    if runtime.selected_library() == "openmpi":
+        assert "Open MPI 4.1's rule runs" in text and "linear_sync" in text

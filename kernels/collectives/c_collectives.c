@@ -1,8 +1,9 @@
 /*
  * c_collectives.c - collective operations built from point-to-point messages only.
  *
- * Purpose: the algorithms of lectures 05-06 (the DECK and allgather papers), next to the
- * library's own collective, timed with the one protocol (mpilab_timing.h) and traced.
+ * Purpose: the algorithms of lectures 05-06 (the DECK and allgather papers; alltoall and
+ * reduce-scatter), next to the library's own collective, timed with the one protocol
+ * (mpilab_timing.h) and traced.
  * Algorithm: every operation is a fixed schedule of MPI_Send / MPI_Recv / MPI_Sendrecv /
  * MPI_Isend between ranks (trees, rings, butterflies); reductions are applied here in C on
  * typed data. Traces record a send when posted and a receive when complete.
@@ -10,7 +11,8 @@
  *   comm          - communicator; every rank calls (collective)
  *   op, alg       - MPILAB_COLL_* and the algorithm (0 = the library's collective)
  *   sbuf, rbuf    - send / receive buffers (bcast works in rbuf; sizes as MPI's collective,
- *                   count elements per rank block; root-only buffers may be NULL elsewhere)
+ *                   count elements per rank block; root-only buffers may be NULL elsewhere;
+ *                   alltoall: p blocks each; reduce_scatter_block: p blocks in, one out)
  *   count         - elements per block; dtype - MPILAB_FLOAT64 ...; redop - MPILAB_OP_*
  *   root          - root rank (bcast, reduce, scatter, gather)
  *   work          - scratch of mpilab_coll_work_bytes() bytes (NULL when that is 0)
@@ -577,6 +579,91 @@ static int allgather_two_proc(cx *c, const char *sbuf, char *rbuf, int nb)
     return MPI_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ alltoall */
+
+/* Pairwise exchange (Open MPI's "pairwise"): in step k = 1 .. p-1 send the block for
+ * me + k to it and receive from me - k the block it holds for me; one block a step. */
+static int alltoall_pairwise(cx *c, const char *sbuf, char *rbuf, int nb)
+{
+    int err, k, p = c->p, me = c->me;
+    cp(rbuf + (size_t)me * nb, sbuf + (size_t)me * nb, nb);
+    for (k = 1; k < p; k++) {
+        int to = (me + k) % p, from = (me - k + p) % p;
+        TRY(x_sendrecv(c, sbuf + (size_t)to * nb, nb, to, rbuf + (size_t)from * nb, nb, from));
+    }
+    return MPI_SUCCESS;
+}
+
+/* Bruck: rotate so that slot i holds the block for rank me + i; in round k (d = 2^k)
+ * pack every slot whose index has bit k set, send it to me + d and unpack the same
+ * slots from me - d. A block moves by the bits of its distance and keeps its slot, so
+ * after ceil(log2 p) rounds slot i holds rank me - i's block for me: rotate back. */
+static int alltoall_bruck(cx *c, const char *sbuf, char *rbuf, int nb, char *work)
+{
+    int err, d, i, k, p = c->p, me = c->me;
+    char *tmp = work, *out = work + (size_t)p * nb, *in = out + (size_t)((p + 1) / 2) * nb;
+    cp(tmp, sbuf + (size_t)me * nb, (size_t)(p - me) * nb);
+    cp(tmp + (size_t)(p - me) * nb, sbuf, (size_t)me * nb);
+    for (d = 1; d < p; d <<= 1) {
+        for (i = 1, k = 0; i < p; i++)
+            if (i & d) cp(out + (size_t)(k++) * nb, tmp + (size_t)i * nb, nb);
+        TRY(x_sendrecv(c, out, k * nb, (me + d) % p, in, k * nb, (me - d + p) % p));
+        for (i = 1, k = 0; i < p; i++)
+            if (i & d) cp(tmp + (size_t)i * nb, in + (size_t)(k++) * nb, nb);
+    }
+    for (i = 0; i < p; i++) cp(rbuf + (size_t)((me - i + p) % p) * nb, tmp + (size_t)i * nb, nb);
+    return MPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ reduce-scatter */
+
+/* Ring (MPI_Reduce_scatter_block's result, p-1 steps): in step k receive from the left
+ * the partial result of block me - k - 2, add this rank's own block to it and pass it to
+ * the right in the next step (step 0 sends the own block me - 1); the block that arrives
+ * in the last step is block me, with every rank's contribution. */
+static int reduce_scatter_block_ring(cx *c, const char *sbuf, char *rbuf, int count,
+                                     int dtype, int redop, char *work)
+{
+    int err, k, p = c->p, me = c->me, nb = count * mpilab_coll_elem_size(dtype);
+    const char *send = sbuf + (size_t)((me - 1 + p) % p) * nb;
+    char *partial[2];
+    partial[0] = work;
+    partial[1] = work + nb;
+    if (p == 1) {
+        cp(rbuf, sbuf, nb);
+        return MPI_SUCCESS;
+    }
+    for (k = 0; k < p - 1; k++) {
+        int r = (me - k - 2 + 2 * p) % p;
+        char *got = k == p - 2 ? rbuf : partial[k % 2];
+        TRY(x_sendrecv(c, send, nb, (me + 1) % p, got, nb, (me - 1 + p) % p));
+        reduce_into(got, sbuf + (size_t)r * nb, count, dtype, redop);
+        send = got;
+    }
+    return MPI_SUCCESS;
+}
+
+/* Recursive halving (p a power of two): the blocks a rank answers for start as all p; in
+ * round k it and me ^ p/2^(k+1) split them, each sending the half the other keeps and
+ * adding in the half it receives; after log2 p rounds only block me is left. */
+static int reduce_scatter_block_recursive_halving(cx *c, const char *sbuf, char *rbuf,
+                                                  int count, int dtype, int redop,
+                                                  char *work)
+{
+    int err, mask, lo = 0, p = c->p, me = c->me, nb = count * mpilab_coll_elem_size(dtype);
+    char *acc = work, *in = work + (size_t)p * nb;
+    cp(acc, sbuf, (size_t)p * nb);
+    for (mask = p >> 1; mask > 0; mask >>= 1) {
+        int keep = me & mask ? lo + mask : lo, give = me & mask ? lo : lo + mask;
+        TRY(x_sendrecv(c, acc + (size_t)give * nb, mask * nb, me ^ mask, in, mask * nb,
+                       me ^ mask));
+        reduce_into(acc + (size_t)keep * nb, in, mask * count, dtype, redop);
+        lo = keep;
+    }
+    cp(rbuf, acc + (size_t)me * nb, nb);
+    return MPI_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ the library */
 
 static int library(MPI_Comm comm, int op, const void *sbuf, void *rbuf, int count,
@@ -593,6 +680,9 @@ static int library(MPI_Comm comm, int op, const void *sbuf, void *rbuf, int coun
     case MPILAB_COLL_SCATTER: return MPI_Scatter(sbuf, count, t, rbuf, count, t, root, comm);
     case MPILAB_COLL_GATHER: return MPI_Gather(sbuf, count, t, rbuf, count, t, root, comm);
     case MPILAB_COLL_ALLGATHER: return MPI_Allgather(sbuf, count, t, rbuf, count, t, comm);
+    case MPILAB_COLL_ALLTOALL: return MPI_Alltoall(sbuf, count, t, rbuf, count, t, comm);
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK:
+        return MPI_Reduce_scatter_block(sbuf, rbuf, count, t, mpi_op(redop), comm);
     }
     return MPI_ERR_ARG;
 }
@@ -614,6 +704,12 @@ long long mpilab_coll_work_bytes(int op, int alg, int p, int count, int dtype)
         return alg == MPILAB_GATHER_BINOMIAL ? p * nb : 0;
     case MPILAB_COLL_ALLGATHER:
         return alg == MPILAB_ALLGATHER_BRUCK ? p * nb : 0;
+    case MPILAB_COLL_ALLTOALL: /* slots, and one round's packed slots out and in */
+        return alg == MPILAB_ALLTOALL_BRUCK ? (p + 2 * ((p + 1) / 2)) * nb : 0;
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK:
+        if (alg == MPILAB_REDUCE_SCATTER_BLOCK_RING) return 2 * nb;
+        if (alg == MPILAB_REDUCE_SCATTER_BLOCK_RECURSIVE_HALVING) return (p + p / 2) * nb;
+        return 0;
     }
     return 0;
 }
@@ -660,6 +756,14 @@ static int dispatch(cx *c, int op, int alg, const char *s, char *r, int count, i
         return allgather_neighbor_exchange(c, s, r, nb);
     case MPILAB_COLL_ALLGATHER * 16 + MPILAB_ALLGATHER_TWO_PROC:
         return allgather_two_proc(c, s, r, nb);
+    case MPILAB_COLL_ALLTOALL * 16 + MPILAB_ALLTOALL_PAIRWISE:
+        return alltoall_pairwise(c, s, r, nb);
+    case MPILAB_COLL_ALLTOALL * 16 + MPILAB_ALLTOALL_BRUCK:
+        return alltoall_bruck(c, s, r, nb, w);
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK * 16 + MPILAB_REDUCE_SCATTER_BLOCK_RING:
+        return reduce_scatter_block_ring(c, s, r, count, dtype, redop, w);
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK * 16 + MPILAB_REDUCE_SCATTER_BLOCK_RECURSIVE_HALVING:
+        return reduce_scatter_block_recursive_halving(c, s, r, count, dtype, redop, w);
     }
     return MPI_ERR_ARG;
 }

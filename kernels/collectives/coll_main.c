@@ -6,7 +6,8 @@
  * runs under a real MPI (mpicc, mpiexec) and under SimGrid's SMPI (smpicc, smpirun: the
  * simulated clusters of mpilab.sim).
  * Usage: mpilab-coll OP ALG DTYPE ROOT WARMUP REPS CHECK COUNT:ITERS [COUNT:ITERS ...]
- *   OP     - bcast | reduce | allreduce | barrier | scatter | gather | allgather
+ *   OP     - bcast | reduce | allreduce | barrier | scatter | gather | allgather |
+ *            alltoall | reduce_scatter_block
  *   ALG    - the algorithm number of c_collectives.h (0: the library's collective)
  *   DTYPE  - float64 | float32 | int32 | int64 | uint8
  *   ROOT   - root rank of the rooted operations
@@ -14,7 +15,8 @@
  *   CHECK  - 1: before timing, one call's result is compared with the value every rank
  *            must hold (reductions: the sum); 0: not (buffers SMPI shares between
  *            simulated ranks hold no meaningful data)
- *   COUNT:ITERS - elements per rank (per block for allgather/gather/scatter) and timed
+ *   COUNT:ITERS - elements per rank (per block for allgather/gather/scatter/alltoall/
+ *            reduce_scatter_block) and timed
  *            calls per repetition for that count
  * Rank 0 prints one JSON object per count:
  *   {"count": C, "size_bytes": B, "iters": I, "checked": true|false, "times": [...]}
@@ -28,7 +30,8 @@
 #include "c_collectives.h"
 
 static const char *OPS[] = {"bcast", "reduce", "allreduce", "barrier", "scatter", "gather",
-                            "allgather"};
+                            "allgather", "alltoall", "reduce_scatter_block"};
+#define N_OPS ((int)(sizeof OPS / sizeof OPS[0]))
 static const char *DTYPES[] = {"float64", "float32", "int32", "int64", "uint8"};
 
 static int lookup(const char *name, const char **names, int n)
@@ -91,6 +94,13 @@ static void fill(int op, int dtype, int me, int p, int root, long count, long nb
     case MPILAB_COLL_ALLREDUCE:
         for (j = 0; j < count; j++) put(s, dtype, j, term(me, j));
         break;
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK: /* p blocks: element j of the whole buffer */
+        for (j = 0; j < p * count; j++) put(s, dtype, j, term(me, j));
+        break;
+    case MPILAB_COLL_ALLTOALL: /* block q, for rank q: pattern of the pair (me, q) */
+        for (q = 0; q < p; q++)
+            for (j = 0; j < nb; j++) s[q * nb + j] = pattern(me * p + q, j);
+        break;
     case MPILAB_COLL_BCAST:
         if (me == root)
             for (j = 0; j < nb; j++) r[j] = pattern(root, j);
@@ -122,6 +132,19 @@ static long verify(int op, int dtype, int me, int p, int root, long count, long 
             if (get(r, dtype, j) != want) return j;
         }
         return -1;
+    case MPILAB_COLL_REDUCE_SCATTER_BLOCK: /* block me of every rank, summed */
+        for (j = 0; j < count; j++) {
+            double want = 0.0;
+            for (q = 0; q < p; q++) want += term(q, me * count + j);
+            if (dtype == MPILAB_UINT8) want = (double)((long)want & 0xff);
+            if (get(r, dtype, j) != want) return j;
+        }
+        return -1;
+    case MPILAB_COLL_ALLTOALL: /* block q came from rank q, for me */
+        for (q = 0; q < p; q++)
+            for (j = 0; j < nb; j++)
+                if (r[q * nb + j] != pattern(q * p + me, j)) return q * nb + j;
+        return -1;
     case MPILAB_COLL_BCAST:
         for (j = 0; j < nb; j++)
             if (r[j] != pattern(root, j)) return j;
@@ -151,7 +174,7 @@ int main(int argc, char **argv)
         if (me == 0) usage();
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    op = lookup(argv[1], OPS, 7);
+    op = lookup(argv[1], OPS, N_OPS);
     alg = atoi(argv[2]);
     dtype = lookup(argv[3], DTYPES, 5);
     root = atoi(argv[4]);

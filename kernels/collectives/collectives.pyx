@@ -14,7 +14,8 @@ import numpy as np
 
 include "mpilab_buffers.pxi"
 
-OPS = ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather", "allgather")
+OPS = ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather", "allgather",
+       "alltoall", "reduce_scatter_block")
 # algorithm i of an operation is code i + 1 in C; "library" (code 0) is MPI's collective
 ALGORITHMS = {
     "bcast": ("linear", "binary_tree", "binomial"),
@@ -25,12 +26,15 @@ ALGORITHMS = {
     "gather": ("linear", "binomial"),
     "allgather": ("linear", "bruck", "recursive_doubling", "ring", "neighbor_exchange",
                   "two_proc"),
+    "alltoall": ("pairwise", "bruck"),
+    "reduce_scatter_block": ("ring", "recursive_halving"),
 }
 LIBRARY = "library"
 DTYPES = {"float64": 0, "float32": 1, "int32": 2, "int64": 3, "uint8": 4}
 REDOPS = {"sum": 0, "max": 1, "min": 2, "prod": 3}
 ROOTED = ("bcast", "reduce", "scatter", "gather")
-REDUCING = ("reduce", "allreduce")
+REDUCING = ("reduce", "allreduce", "reduce_scatter_block")
+BLOCKED = ("alltoall", "reduce_scatter_block")  # sendbuf: p blocks of count
 
 
 def admissible(op, alg, ranks):
@@ -45,6 +49,10 @@ def admissible(op, alg, ranks):
             return f"neighbor exchange allgather needs an even process count, got {ranks}"
         if alg == "two_proc" and ranks != 2:
             return f"two-proc allgather needs exactly 2 processes, got {ranks}"
+    if (op == "reduce_scatter_block" and alg == "recursive_halving"
+            and ranks & (ranks - 1)):
+        return ("recursive halving reduce-scatter needs a power-of-two process count, "
+                f"got {ranks}")
     return None
 
 
@@ -88,6 +96,18 @@ cdef tuple _local_buffers(str op, int me, int p, int root, sendbuf, recvbuf):
     s = r = None
     if op == "barrier":
         return None, None, 0, "uint8"
+    if op in BLOCKED:
+        if sendbuf is None or recvbuf is None:
+            raise TypeError(f"{op} needs sendbuf and recvbuf on every rank")
+        s = _flat(sendbuf, "sendbuf", False)
+        r = _flat(recvbuf, "recvbuf", True)
+        if s.size % p:
+            raise ValueError(f"sendbuf has {s.size} elements, not {p} equal blocks")
+        count, dt = s.size // p, s.dtype.name
+        need = p * count if op == "alltoall" else count
+        if r.size < need:
+            raise ValueError(f"recvbuf has {r.size} elements, {op} of {p} blocks of {count} "
+                             f"needs {need}")
     if op in ("bcast", "scatter"):
         if recvbuf is None:
             raise TypeError(f"{op} needs recvbuf on every rank")
@@ -100,7 +120,7 @@ cdef tuple _local_buffers(str op, int me, int p, int root, sendbuf, recvbuf):
             if s.size < p * count:
                 raise ValueError(f"sendbuf has {s.size} elements; the root of a {p}-rank "
                                  f"scatter of {count} needs {p * count}")
-    else:
+    elif op not in BLOCKED:
         if sendbuf is None:
             raise TypeError(f"{op} needs sendbuf on every rank")
         s = _flat(sendbuf, "sendbuf", False)
@@ -152,7 +172,11 @@ def run(MPI.Comm comm not None, str op, str alg, sendbuf=None, recvbuf=None, *, 
     Buffers follow MPI's collective of the same name, with `count` elements per rank
     block taken from the buffers: bcast works in `recvbuf` (the root's data); reduce and
     allreduce combine `sendbuf` into `recvbuf` with `redop`; scatter sends `p` blocks of
-    the root's `sendbuf`; gather and allgather collect `p` blocks of `sendbuf`. Buffers
+    the root's `sendbuf`; gather and allgather collect `p` blocks of `sendbuf`; alltoall
+    sends block j of `sendbuf` (`p` blocks) to rank j, which puts it in block i of its
+    `recvbuf` (i the sender); reduce_scatter_block combines block i of every rank's
+    `sendbuf` (`p` blocks) into rank i's `recvbuf` (one block), as
+    ``MPI_Reduce_scatter_block``. Buffers
     only the root needs may be None elsewhere. Supported dtypes: float64, float32,
     int32, int64, uint8; bytes-like buffers count as uint8.
 
@@ -211,7 +235,7 @@ def run(MPI.Comm comm not None, str op, str alg, sendbuf=None, recvbuf=None, *, 
 
 def _buffers(str op, int p, int count, str dtype):
     """Send and receive buffers big enough for any rank of `op` (p blocks each)."""
-    n = p * count if op in ("scatter", "gather", "allgather") else count
+    n = p * count if op in ("scatter", "gather", "allgather") + BLOCKED else count
     s = np.ones(max(n, 1), dtype=dtype)[:n]
     r = np.zeros(max(n, 1), dtype=dtype)[:n]
     return s, r
@@ -240,6 +264,8 @@ def trace(MPI.Comm comm not None, str op, str alg, count, *, dtype="uint8", root
         r = r[:count]
     elif op in ("gather", "allgather"):
         s = s[:count]
+    elif op == "reduce_scatter_block":
+        r = r[:count]
     return run(comm, op, alg, None if op in ("bcast", "barrier") else s,
                None if op == "barrier" else r, root=root, redop=redop, trace=True)
 

@@ -5,7 +5,9 @@ broadcast (linear, DECK's binary tree, MPI's binomial tree), reduce (gather then
 once as DECK, binomial, butterfly by recursive halving), allreduce (recursive doubling,
 ring), barrier (linear, tree, dissemination), scatter and gather (linear, binomial) and
 the allgather family of the Open MPI paper (linear, Bruck, recursive doubling, ring,
-neighbor exchange, two-proc). ``"library"`` as the algorithm means MPI's own collective.
+neighbor exchange, two-proc), alltoall (pairwise exchange, Bruck) and reduce-scatter with
+equal blocks (``reduce_scatter_block``: ring, recursive halving). ``"library"`` as the
+algorithm means MPI's own collective.
 
 Functions taking ``comm`` are collective: every rank calls them (under ``mpiexec`` or
 on the engines, ``cluster.run(collectives.trace, None, "allgather", "bruck", 1024)``;

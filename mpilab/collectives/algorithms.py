@@ -26,7 +26,8 @@ from ..models import Prediction, params_label
 __all__ = ["ALGORITHMS", "LIBRARY", "OMPI_NAMES", "OPS", "Algorithm", "admissible",
            "algorithm", "predict", "predict_table"]
 
-OPS = ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather", "allgather")
+OPS = ("bcast", "reduce", "allreduce", "barrier", "scatter", "gather", "allgather",
+       "alltoall", "reduce_scatter_block")
 LIBRARY = "library"
 
 
@@ -66,6 +67,11 @@ def _barrier_tree_steps(p: int) -> int:
     return max(clock) if p > 1 else 0
 
 
+def _bruck_blocks(p: int) -> int:
+    """Blocks Bruck's alltoall sends in all: over rounds k, the slots i < p with bit k set."""
+    return sum(bin(i).count("1") for i in range(p))
+
+
 def _any(p: int) -> str | None:
     return None
 
@@ -79,6 +85,13 @@ def _pow2(p: int) -> str | None:
 def _even(p: int) -> str | None:
     if p % 2:
         return f"neighbor exchange allgather needs an even process count, got {p}"
+    return None
+
+
+def _pow2_halving(p: int) -> str | None:
+    if p & (p - 1):
+        return ("recursive halving reduce-scatter needs a power-of-two process count, "
+                f"got {p}")
     return None
 
 
@@ -103,7 +116,9 @@ class Algorithm:
     cost : str
         Its Hockney cost formula as text (n: bytes per message or block, p: processes).
     ompi : int or None
-        Open MPI 4.1 ``coll_tuned_<op>_algorithm`` number of the same algorithm.
+        Open MPI 4.1 ``coll_tuned_<op>_algorithm`` number of the same algorithm (None:
+        Open MPI has none; its recursive halving reduce-scatter also folds ranks when p
+        is not a power of two, which ours refuses).
     mpich : dict
         MPICH control variables that select the same algorithm (empty: none does).
     """
@@ -162,7 +177,8 @@ class Algorithm:
         ranks : int
             Number of processes (ranks); not checked here (see :meth:`admissible`).
         n : float
-            Message size, or per-rank block (scatter, gather, allgather), in bytes.
+            Message size, or per-rank block (scatter, gather, allgather, alltoall,
+            reduce_scatter_block), in bytes.
         alpha_us : float
             Latency of one point-to-point message, µs.
         beta_MBps : float
@@ -280,6 +296,25 @@ _LIST = [
          lambda p, n, a, b: p / 2 * a + (p - 1) * n / b),
     _alg("allgather", "two_proc", "one exchange of the own block", "p = 2", "α + n/β", 6, {},
          _two, lambda p: 1, lambda p, n, a, b: _m(p, n, a, b)),
+    # alltoall (n: the block for one destination)
+    _alg("alltoall", "pairwise",
+         "step k: send the block for me + k to it, get mine from me - k", "any p",
+         "(p-1)(α + n/β)", 2, {}, _any, lambda p: p - 1,
+         lambda p, n, a, b: (p - 1) * _m(p, n, a, b)),
+    _alg("alltoall", "bruck",
+         "round k: send the slots whose index has bit k set to me + 2^k; rotate before, after",
+         "any p", "⌈log2 p⌉α + B(p) n/β, B(p) = Σ_k blocks with bit k set (p/2 log2 p if "
+         "p = 2^m)", 3, {}, _any, _log2c,
+         lambda p, n, a, b: _log2c(p) * a + _bruck_blocks(p) * n / b),
+    # reduce-scatter with equal blocks (n: the block each rank gets)
+    _alg("reduce_scatter_block", "ring",
+         "step k: add the own block to the partial result from the left, pass it right",
+         "any p", "(p-1)(α + n/β) (+ p-1 local reductions of n bytes)", None, {}, _any,
+         lambda p: p - 1, lambda p, n, a, b: (p - 1) * _m(p, n, a, b)),
+    _alg("reduce_scatter_block", "recursive_halving",
+         "round k: swap half the blocks still held with me ^ p/2^(k+1), add the half kept",
+         "p a power of two", "log2 p α + (p-1)n/β (+ the same bytes reduced locally)", 3, {},
+         _pow2_halving, _log2c, lambda p, n, a, b: _log2c(p) * a + (p - 1) * n / b),
 ]
 
 ALGORITHMS: dict[str, dict[str, Algorithm]] = {op: {} for op in OPS}
@@ -298,6 +333,10 @@ OMPI_NAMES = {
     "barrier": {1: "linear", 4: "bruck", 6: "tree"},
     "scatter": {1: "basic_linear", 2: "binomial"},
     "gather": {1: "basic_linear", 2: "binomial"},
+    "alltoall": {1: "linear", 2: "pairwise", 3: "modified_bruck", 4: "linear_sync",
+                 5: "two_proc"},
+    "reduce_scatter_block": {1: "basic_linear", 2: "recursive_doubling",
+                             3: "recursive_halving", 4: "butterfly"},
 }
 
 
@@ -371,7 +410,8 @@ def predict(op: str, alg: str, ranks: int, nbytes: int, alpha_us: float | None =
         Processes.
     nbytes : int
         Message size (bcast, reduce, allreduce) or per-rank block (scatter, gather,
-        allgather), in bytes.
+        allgather; alltoall: the block for one destination; reduce_scatter_block: the
+        block each rank gets), in bytes.
     alpha_us, beta_MBps : float
         Latency (µs) and bandwidth (MB/s) of one point-to-point message.
     fit : mpilab.models.HockneyFit, optional
@@ -413,7 +453,8 @@ def predict_table(op: str, ranks: int, sizes: Iterable[int], alpha_us: float | N
     ranks : int
         Number of processes (ranks).
     sizes : iterable of int
-        Message sizes, or per-rank blocks (scatter, gather, allgather), in bytes.
+        Message sizes, or per-rank blocks (scatter, gather, allgather, alltoall,
+        reduce_scatter_block), in bytes.
     alpha_us, beta_MBps : float, optional
         Latency (µs) and bandwidth (MB/s) of one point-to-point message.
     fit : mpilab.models.HockneyFit, optional

@@ -1,4 +1,5 @@
-"""Lab 05's graded checks (broadcast, allreduce), and the tracing checks lab 06 shares.
+"""Lab 05's graded checks (broadcast, allreduce; the reduce-scatter of Part C is
+:mod:`mpilab.grading.reduce_scatter`'s), and the tracing checks lab 06 shares.
 
 The lab's test cells call these functions; the checks, their harnesses and their messages
 live here, so grading policy changes in one place and students read short test cells::
@@ -23,7 +24,7 @@ check gets both every rank's buffer and the messages that were really sent:
 The shapes of these checks (running a harness traced, counting the steps, the words for
 who sent to whom, :func:`show_trace` for the labs' try-it cells) are
 :mod:`mpilab.grading.traced`'s, which lab 06's allgather checks
-(:mod:`mpilab.grading.allgather`) share; they are re-exported here. Part D's graded
+(:mod:`mpilab.grading.allgather`) share; they are re-exported here. Part E's graded
 prediction, the broadcasts' model against the course's broadcasts measured now, is
 :mod:`mpilab.grading.collectives_model`'s (re-exported here too).
 

@@ -1,4 +1,4 @@
-"""Lab 05 Part D: the broadcasts' model, graded against the course's broadcasts measured now.
+"""Lab 05 Part E: the broadcasts' model, graded against the course's broadcasts measured now.
 
 The student writes ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)``, the model of
 lecture 05 (:func:`reference_bcast_us`): messages one after the other at α + n/β each,
@@ -171,7 +171,7 @@ def _bcast_lines(bcast_us: Callable, m: dict, _ranks: int) -> None:
               + shown(bcast_us, *_bcast_args(m, alg)))
 
 
-#: Part D: ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)``, against both broadcasts.
+#: Part E: ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)``, against both broadcasts.
 BCAST = Prediction(
     name="bcast_us", reference=reference_bcast_us, hint=_bcast_hint, now=bcast_now,
     tolerance=PREDICTION_TOLERANCE, shows=_bcast_lines,

@@ -27,7 +27,10 @@ OUR_ALGORITHMS = {op: tuple(algs) for op, algs in _collectives.ALGORITHMS.items(
 SMPI_ALLGATHER = {"bruck": "bruck", "rdb": "recursive_doubling", "ring": "ring",
                   "ompi_neighborexchange": "neighbor_exchange", "pair": "pairwise"}
 #: Elements per call are bytes for these operations, float64 for the reductions.
-_DTYPE = {"reduce": "float64", "allreduce": "float64"}
+_DTYPE = {"reduce": "float64", "allreduce": "float64", "reduce_scatter_block": "float64"}
+#: SMPI's selector of each operation, where it is not ``smpi/<op>``: its
+#: MPI_Reduce_scatter_block calls its reduce_scatter with equal counts (smpi_pmpi_coll.cpp).
+_SMPI_SELECTOR = {"reduce_scatter_block": "reduce_scatter"}
 
 
 #: What every simulated result leaves out, in one sentence (tables and figures say it).
@@ -316,7 +319,7 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
     out = []
     for alg in algs:
         code = _alg_code(op, alg)
-        cfg = {f"smpi/{op}": library} if alg == "library" else {}
+        cfg = {f"smpi/{_SMPI_SELECTOR.get(op, op)}": library} if alg == "library" else {}
         total = max(sizes) * ranks
         do_check = check if check is not None else total <= (1 << 20)
         if not do_check:  # large buffers: one shared copy for all simulated ranks

@@ -43,13 +43,16 @@ def library_env(op: str, alg: str | None, lib: str | None = None) -> dict:
     Raises
     ------
     ValueError
-        When the library has no such algorithm (e.g. MPICH has no linear allgather).
+        When the library has no such algorithm (e.g. MPICH has no linear allgather, Open
+        MPI no ring reduce_scatter_block).
     """
     lib = lib or runtime.selected_library()
     if alg is None or alg == "default":
         return {}
     spec = algorithm(op, alg)
     if lib == "openmpi":
+        if spec.ompi is None:
+            raise ValueError(f"Open MPI has no {alg} {op} to select")
         return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
                 f"OMPI_MCA_coll_tuned_{op}_algorithm": str(spec.ompi)}
     if lib == "mpich":
@@ -103,31 +106,78 @@ _REDUCE_RULE = [
 ]
 
 
-def _reduce_default(p: int, n: int) -> str:
-    for bound, rules in _REDUCE_RULE:
+# Open MPI 4.1's fixed rules for MPI_Alltoall and, with a commutative operation,
+# MPI_Reduce_scatter_block (coll_tuned_decision_fixed.c, the same from 4.1.0 to 4.1.8:
+# ompi_coll_tuned_alltoall_intra_dec_fixed, ..._reduce_scatter_block_intra_dec_fixed);
+# the message size is the block (dsize * scount, dsize * rcount). As _REDUCE_RULE;
+# the alltoall's p == 2 list comes first in the source and is kept apart.
+_ALLTOALL_NAMES = {1: "linear", 2: "pairwise", 3: "modified_bruck", 4: "linear_sync",
+                   5: "two_proc"}
+_ALLTOALL_TWO = [(2, 2), (4, 5), (16, 2), (64, 5), (256, 2), (4096, 5), (32768, 2),
+                 (262144, 4), (1048576, 5), (None, 2)]
+_ALLTOALL_RULE = [
+    (8, [(8192, 4), (16384, 1), (65536, 4), (524288, 1), (1048576, 2), (None, 1)]),
+    (16, [(262144, 4), (None, 1)]),
+    (32, [(4, 4), (512, 3), (8192, 4), (32768, 1), (262144, 4), (524288, 1), (None, 4)]),
+    (64, [(512, 3), (524288, 1), (None, 4)]),
+    (128, [(1024, 3), (2048, 1), (4096, 4), (262144, 1), (None, 2)]),
+    (256, [(1024, 3), (2048, 4), (262144, 1), (None, 2)]),
+    (512, [(1024, 3), (8192, 4), (32768, 1), (None, 2)]),
+    (1024, [(512, 3), (8192, 4), (16384, 1), (131072, 4), (262144, 1), (None, 2)]),
+    (2048, [(512, 3), (1024, 4), (2048, 1), (16384, 4), (262144, 1), (None, 4)]),
+    (4096, [(1024, 3), (4096, 4), (8192, 1), (131072, 4), (None, 1)]),
+    (None, [(2048, 3), (8192, 4), (16384, 1), (32768, 4), (65536, 1), (None, 4)]),
+]
+_RSB_NAMES = {1: "basic_linear", 2: "recursive_doubling", 3: "recursive_halving",
+              4: "butterfly"}
+_RSB_RULE = [
+    (4, [(4, 2), (8, 4), (16, 3), (128, 4), (256, 3), (4096, 4), (8192, 3), (131072, 4),
+         (None, 1)]),
+    (8, [(8, 3), (32, 2), (256, 4), (8192, 3), (16384, 4), (1048576, 3), (None, 1)]),
+    (16, [(4, 1), (32, 3), (128, 4), (524288, 3), (4194304, 1), (None, 4)]),
+    (32, [(32, 1), (524288, 3), (2097152, 1), (4194304, 3), (None, 4)]),
+    (None, [(4, 3), (16, 1), (65536, 4), (262144, 1), (None, 4)]),
+]
+_RULES = {"reduce": (_REDUCE_RULE, _REDUCE_NAMES), "alltoall": (_ALLTOALL_RULE, _ALLTOALL_NAMES),
+          "reduce_scatter_block": (_RSB_RULE, _RSB_NAMES)}
+
+
+def _by_rule(op: str, p: int, n: int) -> str:
+    rule, names = _RULES[op]
+    if op == "alltoall" and p == 2:
+        return names[next(a for lim, a in _ALLTOALL_TWO if lim is None or n < lim)]
+    for bound, rules in rule:
         if bound is None or p < bound:
-            return _REDUCE_NAMES[next(a for lim, a in rules if lim is None or n < lim)]
+            return names[next(a for lim, a in rules if lim is None or n < lim)]
     raise AssertionError("unreachable: the last rule has no bound")
 
 
+def _reduce_default(p: int, n: int) -> str:
+    return _by_rule("reduce", p, n)
+
+
 def library_default(op: str, ranks: int, nbytes: int) -> dict:
-    """The allgather or reduce algorithm Open MPI 4.1 picks by default: its documented rule.
+    """The algorithm Open MPI 4.1 picks by default for `op`: its documented rule.
 
     Derived by reading Open MPI 4.1's ``coll_tuned_decision_fixed.c``
-    (``ompi_coll_tuned_allgather_intra_dec_fixed``, and for a reduce with a commutative
-    operation such as a sum ``ompi_coll_tuned_reduce_intra_dec_fixed``), not asked from
-    the library: a label for comparison with measurements, which is where to check it.
-    ``nbytes`` is the per-rank block for an allgather (the rule's ``dsize * scount``), the
-    whole message for a reduce (``dsize * count``).
+    (``ompi_coll_tuned_allgather_intra_dec_fixed``, ``..._alltoall_intra_dec_fixed``,
+    and for a commutative operation such as a sum ``..._reduce_intra_dec_fixed`` and
+    ``..._reduce_scatter_block_intra_dec_fixed``), not asked from the library: a label
+    for comparison with measurements, which is where to check it. ``nbytes`` is the
+    per-rank block for an allgather, the block for one destination for an alltoall and
+    the block each rank gets for a reduce-scatter (the rules' ``dsize * scount`` or
+    ``dsize * rcount``), the whole message for a reduce (``dsize * count``). The names
+    are Open MPI's (:data:`mpilab.collectives.OMPI_NAMES`).
 
     Parameters
     ----------
-    op : {"allgather", "reduce"}
+    op : {"allgather", "reduce", "alltoall", "reduce_scatter_block"}
         The collective; the other rules are not encoded (ValueError).
     ranks : int
         Number of processes (ranks).
     nbytes : int
-        Per-rank block (allgather) or whole message (reduce), in bytes.
+        Per-rank block (allgather, alltoall, reduce_scatter_block) or whole message
+        (reduce), in bytes.
 
     Returns
     -------
@@ -136,11 +186,12 @@ def library_default(op: str, ranks: int, nbytes: int) -> dict:
         ``decision`` where the library falls back (recursive doubling on a
         non-power-of-two count runs Bruck, neighbor exchange on an odd count runs ring).
     """
-    if op not in ("allgather", "reduce"):
-        raise ValueError(f"only the allgather and reduce rules are encoded, not {op!r}")
+    if op not in ("allgather", *_RULES):
+        raise ValueError("only the allgather, reduce, alltoall and reduce_scatter_block "
+                         f"rules are encoded, not {op!r}")
     n = int(nbytes)
-    if op == "reduce":
-        alg = _reduce_default(int(ranks), n)
+    if op in _RULES:
+        alg = _by_rule(op, int(ranks), n)
         return {"decision": alg, "runs": alg,
                 "source": "library's documented default for a commutative operation: "
                           "derived from Open MPI 4.1 coll_tuned_decision_fixed.c, not "

@@ -1,7 +1,8 @@
 """Collective-kernel checks under mpiexec at an explicit rank count (tests/test_collectives.py).
 
 Every algorithm of every operation is compared with the library's collective of the same
-name (through mpi4py) on zero, odd and larger counts, several dtypes, every reduction
+name (through mpi4py; reduce_scatter_block with MPI_Reduce_scatter_block and with
+MPI_Reduce_scatter on equal counts) on zero, odd and larger counts, several dtypes, every reduction
 operation and roots other than 0. Every rank runs every check; a failure prints
 "FAIL <check>: <why>" and the process exits 1; success prints "OK rank <r>".
 Optional argument "trace": also check the traced schedules (needs mpilab.tracing).
@@ -102,6 +103,32 @@ def scatter_gather_allgather_match_library():
 
 
 @check
+def alltoall_and_reduce_scatter_block_match_library():
+    for alg in algs("alltoall"):
+        for k, n in enumerate(COUNTS):
+            dt = DTYPES[(k + len(alg)) % len(DTYPES)]
+            s = data(size * n, dt, rank + 3)
+            r, ref = np.full(size * n, 9, dt), np.full(size * n, 9, dt)
+            K.run(comm, "alltoall", alg, s, r)
+            comm.Alltoall(s, ref)
+            assert np.array_equal(r, ref), f"alltoall {alg} n={n} {dt}: {r[:12]} vs {ref[:12]}"
+    for alg in algs("reduce_scatter_block"):
+        for dt in DTYPES:
+            for redop in K.REDOPS:
+                for n in (0, 7, 1001) if dt in ("float64", "int32") else (7,):
+                    s = data(size * n, dt, rank + 1, redop)
+                    r, ref = np.full(n, 77, dt), np.full(n, 77, dt)
+                    K.run(comm, "reduce_scatter_block", alg, s, r, redop=redop)
+                    comm.Reduce_scatter_block(s, ref, op=MPI_OPS[redop])
+                    assert np.array_equal(r, ref), \
+                        f"reduce_scatter_block {alg} {dt} {redop} n={n}: {r[:8]} {ref[:8]}"
+                    # and MPI_Reduce_scatter with equal counts gives the same blocks
+                    ref2 = np.full(n, 55, dt)
+                    comm.Reduce_scatter(s, ref2, [n] * size, op=MPI_OPS[redop])
+                    assert np.array_equal(r, ref2), f"{alg} {dt} {redop} n={n} vs Reduce_scatter"
+
+
+@check
 def root_only_buffers_may_be_none():
     root = size - 1
     s = data(size * 3, "int32", 1) if rank == root else None
@@ -141,9 +168,10 @@ def bytes_like_buffers_are_uint8():
 def inadmissible_raise_value_error_on_every_rank():
     cases = [("allgather", "two_proc", size != 2),
              ("allgather", "recursive_doubling", size & (size - 1) != 0),
-             ("allgather", "neighbor_exchange", size % 2 == 1)]
+             ("allgather", "neighbor_exchange", size % 2 == 1),
+             ("reduce_scatter_block", "recursive_halving", size & (size - 1) != 0)]
     for op, alg, bad in cases:
-        s, r = np.zeros(4), np.zeros(4 * size)
+        s, r = np.zeros(4 * size if op == "reduce_scatter_block" else 4), np.zeros(4 * size)
         if bad:
             try:
                 K.run(comm, op, alg, s, r)
@@ -216,7 +244,7 @@ def traces_count_bytes_and_pair_up():
             recvs = sorted((e[1], r, e[2]) for r, evs in enumerate(every) for e in evs
                            if e[0] == "recv")
             assert sends == recvs, f"{op} {alg}: sends and receives do not pair up"
-            if op == "allgather" and size > 1:
+            if op in ("allgather", "alltoall") and size > 1:
                 got = sum(e[2] for e in ev if e[0] == "recv")
                 assert got >= 12 * (size - 1), f"{alg} received {got} B < the other blocks"
 
@@ -260,6 +288,11 @@ def trace_steps():
         assert steps("allgather", "recursive_doubling") == log2
         assert steps("allreduce", "recursive_doubling") == log2
     assert steps("barrier", "dissemination") == log2
+    assert steps("alltoall", "pairwise") == size - 1
+    assert steps("alltoall", "bruck") == log2
+    assert steps("reduce_scatter_block", "ring") == size - 1
+    if size & (size - 1) == 0:
+        assert steps("reduce_scatter_block", "recursive_halving") == log2
     # and every algorithm's traced depth is the one the registry states
     from mpilab.collectives import ALGORITHMS
 
