@@ -5,7 +5,7 @@
 #                                       the class's environment, the exchange, then the hub
 #   scripts/classroom.sh add ROSTER     accounts for more students (the hub keeps running)
 #   scripts/classroom.sh stop           the hub, every user's server and every process of
-#                                       the class's accounts; nothing of it left running
+#                                       the class's accounts and cgroups; nothing of it left
 #   scripts/classroom.sh remove         stop, then delete the accounts (and their homes),
 #                                       the groups and the state folder (exchange included)
 #   scripts/classroom.sh status         is the hub up, and the class's accounts
@@ -28,6 +28,13 @@
 #   hub/        the hub's database, cookie secret, pid files and log (hub.log)
 #   accounts    the class's logins and roles; passwords: their passwords
 #
+# Limits: each user's server and all it starts run in a cgroup of its own,
+# <cgroup mount>/$(basename $STATE)/<login> (v2, or v1's cpu, memory and pids hierarchies),
+# on a /dev/shm of its own (mpilab.autograder.limits). Set before `start`, in one place:
+#   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)     MPILAB_CLASSROOM_PIDS  tasks (1024)
+#   MPILAB_CLASSROOM_MEM   memory, no swap (2G)                MPILAB_CLASSROOM_SHM   /dev/shm (512M)
+# `none` turns one off. `start` tries them first and refuses (2) where they cannot be set.
+#
 # Root on Debian/Ubuntu only (accounts, PAM, ports); the proxy is Debian's
 # node-configurable-http-proxy (scripts/setup.sh --classroom installs it). No systemd:
 # the hub is started here and runs each user's server as that user.
@@ -48,6 +55,7 @@ INSTRUCTORS=mpilab-instructors
 VENV=${MPILAB_CLASSROOM_VENV:-$STATE/venv}
 HUB=$STATE/hub
 EXCHANGE=$STATE/exchange
+KLASS=$(basename "$STATE")  # the class's cgroups: <mount>/$KLASS/<login>
 COURSE_ID=$(sed -nE 's/^c\.CourseDirectory\.course_id = "([^"]+)".*/\1/p' \
             autograder/nbgrader_config.py)
 
@@ -206,6 +214,8 @@ start_hub() {
   configurable-http-proxy --version >/dev/null 2>&1 ||
     cannot "no working configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
   install -d -m 700 "$HUB"
+  local why
+  why=$("$VENV/bin/python" -m mpilab.autograder.limits check "$KLASS" 2>&1) || cannot "$why"
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" || exit 1
     MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
@@ -247,6 +257,11 @@ stop_all() {
     ours "$login" || continue
     pkill -KILL -u "$login" 2>/dev/null || true
   done
+  # the users' cgroups: what is still in one (whoever's it is) is killed, the folders go
+  if [[ -x $VENV/bin/python ]]; then
+    "$VENV/bin/python" -m mpilab.autograder.limits end "$KLASS" ||
+      fail "processes left in the class's cgroups ($KLASS)"
+  fi
   say "stopped: no hub, proxy or process of the class's accounts left"
 }
 
