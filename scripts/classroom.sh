@@ -215,7 +215,8 @@ start_hub() {
     cannot "no working configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
   install -d -m 700 "$HUB"
   local why
-  why=$("$VENV/bin/python" -m mpilab.autograder.limits check "$KLASS" 2>&1) || cannot "$why"
+  why=$("$VENV/bin/python" -m mpilab.autograder.limits check "$KLASS" 2>&1) || cannot "${why#limits: }"
+  say "${why#limits: }"
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" || exit 1
     MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \

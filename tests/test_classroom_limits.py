@@ -184,8 +184,10 @@ def run(login: str, kernels: dict, code: str, timeout: float = 180) -> tuple[str
             "content": {"code": code, "silent": False, "store_history": False,
                         "user_expressions": {}, "allow_stdin": False},
         }))  # fmt: skip
+        reply = None  # the shell's reply and iopub's "idle" come in either order
+        idle = False
         try:
-            while True:
+            while reply is None or not idle:
                 raw = await ws.read_message()
                 if raw is None:
                     return "died"
@@ -202,7 +204,10 @@ def run(login: str, kernels: dict, code: str, timeout: float = 180) -> tuple[str
                 elif kind == "error":
                     out.append(f"{content['ename']}: {content['evalue']}")
                 elif kind == "execute_reply":
-                    return content["status"]
+                    reply = content["status"]
+                elif kind == "status" and content.get("execution_state") == "idle":
+                    idle = True
+            return reply
         finally:
             ws.close()
 
@@ -243,6 +248,25 @@ def test_a_server_and_its_kernel_run_in_the_students_cgroup_with_its_limits(kern
     assert seen["mem"][0] == WANT.memory and seen["mem"][1].startswith("cgroup "), seen
     assert seen["shm"] == WANT.shm, seen
     assert f"/{KLASS}/{A}" in seen["cgroup"], seen["cgroup"]
+
+
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec (Open MPI) here")
+def test_an_mpi_job_of_a_student_runs_on_their_own_dev_shm(kernels):
+    """2 ranks of Open MPI on A's one CPU (oversubscribed) under A's limits: their
+    shared-memory segments are in A's /dev/shm, the 64 MiB one."""
+    out, status = run(A, kernels, """
+import subprocess, sys
+prog = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; total = c.allreduce(c.rank + 1); "
+        "segs = [f for f in os.listdir('/dev/shm') if f.startswith(('vader', 'sm_'))]; "
+        "st = os.statvfs('/dev/shm'); "
+        "c.rank == 0 and print(total, len(segs), st.f_frsize * st.f_blocks)")
+done = subprocess.run(['mpiexec', '-n', '2', '--oversubscribe', sys.executable, '-c', prog],
+                      capture_output=True, text=True, timeout=120)
+print(done.returncode, done.stdout.strip(), done.stderr[-300:])
+""")
+    assert status == "ok", out
+    rc, total, segments, size, *_ = out.split() + ["", "", "", ""]
+    assert (rc, total, size) == ("0", "3", str(WANT.shm)) and int(segments) >= 1, out
 
 
 def test_a_student_fills_only_their_own_dev_shm_and_sees_nobody_elses(kernels):

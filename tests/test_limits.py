@@ -40,6 +40,9 @@ def test_sizes_and_limits_from_the_environment():
     got = Limits.from_env({"MPILAB_CLASSROOM_CPUS": "0.5", "MPILAB_CLASSROOM_MEM": "none",
                            "MPILAB_CLASSROOM_PIDS": "64", "MPILAB_CLASSROOM_SHM": "off"})
     assert got == Limits(cpus=0.5, memory=None, pids=64, shm=None)
+    assert got.describe() == "0.5 CPUs, memory no limit, 64 tasks, the machine's /dev/shm"
+    assert Limits(1, 700 * MIB, 250, 64 * MIB).describe() == (
+        "1 CPU, memory 700 MiB, 250 tasks, 64 MiB of /dev/shm")
     with pytest.raises(ValueError, match=r"\$MPILAB_CLASSROOM_PIDS='-3'"):
         Limits.from_env({"MPILAB_CLASSROOM_PIDS": "-3"})
     with pytest.raises(ValueError, match="not a cgroup name"):
@@ -131,4 +134,5 @@ def test_check_and_end_from_the_command_line(capsys, monkeypatch):
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+        end_class(KLASS)
     assert main(["status"]) == 2

@@ -91,6 +91,24 @@ class Limits:
     pids: int | None = None
     shm: int | None = None
 
+    def describe(self) -> str:
+        """The limits in words, e.g. ``2 CPUs, 2048 MiB, 1024 tasks, 512 MiB of /dev/shm``.
+
+        Returns
+        -------
+        str
+            One phrase per limit, ``no ...`` for one that is off.
+        """
+        def mib(n: int | None) -> str:
+            return "no limit" if n is None else f"{n / (1 << 20):g} MiB"
+
+        return ", ".join([
+            "no CPU limit" if self.cpus is None else f"{self.cpus:g} CPU" + "s" * (self.cpus != 1),
+            f"memory {mib(self.memory)}",
+            "no task limit" if self.pids is None else f"{self.pids} tasks",
+            "the machine's /dev/shm" if self.shm is None else f"{mib(self.shm)} of /dev/shm",
+        ])  # fmt: skip
+
     @classmethod
     def from_env(cls, environ: dict | None = None) -> Limits:
         """The class's limits: ``$MPILAB_CLASSROOM_CPUS``, ``_MEM``, ``_PIDS``, ``_SHM``.
@@ -494,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"limits: cannot confine the class's servers here: {exc}", file=sys.stderr)
             return 1
-        print(f"limits: each server {limits}")
+        print(f"limits: each user's server: {limits.describe()}")
         return 0
     users = end_class(klass)
     left = [u for u in users if Group(klass, u).exists()]
