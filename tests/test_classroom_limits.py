@@ -298,6 +298,10 @@ print(sorted(os.listdir('/dev/shm')))
     out, status = run(A, kernels, "import os\nprint(sorted(os.listdir('/dev/shm')))\n"
                       "os.unlink('/dev/shm/fill')")
     assert status == "ok" and f"secret-of-{B}" not in out and secret in out, out
+    # nor through B's processes' view of the file system
+    b_server = next(p.pid for p in _mine(B) if "jupyterhub-singleuser" in " ".join(p.cmdline()))
+    out, status = run(A, kernels, f"import os\nos.listdir('/proc/{b_server}/root/dev/shm')")
+    assert status == "error" and "PermissionError" in out, out
     b_still_works(kernels)
 
 
@@ -362,16 +366,25 @@ print('survived', len(blocks) * 64, 'MiB')
 def test_stopping_a_server_leaves_no_process_of_the_student(kernels):
     token, _ = kernels[A]
     kernels[A] = (token, start_kernel(A, token))  # the last test's kernel was killed
-    out, status = run(A, kernels, """
-import subprocess
+    mpi = shutil.which("mpiexec") is not None
+    out, status = run(A, kernels, f"""
+import subprocess, sys
 subprocess.Popen(['setsid', 'sleep', '1000'])  # a session of its own
 subprocess.run(['sh', '-c', 'nohup sleep 1001 >/dev/null 2>&1 &'])  # the server's orphan
+if {mpi}:  # an MPI job left running, in a session of its own
+    subprocess.Popen(['mpiexec', '-n', '2', '--oversubscribe', sys.executable, '-c',
+                      'from mpi4py import MPI; import time; MPI.COMM_WORLD.barrier(); '
+                      'time.sleep(1002)'], start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print('started')
 """)
     assert status == "ok", out
-    deadline = time.monotonic() + 30
-    while not any("sleep 1001" in " ".join(p.cmdline()) for p in _mine(A)):
-        assert time.monotonic() < deadline, "A's sleeps did not start"
+    deadline = time.monotonic() + 60
+    while True:
+        running = " ".join(" ".join(p.cmdline()) for p in _mine(A))
+        if "sleep 1001" in running and (not mpi or running.count("time.sleep(1002)") >= 3):
+            break  # mpiexec and its two ranks
+        assert time.monotonic() < deadline, f"A's processes did not start: {running}"
         time.sleep(0.2)
     code, _ = api(f"/hub/api/users/{A}/server", "DELETE", token=token)
     assert code in (202, 204), code
@@ -386,6 +399,31 @@ print('started')
     assert not left, left
     assert not Group(KLASS, A).exists()
     b_still_works(kernels)
+
+
+def test_a_server_that_dies_leaves_nothing_either(hub, kernels):
+    """B's server killed (as a crash or the OOM killer would): when the hub notices (its
+    poll, every 30 s by default) it ends B's group, B's kernel and what it started too."""
+    out, status = run(B, kernels, "import subprocess\n"
+                      "subprocess.Popen(['setsid', 'sleep', '1003'])\nprint('started')")
+    assert status == "ok", out
+    server = next(p for p in _mine(B) if "jupyterhub-singleuser" in " ".join(p.cmdline()))
+    server.kill()
+    token, _ = kernels[B]
+    deadline = time.monotonic() + 120
+    while True:
+        code, user = api(f"/hub/api/users/{B}", token=token)
+        if not (user.get("servers") or {}).get("") and not Group(KLASS, B).exists():
+            break
+        assert time.monotonic() < deadline, (
+            f"120 s after B's server died: the hub lists it {bool(user.get('servers') or {})}"
+            f", B's group is there {Group(KLASS, B).exists()}, B runs {_mine(B)}")
+        time.sleep(1)
+    left = [(p.pid, " ".join(p.cmdline())) for p in _mine(B)]
+    assert not left, left
+    kernels[B] = (token, "")
+    log_in_and_start(B, hub[B])  # B logs in again: a new server in a new group
+    assert Group(KLASS, B).exists()
 
 
 def test_stop_leaves_no_cgroup_of_the_class(hub, kernels):
