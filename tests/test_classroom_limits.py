@@ -6,11 +6,13 @@ API and a real kernel in each. As student A the tests fill /dev/shm, fork until 
 and fill memory, each time running a cell in B's kernel meanwhile; they check that A's
 server and kernel are in A's cgroup with those limits (read by mpilab.runtime in A's own
 kernel, as the lectures read them), that A and B do not see each other's /dev/shm, and
-that stopping A's server leaves no process of A's, not even one that left the server's
-session. ``scripts/classroom.sh stop`` then leaves no cgroup of the class.
+that an MPI job of A's runs on A's /dev/shm, that stopping A's server leaves no process of
+A's (an MPI job and processes that left the server's session included), and that B's
+server killed outright leaves nothing of B's either once the hub notices.
+``scripts/classroom.sh stop`` then leaves no cgroup of the class.
 
-Without the group code (the limits off, or the post-stop step not ending the group)
-each test here fails; see the module's report in the branch ``cgroups``. Root on
+With the hub's limits off (``none``) the limit tests fail; with the hub's post-stop step
+not ending the group, the stop and the dead-server tests fail. Root on
 Debian/Ubuntu with Debian's proxy, as tests/test_classroom.py (whose class venv,
 ``$MPILAB_CLASSROOM_TEST_VENV``, this module shares).
 """
