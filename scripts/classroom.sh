@@ -33,7 +33,8 @@
 # on a /dev/shm of its own (mpilab.autograder.limits). Set before `start`, in one place:
 #   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)     MPILAB_CLASSROOM_PIDS  tasks (1024)
 #   MPILAB_CLASSROOM_MEM   memory, no swap (2G)                MPILAB_CLASSROOM_SHM   /dev/shm (512M)
-# `none` turns one off. `start` tries them first and refuses (2) where they cannot be set.
+# `none` turns one off. `start` tries them before anything else and refuses (2) where
+# they cannot be set.
 #
 # Root on Debian/Ubuntu only (accounts, PAM, ports); the proxy is Debian's
 # node-configurable-http-proxy (scripts/setup.sh --classroom installs it). No systemd:
@@ -190,6 +191,20 @@ make_jupyter_config() {  # copies: students read these, not the checkout
   mv "$STATE/jupyter.new" "$STATE/jupyter"
 }
 
+# --- the users' limits -----------------------------------------------------------------------
+check_limits() {  # the MPILAB_CLASSROOM_* limits parse and can be set here (a group made, ended)
+  local said
+  # the checkout's module on Debian's python3: before the class's Python exists
+  said=$(PYTHONPATH=$ROOT /usr/bin/python3 -m mpilab.autograder.limits check "$KLASS" 2>&1) ||
+    cannot "${said#limits: }"
+  say "${said#limits: }"
+}
+
+end_groups() {  # whatever is still in a cgroup of the class is killed, the folders go
+  PYTHONPATH=$ROOT /usr/bin/python3 -m mpilab.autograder.limits end "$KLASS" ||
+    fail "processes left in the class's cgroups ($KLASS)"
+}
+
 # --- the hub ----------------------------------------------------------------------------------
 hub_pid() {  # the pid we started, or the one the hub wrote itself
   local f p
@@ -214,9 +229,6 @@ start_hub() {
   configurable-http-proxy --version >/dev/null 2>&1 ||
     cannot "no working configurable-http-proxy (apt-get install node-configurable-http-proxy; make classroom does)"
   install -d -m 700 "$HUB"
-  local why
-  why=$("$VENV/bin/python" -m mpilab.autograder.limits check "$KLASS" 2>&1) || cannot "${why#limits: }"
-  say "${why#limits: }"
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" || exit 1
     MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
@@ -258,11 +270,7 @@ stop_all() {
     ours "$login" || continue
     pkill -KILL -u "$login" 2>/dev/null || true
   done
-  # the users' cgroups: what is still in one (whoever's it is) is killed, the folders go
-  if [[ -x $VENV/bin/python ]]; then
-    "$VENV/bin/python" -m mpilab.autograder.limits end "$KLASS" ||
-      fail "processes left in the class's cgroups ($KLASS)"
-  fi
+  end_groups
   say "stopped: no hub, proxy or process of the class's accounts left"
 }
 
@@ -284,6 +292,7 @@ case "${1:-}" in
   start)
     need_root
     [[ -n ${2:-} ]] || cannot "usage: $0 start ROSTER"
+    check_limits
     make_accounts "$2"
     make_venv
     make_exchange

@@ -103,6 +103,21 @@ def _mine(login: str) -> list[psutil.Process]:
             if p.info["username"] == login and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
+def test_start_refuses_limits_it_cannot_set_before_making_anything(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("root only")
+    roster = tmp_path / "roster.txt"
+    roster.write_text(f"{A}\n")
+    env = {**ENV, "MPILAB_CLASSROOM_PIDS": "lots"}
+    done = subprocess.run([str(SCRIPT), "start", str(roster)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 2 and "$MPILAB_CLASSROOM_PIDS='lots'" in done.stderr, done.stderr
+    with pytest.raises(KeyError):
+        pwd.getpwnam(A)
+    assert not STATE.exists()
+    assert not any(Path(point, KLASS).exists() for _, point in hierarchies().values())
+
+
 # --- one hub, two students, a kernel each ---------------------------------------------------
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):

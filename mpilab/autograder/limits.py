@@ -504,14 +504,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     klass = args[1]
     if args[0] == "check":
+        probe = None
         try:
             limits = Limits.from_env()
             probe = Group(klass, f"probe-{os.getpid()}")
             probe.create(limits)
-            probe.end()
         except (OSError, ValueError, RuntimeError) as exc:
             print(f"limits: cannot confine the class's servers here: {exc}", file=sys.stderr)
             return 1
+        finally:
+            if probe is not None:
+                probe.end()
+                for d in probe.folders():  # the class's folder, unless a hub uses it
+                    try:
+                        os.rmdir(os.path.dirname(d))
+                    except OSError:
+                        pass
         print(f"limits: each user's server: {limits.describe()}")
         return 0
     users = end_class(klass)
