@@ -282,8 +282,15 @@ remove_all() {
     userdel --remove "$login" 2>/dev/null || userdel "$login"
     say "account $login removed"
   done
-  getent group "$STUDENTS" >/dev/null && groupdel "$STUDENTS"
-  getent group "$INSTRUCTORS" >/dev/null && groupdel "$INSTRUCTORS"
+  # the groups go with their last member: another class on this machine (another state
+  # folder) may share them, and its accounts would stop being the class's
+  local group
+  for group in "$STUDENTS" "$INSTRUCTORS"; do
+    if getent group "$group" >/dev/null; then
+      if [[ -z $(getent group "$group" | cut -d: -f4) ]]; then groupdel "$group"
+      else say "group $group kept: $(getent group "$group" | cut -d: -f4) still in it"; fi
+    fi
+  done
   rm -rf "$STATE"
   say "removed $STATE"
 }

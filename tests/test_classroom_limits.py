@@ -148,6 +148,9 @@ def hub(tmp_path_factory):
         removed = _script("remove", timeout=300)
         assert stopped.returncode == 0 and removed.returncode == 0, (
             stopped.stdout + stopped.stderr + removed.stdout + removed.stderr)
+        for name in (A, B):
+            with pytest.raises(KeyError):
+                pwd.getpwnam(name)
 
 
 @pytest.fixture(scope="module")
