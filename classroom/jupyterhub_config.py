@@ -35,7 +35,8 @@ PORT = int(os.environ.get("MPILAB_CLASSROOM_PORT", "8000"))
 HUB = os.path.join(STATE, "hub")
 VENV = os.environ.get("MPILAB_CLASSROOM_VENV", os.path.join(STATE, "venv"))
 JUPYTER = os.path.join(STATE, "jupyter")
-STUDENTS, INSTRUCTORS = "mpilab-students", "mpilab-instructors"
+GROUPS = os.environ.get("MPILAB_CLASSROOM_GROUPS", "mpilab")  # classroom.sh's prefix
+STUDENTS, INSTRUCTORS = f"{GROUPS}-students", f"{GROUPS}-instructors"
 KLASS = os.path.basename(STATE.rstrip("/"))  # the class's cgroups: <mount>/<KLASS>/<user>
 LIMITS = Limits.from_env()  # a malformed MPILAB_CLASSROOM_* stops the hub here, named
 

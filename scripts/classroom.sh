@@ -14,7 +14,8 @@
 # ROSTER: one login per line; the instructor's line says so in a second word
 # (`teacher instructor`); `#` starts a comment. A login that exists already and is not
 # the class's is refused. Each new account gets a home (rwx------), a random password
-# and membership of mpilab-students or mpilab-instructors; the passwords are appended to
+# and membership of mpilab-students or mpilab-instructors (with MPILAB_CLASSROOM_GROUPS=x:
+# x-students, x-instructors, for a second class on this machine); the passwords go to
 # $STATE/passwords (root's alone: rw-------) for the instructor to hand out. The
 # instructor also gets a copy of this course (the instructors' edition: solutions,
 # hidden tests) in ~/mpilab, where their JupyterLab and formgrader open.
@@ -31,8 +32,8 @@
 # Limits: each user's server and all it starts run in a cgroup of its own,
 # <cgroup mount>/$(basename $STATE)/<login> (v2, or v1's cpu, memory and pids hierarchies),
 # on a /dev/shm of its own (mpilab.autograder.limits). Set before `start`, in one place:
-#   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)     MPILAB_CLASSROOM_PIDS  tasks (1024)
-#   MPILAB_CLASSROOM_MEM   memory, no swap (2G)                MPILAB_CLASSROOM_SHM   /dev/shm (512M)
+#   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)  MPILAB_CLASSROOM_PIDS  tasks (1024)
+#   MPILAB_CLASSROOM_MEM   memory, no swap (2G)             MPILAB_CLASSROOM_SHM   /dev/shm (512M)
 # `none` turns one off. `start` tries them before anything else and refuses (2) where
 # they cannot be set.
 #
@@ -50,8 +51,9 @@ ROOT=$PWD
 STATE=${MPILAB_CLASSROOM_DIR:-/srv/mpilab}
 PORT=${MPILAB_CLASSROOM_PORT:-8000}
 TIMEOUT=${MPILAB_CLASSROOM_TIMEOUT:-60}  # seconds for the hub to answer, or to stop
-STUDENTS=mpilab-students
-INSTRUCTORS=mpilab-instructors
+# the class's Unix groups (one prefix per class where several share this machine)
+STUDENTS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-students
+INSTRUCTORS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-instructors
 # the class's Python; another folder (MPILAB_CLASSROOM_VENV) outlives `remove`
 VENV=${MPILAB_CLASSROOM_VENV:-$STATE/venv}
 HUB=$STATE/hub
@@ -72,6 +74,8 @@ fail() {
 [[ $STATE == /?* && $(basename "$STATE") == *mpilab* ]] ||
   cannot "MPILAB_CLASSROOM_DIR must be an absolute path whose last part names mpilab, not $STATE"
 [[ -n $COURSE_ID ]] || cannot "no course id in autograder/nbgrader_config.py"
+[[ $STUDENTS =~ ^[a-z_][a-z0-9_-]{0,19}-students$ ]] ||
+  cannot "MPILAB_CLASSROOM_GROUPS: at most 20 letters, digits, _ or -, not '${STUDENTS%-students}'"
 
 need_root() {
   [[ $(id -u) == 0 ]] || cannot "run as root (it creates accounts and starts the hub)"
@@ -232,6 +236,7 @@ start_hub() {
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" || exit 1
     MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
+      MPILAB_CLASSROOM_GROUPS=${STUDENTS%-students} \
       setsid "$VENV/bin/jupyterhub" -f "$ROOT/classroom/jupyterhub_config.py" \
       >> "$HUB/hub.log" 2>&1 < /dev/null &
     echo $! > "$HUB/hub.pid" )

@@ -74,7 +74,7 @@ def _free_ports() -> int:
 PORT = _free_ports()
 ENV = {**os.environ, "MPILAB_CLASSROOM_DIR": str(STATE), "MPILAB_CLASSROOM_PORT": str(PORT),
        "MPILAB_CLASSROOM_VENV": str(VENV), "MPILAB_KERNELS": "none",
-       "MPILAB_CLASSROOM_IP": "127.0.0.1",
+       "MPILAB_CLASSROOM_IP": "127.0.0.1", "MPILAB_CLASSROOM_GROUPS": f"mlg{TAG}",
        **{f"MPILAB_CLASSROOM_{k}": v for k, v in LIMITS.items()}}
 
 
