@@ -9,13 +9,24 @@ own copy of the course. Everything the hub keeps (its database, cookie secret, p
 files, log) is under ``$MPILAB_CLASSROOM_DIR/hub``; scripts/classroom.sh writes the
 rest of the state folder and starts the hub with this file.
 
+Each user's server runs in a cgroup of its own with the class's limits and a /dev/shm of
+its own (``mpilab.autograder.limits``; ``$MPILAB_CLASSROOM_CPUS``, ``_MEM``, ``_PIDS``,
+``_SHM``): everything it starts stays in that cgroup, and the whole group is killed when
+the server stops, is culled or dies.
+
 Ports: the proxy serves the class on ``$MPILAB_CLASSROOM_PORT`` (8000), its API on the
 next port, the hub's own API on the one after (all three on this host).
 """
 
+import asyncio
 import grp
+import inspect
 import os
 import pwd
+
+from jupyterhub.spawner import LocalProcessSpawner
+
+from mpilab.autograder.limits import Group, Limits, preexec
 
 c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
 
@@ -24,7 +35,10 @@ PORT = int(os.environ.get("MPILAB_CLASSROOM_PORT", "8000"))
 HUB = os.path.join(STATE, "hub")
 VENV = os.environ.get("MPILAB_CLASSROOM_VENV", os.path.join(STATE, "venv"))
 JUPYTER = os.path.join(STATE, "jupyter")
-STUDENTS, INSTRUCTORS = "mpilab-students", "mpilab-instructors"
+GROUPS = os.environ.get("MPILAB_CLASSROOM_GROUPS", "mpilab")  # classroom.sh's prefix
+STUDENTS, INSTRUCTORS = f"{GROUPS}-students", f"{GROUPS}-instructors"
+KLASS = os.path.basename(STATE.rstrip("/"))  # the class's cgroups: <mount>/<KLASS>/<user>
+LIMITS = Limits.from_env()  # a malformed MPILAB_CLASSROOM_* stops the hub here, named
 
 # --- where it listens, what it keeps ---------------------------------------------------------
 c.JupyterHub.ip = os.environ.get("MPILAB_CLASSROOM_IP", "")  # "" = every interface
@@ -59,7 +73,37 @@ def _accounts() -> set[str]:
 c.Authenticator.allowed_users = _accounts()
 
 # --- each user's JupyterLab -----------------------------------------------------------------
-c.JupyterHub.spawner_class = "localprocess"
+class ClassroomSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner with each server in the user's cgroup, on a /dev/shm of its own.
+
+    The group is made (a stale one ended first) before the server starts; the server's
+    process joins it and gets its mount namespace and /dev/shm in ``preexec_fn``, as root,
+    before it becomes the user. After every stop (a stop from the hub or the user, the
+    culler, the hub's shutdown, or a server that died: JupyterHub runs the post-stop step
+    in all of these) the group is ended: its processes killed, its folders removed.
+    """
+
+    def _group(self) -> Group:
+        return Group(KLASS, self.user.name)
+
+    async def start(self):
+        await asyncio.to_thread(self._group().create, LIMITS)
+        return await super().start()
+
+    def make_preexec_fn(self, name):
+        return preexec(self._group(), LIMITS, then=super().make_preexec_fn(name))
+
+    async def run_post_stop_hook(self):
+        try:
+            if not await asyncio.to_thread(self._group().end):
+                self.log.error("%s: processes left in the cgroup", self._log_name)
+        finally:
+            done = super().run_post_stop_hook()
+            if inspect.isawaitable(done):
+                await done
+
+
+c.JupyterHub.spawner_class = ClassroomSpawner
 c.Spawner.cmd = [os.path.join(VENV, "bin", "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.env_keep = ["LANG", "LC_ALL"]  # nothing of the hub's own environment else

@@ -5,7 +5,7 @@
 #                                       the class's environment, the exchange, then the hub
 #   scripts/classroom.sh add ROSTER     accounts for more students (the hub keeps running)
 #   scripts/classroom.sh stop           the hub, every user's server and every process of
-#                                       the class's accounts; nothing of it left running
+#                                       the class's accounts and cgroups; nothing of it left
 #   scripts/classroom.sh remove         stop, then delete the accounts (and their homes),
 #                                       the groups and the state folder (exchange included)
 #   scripts/classroom.sh status         is the hub up, and the class's accounts
@@ -14,7 +14,8 @@
 # ROSTER: one login per line; the instructor's line says so in a second word
 # (`teacher instructor`); `#` starts a comment. A login that exists already and is not
 # the class's is refused. Each new account gets a home (rwx------), a random password
-# and membership of mpilab-students or mpilab-instructors; the passwords are appended to
+# and membership of mpilab-students or mpilab-instructors (with MPILAB_CLASSROOM_GROUPS=x:
+# x-students, x-instructors, for a second class on this machine); the passwords go to
 # $STATE/passwords (root's alone: rw-------) for the instructor to hand out. The
 # instructor also gets a copy of this course (the instructors' edition: solutions,
 # hidden tests) in ~/mpilab, where their JupyterLab and formgrader open.
@@ -27,6 +28,14 @@
 #   jupyter/    the students' JupyterLab configuration (jupyter/student + classroom/student)
 #   hub/        the hub's database, cookie secret, pid files and log (hub.log)
 #   accounts    the class's logins and roles; passwords: their passwords
+#
+# Limits: each user's server and all it starts run in a cgroup of its own,
+# <cgroup mount>/$(basename $STATE)/<login> (v2, or v1's cpu, memory and pids hierarchies),
+# on a /dev/shm of its own (mpilab.autograder.limits). Set before `start`, in one place:
+#   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)  MPILAB_CLASSROOM_PIDS  tasks (1024)
+#   MPILAB_CLASSROOM_MEM   memory, no swap (2G)             MPILAB_CLASSROOM_SHM   /dev/shm (512M)
+# `none` turns one off. `start` tries them before anything else and refuses (2) where
+# they cannot be set.
 #
 # Root on Debian/Ubuntu only (accounts, PAM, ports); the proxy is Debian's
 # node-configurable-http-proxy (scripts/setup.sh --classroom installs it). No systemd:
@@ -42,12 +51,14 @@ ROOT=$PWD
 STATE=${MPILAB_CLASSROOM_DIR:-/srv/mpilab}
 PORT=${MPILAB_CLASSROOM_PORT:-8000}
 TIMEOUT=${MPILAB_CLASSROOM_TIMEOUT:-60}  # seconds for the hub to answer, or to stop
-STUDENTS=mpilab-students
-INSTRUCTORS=mpilab-instructors
+# the class's Unix groups (one prefix per class where several share this machine)
+STUDENTS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-students
+INSTRUCTORS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-instructors
 # the class's Python; another folder (MPILAB_CLASSROOM_VENV) outlives `remove`
 VENV=${MPILAB_CLASSROOM_VENV:-$STATE/venv}
 HUB=$STATE/hub
 EXCHANGE=$STATE/exchange
+KLASS=$(basename "$STATE")  # the class's cgroups: <mount>/$KLASS/<login>
 COURSE_ID=$(sed -nE 's/^c\.CourseDirectory\.course_id = "([^"]+)".*/\1/p' \
             autograder/nbgrader_config.py)
 
@@ -63,6 +74,8 @@ fail() {
 [[ $STATE == /?* && $(basename "$STATE") == *mpilab* ]] ||
   cannot "MPILAB_CLASSROOM_DIR must be an absolute path whose last part names mpilab, not $STATE"
 [[ -n $COURSE_ID ]] || cannot "no course id in autograder/nbgrader_config.py"
+[[ $STUDENTS =~ ^[a-z_][a-z0-9_-]{0,19}-students$ ]] ||
+  cannot "MPILAB_CLASSROOM_GROUPS: at most 20 letters, digits, _ or -, not '${STUDENTS%-students}'"
 
 need_root() {
   [[ $(id -u) == 0 ]] || cannot "run as root (it creates accounts and starts the hub)"
@@ -182,6 +195,20 @@ make_jupyter_config() {  # copies: students read these, not the checkout
   mv "$STATE/jupyter.new" "$STATE/jupyter"
 }
 
+# --- the users' limits -----------------------------------------------------------------------
+check_limits() {  # the MPILAB_CLASSROOM_* limits parse and can be set here (a group made, ended)
+  local said
+  # the checkout's module on Debian's python3: before the class's Python exists
+  said=$(PYTHONPATH=$ROOT /usr/bin/python3 -m mpilab.autograder.limits check "$KLASS" 2>&1) ||
+    cannot "${said#limits: }"
+  say "${said#limits: }"
+}
+
+end_groups() {  # whatever is still in a cgroup of the class is killed, the folders go
+  PYTHONPATH=$ROOT /usr/bin/python3 -m mpilab.autograder.limits end "$KLASS" ||
+    fail "processes left in the class's cgroups ($KLASS)"
+}
+
 # --- the hub ----------------------------------------------------------------------------------
 hub_pid() {  # the pid we started, or the one the hub wrote itself
   local f p
@@ -209,6 +236,7 @@ start_hub() {
   # its own session: the hub and what it starts outlive this shell, and stop with `stop`
   ( cd "$HUB" || exit 1
     MPILAB_CLASSROOM_DIR=$STATE MPILAB_CLASSROOM_PORT=$PORT MPILAB_CLASSROOM_VENV=$VENV \
+      MPILAB_CLASSROOM_GROUPS=${STUDENTS%-students} \
       setsid "$VENV/bin/jupyterhub" -f "$ROOT/classroom/jupyterhub_config.py" \
       >> "$HUB/hub.log" 2>&1 < /dev/null &
     echo $! > "$HUB/hub.pid" )
@@ -247,6 +275,7 @@ stop_all() {
     ours "$login" || continue
     pkill -KILL -u "$login" 2>/dev/null || true
   done
+  end_groups
   say "stopped: no hub, proxy or process of the class's accounts left"
 }
 
@@ -258,8 +287,15 @@ remove_all() {
     userdel --remove "$login" 2>/dev/null || userdel "$login"
     say "account $login removed"
   done
-  getent group "$STUDENTS" >/dev/null && groupdel "$STUDENTS"
-  getent group "$INSTRUCTORS" >/dev/null && groupdel "$INSTRUCTORS"
+  # the groups go with their last member: another class on this machine (another state
+  # folder) may share them, and its accounts would stop being the class's
+  local group
+  for group in "$STUDENTS" "$INSTRUCTORS"; do
+    if getent group "$group" >/dev/null; then
+      if [[ -z $(getent group "$group" | cut -d: -f4) ]]; then groupdel "$group"
+      else say "group $group kept: $(getent group "$group" | cut -d: -f4) still in it"; fi
+    fi
+  done
   rm -rf "$STATE"
   say "removed $STATE"
 }
@@ -268,6 +304,7 @@ case "${1:-}" in
   start)
     need_root
     [[ -n ${2:-} ]] || cannot "usage: $0 start ROSTER"
+    check_limits
     make_accounts "$2"
     make_venv
     make_exchange

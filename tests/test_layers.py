@@ -37,11 +37,12 @@ LAYERS: list[tuple[str, list[str]]] = [
                       "mpilab.network", "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
                       "mpilab.plots.collectives", "mpilab.grading"]),
     # nbgrader's preprocessors (autograder/nbgrader_config.py) and exchange plugins (a class's
-    # nbgrader_config.py, classroom/) are a door in, as the CLIs
+    # nbgrader_config.py, classroom/) and the users' cgroups (limits, the hub's spawner) are a
+    # door in, as the CLIs
     ("front ends", ["mpilab.bench", "mpilab.autograder.nbgrader", "mpilab.autograder.bench",
                     "mpilab.autograder.course", "mpilab.autograder.parallel",
                     "mpilab.autograder.edition", "mpilab.autograder.ungradable",
-                    "mpilab.autograder.exchange",
+                    "mpilab.autograder.exchange", "mpilab.autograder.limits",
                     "mpilab.doctor"]),
 ]
 
