@@ -349,3 +349,72 @@ def test_lecture_02_simulated_scale_out_quotes_stencil_heat_shm_paper_json():
     says(text, f"The simulated efficiency falls to about {t[1] / t[p] / p:.2f}", "efficiency")
     # "near p, even above it from 25 processes on"
     assert all(t[1] / t[q] > q for q in (25, 36)) and all(t[1] / t[q] > 0.9 * q for q in (4, 9))
+
+
+def test_lecture_02_simulated_k1_quotes_halo_wave_coarray_paper_json():
+    """Section 5b, quick run (the reference simulation): K1 = blocking / overlap and
+    blocking / nonblocking at 256²-1024², and the network's share T / (T - exchange)."""
+    from statistics import median
+
+    text = prose("02-halo-exchange")
+    runs = {}
+    for r in records(SIM, "halo-wave-coarray-paper.json"):
+        runs.setdefault((r["ranks"], r["sub"], r["mode"]), []).append(r["t_us_min"])
+    t = {k: median(v) for k, v in runs.items()}
+    ex = {(r["ranks"], r["sub"], r["mode"]): r["t_us_min"]
+          for r in records(SIM, "halo-wave-coarray-paper-exchange.json")}
+    big = [(p, s) for p in (32, 81, 169) for s in (256, 512, 1024)]
+    k1 = [t[p, s, "blocking"] / t[p, s, "overlap"] for p, s in big]
+    bnb = [t[p, s, "blocking"] / t[p, s, "nonblocking"] for p, s in big]
+
+    def share(p, s):
+        return t[p, s, "blocking"] / (t[p, s, "blocking"] - ex[p, s, "blocking"])
+
+    shares = [share(p, s) for p, s in big if (p, s, "blocking") in ex]
+    says(text, f"the simulated K1 at 256²-1024² comes out at {min(k1):.2f}-{max(k1):.2f}, "
+               f"above the network's share of {min(shares):.2f}-{max(shares):.2f}, and "
+               f"`blocking / nonblocking` at {min(bnb):.2f}-{max(bnb):.2f}", "beyond 128²")
+    at1024 = [share(p, 1024) for p in (32, 81, 169)]
+    assert all(round(x, 2) == 1.01 for x in at1024), at1024  # "about 1.01 at 1024²"
+    says(text, "network's share of K1 shrinks to about 1.01 at 1024²", "share at 1024²")
+    assert at1024[0] < min(at1024[1:])  # "larger across 3 and 6 nodes than on one"
+
+
+# --- the papers' K1, quoted in 02 and 07 ----------------------------------------------------
+
+def test_lectures_02_and_07_quote_the_coarray_papers_k1_as_papers_py_holds_it():
+    """The coarray paper's Tables 1-3 are data in mpilab.papers.HALO_K1; the prose that
+    quotes them says the same figures."""
+    from mpilab import papers
+
+    def k1(table):
+        t = papers.HALO_K1[table]
+        return dict(zip(t["index"], t["columns"]["K1"], strict=True)), t
+
+    one, t1 = k1("T1: 32 processes, 1 node")
+    three, _ = k1("T2: 81 processes, 3 nodes")
+    six, _ = k1("T3: 169 processes, 6 nodes")
+    small = [s for s in one if s <= 128]
+    big = [s for s in one if s >= 256]
+    lost = [1 / one[s] - 1 for s in small]
+    text = prose("02-halo-exchange")
+    b, nb = t1["columns"]["blocking_s"][1], t1["columns"]["nonblocking_s"][1]
+    says(text, f"The paper's K1 stays between {min(one.values()):.2f} and "
+               f"{max(one.values()):.2f}", "02: range")
+    says(text, f"its runs took {min(lost):.0%}–{max(lost):.0%} longer than blocking ones "
+               f"({1 / one[32] - 1:.1%} at 32², {nb:.3f} s against {b:.3f} s)"
+               .replace("%", " %").replace(" %–", "–"), "02: small")
+    says(text, f"by {min(one[s] for s in big) - 1:.1%}–{max(one[s] for s in big) - 1:.0%} "
+               f"(K1 {min(one[s] for s in big):.3f}–{max(one[s] for s in big):.3f})"
+               .replace("%", " %").replace(" %–", "–"), "02: large")
+    text = prose("07-crossing-the-network")
+    says(text, f"taking up to {max(lost):.0%} longer (32²: K1 {one[32]:.3f}), and won at most "
+               f"{max(one[s] for s in big) - 1:.0%} from 256² up (K1 {one[512]:.3f} at 512²)"
+               .replace("%", " %"), "07: one node")
+    mid = [t[s] for t in (three, six) for s in (512, 1024, 2048)]
+    says(text, f"K1 {min(mid):.2f}–{max(mid):.2f} from 512² to 2048², on 3 nodes and on 6",
+         "07: across")
+    says(text, f"{three[4096]:.3f} on 3 nodes and {six[4096]:.3f} on 6 at 4096², "
+               f"{three[6144]:.3f} and {six[6144]:.3f} at 6144²", "07: largest")
+    says(text, f"({three[1024]:.2f} and {three[2048]:.2f} across, {one[1024]:.2f} and "
+               f"{one[2048]:.2f} on one node)", "07: Table 2 against Table 1")
