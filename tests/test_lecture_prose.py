@@ -418,3 +418,28 @@ def test_lectures_02_and_07_quote_the_coarray_papers_k1_as_papers_py_holds_it():
                f"{three[6144]:.3f} and {six[6144]:.3f} at 6144²", "07: largest")
     says(text, f"({three[1024]:.2f} and {three[2048]:.2f} across, {one[1024]:.2f} and "
                f"{one[2048]:.2f} on one node)", "07: Table 2 against Table 1")
+
+
+def test_lectures_01_and_07_quote_the_pingpong_papers_table_1_as_papers_py_holds_it():
+    """Myasishchev's Table 1 (Fast Ethernet): the example of 1000 doubles, the 300-400x
+    rule against it, and the plateau the link model predicts from the copy at N = 4000."""
+    from mpilab import papers
+
+    t = papers.PINGPONG["T1: 2 × Pentium IV 3.0 GHz, Fast Ethernet"]
+    row = {n: dict(zip(t["columns"], v, strict=True))
+           for n, *v in zip(t["index"], *t["columns"].values(), strict=True)}
+    text = prose("01-pingpong")
+    copies = row[1000]["transfer_us"] / row[1000]["copy_us"]
+    says(text, f"more than {row[1000]['transfer_us']:.0f} µs of work", "01: example")
+    says(text, f"Table 1's copy of 1000 doubles took {row[1000]['copy_us']:.1f} µs, so the "
+               f"example asks for {copies:.0f} local copies: the rule asks for "
+               f"{300 / copies:.1f}–{400 / copies:.1f} times as much", "01: 164 copies")
+    text = prose("07-crossing-the-network")
+    says(text, f"{row[5]['transfer_us']:.1f} µs for 5 doubles (Table 1)", "07: 5 doubles")
+    copy_gbs = 8 * 4000 / row[4000]["copy_us"] / 1e3
+    wire, real = 100e6 / 8 * 1448 / 1514 / 1e6, 100e6 / 8 * 1448 / 1538 / 1e6
+    says(text, f"copied 4000 doubles at about {copy_gbs:.1f} GB/s", "07: copy")
+    says(text, f"≈ {copy_gbs * 1e3 / wire:.0f} ({copy_gbs * 1e3 / real:.0f} with a real "
+               f"wire's {real:.1f} MB/s)", "07: plateau")
+    plateau = [row[n]["ratio"] for n in t["index"] if n >= 100]
+    says(text, f"paper measured {min(plateau):.0f}–{max(plateau):.0f}", "07: measured")
