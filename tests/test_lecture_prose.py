@@ -443,3 +443,28 @@ def test_lectures_01_and_07_quote_the_pingpong_papers_table_1_as_papers_py_holds
                f"wire's {real:.1f} MB/s)", "07: plateau")
     plateau = [row[n]["ratio"] for n in t["index"] if n >= 100]
     says(text, f"paper measured {min(plateau):.0f}–{max(plateau):.0f}", "07: measured")
+
+
+def test_lecture_07_quotes_the_shm_papers_table_4_as_papers_py_holds_it():
+    """Souza et al., Table 4 (S/R against the hybrid, up to 64 nodes), as 07 quotes it."""
+    from mpilab import papers
+
+    t = papers.SHM_HYBRID["T4: S/R vs S/R + SHM-NC, up to 64 nodes"]
+    row = {k: dict(zip(t["columns"], v, strict=True))
+           for k, *v in zip(t["index"], *t["columns"].values(), strict=True)}
+    text = prose("07-crossing-the-network")
+    one, two, last = row["1-1-1"], row["64-32-2"], row["2304-36-64"]
+    says(text, f"S/R won everywhere, by {two['hybrid_s'] / two['sr_s'] - 1:.0%} on 2 nodes and "
+               f"by a factor {last['hybrid_s'] / last['sr_s']:.0f} on 64".replace("%", " %"),
+         "S/R won")
+    says(text, f"the hybrid took {one['hybrid_s'] / one['sr_s'] - 1:.0%} longer "
+               f"({one['hybrid_s']:.2f} s against {one['sr_s']:.2f} s)".replace("%", " %"),
+         "1-1-1")
+    many = [r for r in row.values() if r["processes"] >= 144]
+    gap = [r["hybrid_s"] / r["sr_s"] for r in many]
+    eff = [r["hybrid_efficiency"] for r in many]
+    says(text, f"From 144 processes on, the gap grows to a factor {min(gap):.1f}–{max(gap):.1f}",
+         "gap")
+    says(text, f"({row['100-25-4']['sr_efficiency']:.2f} at 100 processes, "
+               f"{row['144-36-4']['sr_efficiency']:.2f} at 144;", "S/R efficiency")
+    says(text, f"the hybrid's stays at {min(eff):.2f}–{max(eff):.2f}", "hybrid efficiency")
