@@ -407,6 +407,21 @@ def test_lectures_02_and_07_quote_the_coarray_papers_k1_as_papers_py_holds_it():
     says(text, f"by {min(one[s] for s in big) - 1:.1%}–{max(one[s] for s in big) - 1:.0%} "
                f"(K1 {min(one[s] for s in big):.3f}–{max(one[s] for s in big):.3f})"
                .replace("%", " %").replace(" %–", "–"), "02: large")
+    says(text, f"paper's was below 1: {min(one[s] for s in small):.2f}-"
+               f"{max(one[s] for s in small):.2f} up to 128² on one node, "
+               f"{min(three[16], six[16]):.2f}-{max(three[16], six[16]):.2f} at 16² on 3 and 6 "
+               "nodes", "02: simulated small")
+    mid2 = [t[s] for t in (three, six) for s in (512, 1024)]
+    says(text, f"below their K1 of {min(mid2):.2f}-{max(mid2):.2f} at 512² and 1024²",
+         "02: simulated large")
+    mid3 = [t[s] for t in (three, six) for s in (512, 1024, 2048)]
+    top = [t[s] for t in (three, six) for s in (4096, 6144)]
+    says(text, f"(K1 {min(one[s] for s in big):.2f}-{max(one[s] for s in big):.2f} from 256² "
+               f"up on one node; {min(mid3):.2f}-{max(mid3):.2f} at 512²-2048² on 3 and 6 "
+               f"nodes, but {min(top):.3f}-{max(top):.3f} at 4096² and 6144²)", "02: gains")
+    says(text, f"({min(one[s] for s in small):.2f}–{max(one[s] for s in small):.2f} up to "
+               f"128², {min(one[s] for s in big):.2f}–"
+               f"{max(one[s] for s in big):.2f} from 256² up)", "02: summary")
     text = prose("07-crossing-the-network")
     says(text, f"taking up to {max(lost):.0%} longer (32²: K1 {one[32]:.3f}), and won at most "
                f"{max(one[s] for s in big) - 1:.0%} from 256² up (K1 {one[512]:.3f} at 512²)"
