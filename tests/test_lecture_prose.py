@@ -5,16 +5,17 @@ its code cells, whitespace collapsed), loads the JSON under reference/ that the 
 cites, computes the figures from the records the way the lecture's cells do, and checks
 that the sentence quoting them says exactly those figures, rounded as printed. A number
 edited in the prose, or a reference file rerun with other results, fails here until the
-two agree again.
+two agree again. The papers' figures the prose quotes are checked the same way against
+the data they are kept as (mpilab.papers, or the lecture's own transcription where a
+table lives only there).
 
 What a lecture says about the run in front of the student is not here: those numbers are
 not typed into the prose (the prose points at the printed figure or states its condition),
 and the verdicts the cells print are checked against the prose by the lecture's own tests
-(tests/test_lecture_*.py, through tests/lecture_runs.py). The papers' published figures
-are the papers' (mpilab/papers.py and the lectures' tables); facts from sources and
-standards (eager limits, page sizes) are left as they are.
+(tests/test_lecture_*.py and tests/test_lectures.py, through tests/lecture_runs.py). Facts
+from sources and standards (eager limits, page sizes, frame sizes) are left as they are.
 
-Lectures 00 and 03 quote no reference file; for them the test checks that the prose holds
+Lectures 00 and 03 quote no reference file; for them the tests check that the prose holds
 no hand-typed figure of a run (the ones that used to be there).
 """
 
@@ -205,6 +206,54 @@ def test_lecture_03_quotes_no_layout_of_a_run():
     text = prose("03-one-sided")
     assert not re.search(r"\b\d+ B: the window's mapping", text)
     says(text, "as many as the printed offset", "layout")
+
+
+def _shm_paper_table_1():
+    """The SHM paper's Table 1 (C, seconds) as lecture 03's cell transcribes it, after
+    checking that lecture 02's S/R column and sequential time are the same figures (the
+    table is not in mpilab.papers: each lecture types it)."""
+    src3 = (ROOT / "lectures" / "03-one-sided.md").read_text()
+    cols = {k: [float(x) for x in v.split(", ")]
+            for k, v in re.findall(r'^\s+"(ranks|S/R|SHM|SHM-NC)": \[([\d., ]+)\]', src3, re.M)}
+    src2 = (ROOT / "lectures" / "02-halo-exchange.md").read_text()
+    sr = re.search(r'"time_s": \[([\d., ]+)\]', src2).group(1)
+    assert [float(x) for x in sr.split(", ")] == cols["S/R"]
+    seq = {float(x) for x in re.findall(r"^PAPER_SEQ_S = ([\d.]+)", src2 + src3, re.M)}
+    assert len(seq) == 1
+    ranks = [int(r) for r in cols.pop("ranks")]
+    return {k: dict(zip(ranks, v, strict=True)) for k, v in cols.items()}, seq.pop()
+
+
+def test_lectures_02_and_03_quote_the_shm_papers_table_1_as_they_transcribe_it():
+    t, seq = _shm_paper_table_1()
+    sr, shm, nc = t["S/R"], t["SHM"], t["SHM-NC"]
+    vs_seq = {p: seq / sr[p] / p for p in sr}  # efficiency against the sequential program
+    vs_one = {p: sr[1] / sr[p] / p for p in sr}  # against its own 1-process run
+    text = prose("02-halo-exchange")
+    says(text, f"kept an efficiency of {vs_seq[4]:.2f} up to 4 processes and {vs_seq[9]:.2f} "
+               f"at 9, then fell to {vs_seq[16]:.1f} at 16 and about "
+               f"{round(min(vs_seq[25], vs_seq[36]), 1):.1f} at 25–36", "02: section 7")
+    says(text, f"efficiency of {vs_one[4]:.1f} at 4 processes and {vs_one[9]:.2f} at 9, then "
+               f"{vs_one[16]:.1f} at 16 and {min(vs_one[25], vs_one[36]):.2f}-"
+               f"{max(vs_one[25], vs_one[36]):.2f} at 25-36", "02: section 7b")
+    text = prose("03-one-sided")
+    less = {p: 1 - shm[p] / sr[p] for p in (1, 4, 9)}
+    says(text, f"SHM took {min(less.values()):.0%}–{max(less.values()):.0%} less time than S/R "
+               f"up to 9 processes ({less[1]:.0%} less even on *one* process"
+               .replace("%", " %").replace(" %–", "–"), "03: SHM ahead")
+    assert abs(shm[16] / sr[16] - 1) < 0.005  # "they tie at 16"
+    assert round(shm[36] / sr[36]) == 2  # "twice as long"
+    says(text, f"({nc[25] / sr[25] - 1:.0%} slower at 25, {nc[36] / sr[36] - 1:.0%} at 36)"
+               .replace("%", " %"), "03: SHM-NC")
+    assert all(abs(shm[p] / nc[p] - 1) < 0.02 for p in (1, 4, 9, 16))  # "within 2 %"
+    says(text, "SHM and SHM-NC are within 2 % of each other in Table 1 up to 16 processes",
+         "03: up to 16")
+    says(text, f"({shm[36]:.2f} s at 36 against {nc[36]:.2f} s for SHM-NC)", "03: at 36")
+    says(text, f"the paper's SHM gained {less[4]:.0%} at 4 processes, {less[9]:.0%} at 9"
+               .replace("%", " %"), "03: gains")
+    says(text, f"efficiency of {vs_seq[9]:.2f} at 9 processes to {vs_seq[16]:.1f} at 16 and "
+               f"{min(vs_seq[25], vs_seq[36]):.2f}-{max(vs_seq[25], vs_seq[36]):.2f} at 25-36",
+         "03: S/R efficiency")
 
 
 # --- 04 ----------------------------------------------------------------------------------
