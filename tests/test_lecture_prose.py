@@ -509,6 +509,10 @@ def test_lectures_02_and_07_quote_the_coarray_papers_k1_as_papers_py_holds_it():
          "07: across")
     says(text, f"{three[4096]:.3f} on 3 nodes and {six[4096]:.3f} on 6 at 4096², "
                f"{three[6144]:.3f} and {six[6144]:.3f} at 6144²", "07: largest")
+    at_small = sorted(t[s] for t in (one, three, six) for s in (16, 64))
+    says(text, f"({at_small[0]:.2f}–{at_small[-2]:.2f}; the one exception {six[64]:.2f}, at 64² "
+               "on 6 nodes)", "07: small")
+    assert at_small[-1] == six[64] > 1 > at_small[-2]
     says(text, f"({three[1024]:.2f} and {three[2048]:.2f} across, {one[1024]:.2f} and "
                f"{one[2048]:.2f} on one node)", "07: Table 2 against Table 1")
 
@@ -527,6 +531,13 @@ def test_lectures_01_and_07_quote_the_pingpong_papers_table_1_as_papers_py_holds
     says(text, f"Table 1's copy of 1000 doubles took {row[1000]['copy_us']:.1f} µs, so the "
                f"example asks for {copies:.0f} local copies: the rule asks for "
                f"{300 / copies:.1f}–{400 / copies:.1f} times as much", "01: 164 copies")
+    ratios = {name: dict(zip(tab["index"], tab["columns"]["ratio"], strict=True))
+              for name, tab in papers.PINGPONG.items()}
+    t2, t3 = (ratios[k] for k in list(ratios)[1:])
+    big2 = [v for n, v in t2.items() if n >= 1000]
+    big3 = [v for v in t3.values() if v < 1]  # where the transfer beat the copy loop
+    says(text, f"the Athlon's ratio fell to {min(big2):.0f}–{max(big2):.0f}", "01: Table 2")
+    says(text, f"Pentium E2160 even reached {min(big3):.1f}–{max(big3):.1f}", "01: Table 3")
     text = prose("07-crossing-the-network")
     says(text, f"{row[5]['transfer_us']:.1f} µs for 5 doubles (Table 1)", "07: 5 doubles")
     copy_gbs = 8 * 4000 / row[4000]["copy_us"] / 1e3
