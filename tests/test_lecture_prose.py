@@ -354,6 +354,32 @@ def test_lecture_06_simulated_allgather_quotes_allgather_paper_json():
     says(text, "ten to fifty times the best time (printed above)", "library's choice")
 
 
+def test_lecture_06_quotes_the_allgather_papers_table_1_as_it_transcribes_it():
+    """Loch and Koslovski's Table 1 (x 10 µs) lives in lecture 06's PAPER cell; the prose's
+    reading of it: 0.26 s at 512 KB, Bruck ahead of neighbor exchange by 2-5x from 2 KB at
+    62 processes, 799 against 104 and 507 at 128 processes and 512 B."""
+    src = (ROOT / "lectures" / "06-allgather.md").read_text()
+    cell = src[src.index("PAPER = {"):src.index("PAPER_SPREAD_62")]
+    table, p = {}, None
+    for line in cell.splitlines():
+        if (m := re.match(r"\s+(\d+): \{", line)):
+            p = int(m.group(1))
+        elif (m := re.match(r'\s+"([^"]+)": \[([\d, ]+)\]', line)):
+            table.setdefault(p, {})[m.group(1)] = [int(x) for x in m.group(2).split(", ")]
+    assert set(table) == {62, 128} and len(table[62]["bruck"]) == 8
+    text = prose("06-allgather")
+    choice = "Open MPI's choice"
+    says(text, f"512 KB allgather at 62 processes then takes "
+               f"{table[62][choice][-1] * 10 / 1e6:.2f} s", "0.26 s")
+    ahead = [ne / b for ne, b in zip(table[62]["neighbor_exchange"][3:], table[62]["bruck"][3:],
+                                     strict=True)]
+    says(text, f"Bruck beat the library's neighbor exchange by {min(ahead):.0f}–{max(ahead):.0f}× "
+               "from 2 KB to 512 KB at 62 processes", "2-5x")
+    says(text, f"128 processes and 512 B, {table[128][choice][2]} × 10 µs, is far "
+               f"above recursive doubling's {table[128]['recursive_doubling'][2]} and nearer "
+               f"neighbor exchange's {table[128]['neighbor_exchange'][2]}", "128 at 512 B")
+
+
 # --- 07 ----------------------------------------------------------------------------------
 
 def _halo(name):
