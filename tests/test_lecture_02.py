@@ -133,6 +133,12 @@ def test_lecture_02_sweep_is_compared_with_a_copy_of_the_same_bytes():
                       r"same stores \(store-copy\), ([\d.]+)x that of memcopy; memcopy / "
                       r"store-copy ([\d.]+)", out)
     assert ratio and all(0 < float(x) < 10 for x in ratio.groups()), out
+    # the verdict the prose reads (memory-bound from 0.9x of store-copy) is this run's ratio's
+    at_memory = float(ratio.group(1)) >= 0.9
+    said = re.search(r"^-> (.*)$", out, re.M)
+    assert said, out
+    assert (said.group(1).startswith("the sweep runs at memory speed") == at_memory
+            or abs(float(ratio.group(1)) - 0.9) < 0.006), out  # printed rounded
 
 
 def test_lecture_02_stops_its_cluster():
@@ -171,6 +177,17 @@ def test_lecture_02_progress_cases_say_who_moved_the_message():
     # across the link, a rendezvous row needs progress: the reference run and CI agree
     rendezvous = next(line for line in verdicts.splitlines() if "128 KiB rows" in line)
     assert "needed progress" in rendezvous, rendezvous
+    # and a verdict follows from its own figures: progress needed where the tests hid at
+    # least half and a quarter more than overlap alone (as the prose reads it)
+    for line in verdicts.splitlines():
+        got = re.search(r"overlap hid (-?\d+)% of the exchange, overlap-test (-?\d+)% -> (.*)",
+                        line)
+        if got:
+            plain, tested = int(got.group(1)) / 100, int(got.group(2)) / 100
+            if "needed progress" in got.group(3):
+                assert tested >= 0.5 - 0.005 and tested - plain >= 0.25 - 0.01, line
+            elif "without any help" in got.group(3):
+                assert plain >= 0.5 - 0.005, line
 
 
 def test_lecture_02_nonblocking_allreduce_is_measured_as_osu_does():
@@ -179,7 +196,14 @@ def test_lecture_02_nonblocking_allreduce_is_measured_as_osu_does():
     for mode in ("allreduce", "iallreduce", "iallreduce-test"):
         assert mode in out
     assert "allreduce of 16384 doubles, computing" in out
-    assert re.search(r"without progress the nonblocking allreduce spent \d+\.\d times", out)
+    spent = re.search(r"without progress the nonblocking allreduce spent (\d+\.\d+) times",
+                      out)
+    assert spent, out
+    # the verdict the prose points at ("should be longer ... the line above says whether it
+    # was") is this run's ratio's
+    longer = "-> longer in MPI than the blocking call" in out
+    assert longer != ("-> NOT longer in MPI" in out), out
+    assert longer == (float(spent.group(1)) > 1) or spent.group(1) == "1.0", out
 
 
 def test_lecture_02_asks_the_library_whether_reorder_renumbers():
