@@ -102,16 +102,37 @@ class Gpu:
         self.rt.deviceSynchronize()
 
 
-def timed(comm, reps: int, round_trip) -> list[float]:
+def timed(comm, reps: int, once) -> list[float]:
     """Best-protocol trials: the mean one-way time (µs) of `reps` round trips, per trial."""
     out = []
     for _ in range(TRIALS):
         comm.Barrier()
         t0 = MPI.Wtime()
         for _ in range(reps):
-            round_trip()
+            once()
         out.append((MPI.Wtime() - t0) / reps / 2 * 1e6)
     return out
+
+
+def round_trip(me: int, send, recv):
+    """One round trip: rank 0 sends then receives, rank 1 receives then sends."""
+    def rt():
+        if me == 0:
+            send()
+            recv()
+        else:
+            recv()
+            send()
+    return rt
+
+
+def arrived_and_freed(gpu, d_send: int, d_recv: int, size: int, other: int) -> bool:
+    """Whether the inbox holds the peer's pattern; both device buffers freed."""
+    check = np.empty(size, np.uint8)
+    gpu.d2h(check, d_recv, size)
+    gpu.rt.free(d_send)
+    gpu.rt.free(d_recv)
+    return bool((check == 0xA0 + other).all())
 
 
 def pingpong_host(comm, size):
@@ -152,22 +173,10 @@ def pingpong_staged(comm, gpu, size, pinned: bool):
         comm.Recv([h_recv, MPI.BYTE], other, 2)
         gpu.h2d(d_recv, h_recv, size)
 
-    def rt():
-        if me == 0:
-            send()
-            recv()
-        else:
-            recv()
-            send()
-
+    rt = round_trip(me, send, recv)
     rt()
     times = timed(comm, reps_for(size, guess_us(size, 4, 15)), rt)
-    check = np.empty(size, np.uint8)
-    gpu.d2h(check, d_recv, size)
-    ok = bool((check == 0xA0 + other).all())
-    gpu.rt.free(d_send)
-    gpu.rt.free(d_recv)
-    return times, ok
+    return times, arrived_and_freed(gpu, d_send, d_recv, size, other)
 
 
 def pingpong_pipelined(comm, gpu, size, chunk=CHUNK):
@@ -213,22 +222,10 @@ def pingpong_pipelined(comm, gpu, size, chunk=CHUNK):
             events[b].record(stream)
         stream.synchronize()
 
-    def rt():
-        if me == 0:
-            send()
-            recv()
-        else:
-            recv()
-            send()
-
+    rt = round_trip(me, send, recv)
     rt()
     times = timed(comm, reps_for(size, guess_us(size, 8, 15)), rt)
-    check = np.empty(size, np.uint8)
-    gpu.d2h(check, d_recv, size)
-    ok = bool((check == 0xA0 + other).all())
-    gpu.rt.free(d_send)
-    gpu.rt.free(d_recv)
-    return times, ok
+    return times, arrived_and_freed(gpu, d_send, d_recv, size, other)
 
 
 def pingpong_ipc(comm, gpu, size):
@@ -248,14 +245,7 @@ def pingpong_ipc(comm, gpu, size):
     def recv():
         comm.Recv([token, MPI.BYTE], other, 4)
 
-    def rt():
-        if me == 0:
-            send()
-            recv()
-        else:
-            recv()
-            send()
-
+    rt = round_trip(me, send, recv)
     rt()
     times = timed(comm, reps_for(size, guess_us(size, 500, 15)), rt)
     comm.Barrier()
