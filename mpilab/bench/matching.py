@@ -27,7 +27,7 @@ from . import finish, parser
 
 
 def main(argv=None) -> int:
-    p = parser("matching", __doc__, reps=7, min_time=0.005)
+    p = parser("matching", __doc__, reps=7, rounds=2, min_time=0.005)
     p.add_argument("--depths", default=",".join(map(str, pingpong.DEPTHS)),
                    help="entries queued ahead of the ping-pong, per rank")
     p.add_argument("--queues", default="all", help="posted, unexpected or all")
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         return pingpong.run_matching(
             depths=validate.sizes(a.depths), queues=a.queues, wildcards=a.wildcards,
             nbytes=a.nbytes, late_sizes=validate.sizes(a.late_sizes) if a.late_sizes else [],
-            delay_us=a.delay_us, reps=a.reps, min_time=a.min_time, transport=a.transport,
+            delay_us=a.delay_us, reps=a.reps, rounds=a.rounds, min_time=a.min_time, transport=a.transport,
             timeout=a.timeout)
 
     def show(m, recs):
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         over = ", oversubscribed" if 2 > s["cores"] else ""
         lines = [f"# {m['mpi_library_version']} | 2 ranks over {s['transport']} on "
                  f"{s['cores']} cores{over} | {s['nbytes']} B messages, fastest of "
-                 f"{s['reps']}", pingpong.matching_table(recs)]
+                 f"{s['rounds']} rounds x {s['reps']}", pingpong.matching_table(recs)]
         for q in pingpong.QUEUES:
             for w in pingpong.WILDCARDS:
                 got = sorted((r["depth"], r["t_us_min"]) for r in recs

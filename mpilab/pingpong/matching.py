@@ -144,21 +144,32 @@ def matching_worker(a: dict) -> dict | None:
     ----------
     a : dict
         The job's arguments: ``depths``, ``queues``, ``wildcards``, ``nbytes``, ``reps``,
-        ``min_time``, ``late_sizes``, ``delay_us``.
+        ``rounds``, ``min_time``, ``late_sizes``, ``delay_us``.
 
     Returns
     -------
     dict or None
-        On rank 0 ``queues`` (``"<queue>/<wildcard>"``: :func:`queue_times`), ``late``
+        On rank 0 ``queues`` (``"<queue>/<wildcard>"``: :func:`queue_times`, the
+        repetitions of every round pooled), ``late``
         (:func:`late_times`) and ``library``; None on the other ranks.
     """
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    got = {f"{q}/{w}": queue_times(comm, a["depths"], queue=q, wildcard=w,
-                                   nbytes=a["nbytes"], reps=a["reps"],
-                                   min_time=a["min_time"])
-           for q in a["queues"] for w in a["wildcards"]}
+    got: dict = {}
+    for _ in range(a["rounds"]):  # the cases alternate: a busy moment hits one round
+        for q in a["queues"]:
+            for w in a["wildcards"]:
+                t = queue_times(comm, a["depths"], queue=q, wildcard=w, nbytes=a["nbytes"],
+                                reps=a["reps"], min_time=a["min_time"])
+                if f"{q}/{w}" not in got:
+                    got[f"{q}/{w}"] = t
+                    continue
+                g = got[f"{q}/{w}"]
+                for i in range(len(g["depths"])):
+                    g["times_s"][i] += t["times_s"][i]
+                    g["t_us"][i] = min(g["t_us"][i], t["t_us"][i])
+                g["bad"] += t["bad"]
     late = (late_times(comm, a["late_sizes"], delay_us=a["delay_us"], reps=a["reps"])
             if a["late_sizes"] else None)
     if comm.Get_rank() != 0:
@@ -168,7 +179,7 @@ def matching_worker(a: dict) -> dict | None:
 
 def run_matching(*, depths=DEPTHS, queues=QUEUES, wildcards=WILDCARDS, nbytes: int = 8,
                  late_sizes=LATE_SIZES, delay_us: float = DELAY_US, reps: int = 7,
-                 min_time: float = 0.005, transport: str = "shm",
+                 rounds: int = 2, min_time: float = 0.005, transport: str = "shm",
                  timeout: float = 1800.0) -> tuple[dict, list[dict]]:
     """A ping-pong past queued entries and a late receiver, on 2 ranks, in one MPI job.
 
@@ -187,7 +198,10 @@ def run_matching(*, depths=DEPTHS, queues=QUEUES, wildcards=WILDCARDS, nbytes: i
     delay_us : float, optional
         How late that receiver posts, µs (default :data:`DELAY_US`).
     reps : int, optional
-        Timed repetitions of each case (default 7).
+        Timed repetitions of each case per round (default 7).
+    rounds : int, optional
+        Rounds of the queued cases, one after the other, their repetitions pooled
+        (default 2); the late receiver runs once.
     min_time : float, optional
         Seconds one repetition of the ping-pong should last (default 0.005).
     transport : str, optional
@@ -207,7 +221,7 @@ def run_matching(*, depths=DEPTHS, queues=QUEUES, wildcards=WILDCARDS, nbytes: i
     ------
     ValueError
         No depth, a depth out of range, an unknown queue or wildcard, `reps` below 1 or
-        a negative `delay_us`.
+        a negative `delay_us`, `rounds` below 1.
     """
     depths = sorted({validate.count(d, "depth", lowest=0) for d in depths})
     if not depths:
@@ -218,13 +232,14 @@ def run_matching(*, depths=DEPTHS, queues=QUEUES, wildcards=WILDCARDS, nbytes: i
     wildcards = validate.names(wildcards, WILDCARDS, "wildcard")
     late_sizes = [validate.count(n, "size", lowest=0) for n in late_sizes]
     validate.count(reps, "reps")
+    validate.count(rounds, "rounds")
     validate.count(nbytes, "nbytes", lowest=0)
     if not 0 <= delay_us <= 1e6:
         raise ValueError(f"delay_us is between 0 and 1e6 µs, got {delay_us!r}")
     cores = runtime.usable_cores()
     args = {"depths": depths, "queues": queues, "wildcards": wildcards, "nbytes": nbytes,
             "late_sizes": late_sizes, "delay_us": float(delay_us), "reps": reps,
-            "min_time": min_time}
+            "rounds": rounds, "min_time": min_time}
     with placed(2, transport) as (launch, where):
         doc = python_worker(launch, MODULE, {"what": "matching", **args}, timeout)
     common = {"ranks": 2, "transport": transport, "oversubscribed": 2 > cores, **where}
