@@ -27,7 +27,7 @@ from . import finish, parser
 
 
 def main(argv=None) -> int:
-    p = parser("matching", __doc__, reps=7, rounds=2, min_time=0.005)
+    p = parser("matching", __doc__, reps=15, rounds=2, min_time=0.001)
     p.add_argument("--depths", default=",".join(map(str, pingpong.DEPTHS)),
                    help="entries queued ahead of the ping-pong, per rank")
     p.add_argument("--queues", default="all", help="posted, unexpected or all")
