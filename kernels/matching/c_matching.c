@@ -8,9 +8,8 @@
  * walks each list from its head: an arriving message compares itself with every posted
  * receive ahead of its own, and a receive being posted with every queued message ahead
  * of its own (or with all of them, when none matches and it is queued in turn).
- * Algorithm (as Underwood and Brightwell timed queue depth, ICPP 2004): both ranks first
- * queue `depth` entries the ping-pong's messages never match (tags 1 .. depth, 4 bytes
- * each, carrying their tag):
+ * Algorithm: both ranks first queue `depth` entries the ping-pong's messages never match
+ * (tags 1 .. depth, 4 bytes each, carrying their tag):
  *   POSTED     each rank posts `depth` MPI_Irecv from the other, before the ping-pong's
  *              own receives, so every ping-pong message walks past all of them;
  *   UNEXPECTED each rank sends `depth` messages to the other, which it does not receive
