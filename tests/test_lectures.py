@@ -485,7 +485,8 @@ def test_lecture_01_measures_message_matching_and_a_late_receiver():
     rows = re.findall(r"^(\S+ \S+): receiver computing: (.+); receiver inside MPI: (.+)$",
                       late, re.M)
     assert [r[0] for r in rows] == ["8 B", "1 KiB", "64 KiB"], late
-    # a rendezvous send cannot return before its receive is posted
-    assert rows[-1][1:] == ("waited for the receive",) * 2, late
+    if runtime.launcher_family() == "openmpi":  # 64 KiB is past its 4 KiB eager limit
+        # a rendezvous send cannot return before its receive is posted
+        assert rows[-1][1:] == ("waited for the receive",) * 2, late
     saw = text_of(cell_with(nb, "per unexpected one"))
     assert re.search(r"matching: behind \d+ unexpected messages a message took [\d.]+x", saw)

@@ -70,12 +70,13 @@ def test_bench_matching_json_and_sane_ratios(tmp_path):
             # 2048 entries at a nanosecond or more each, against a ping-pong of ~0.3 µs
             assert t[(q, w, 2048)] > 2 * t[(q, w, 0)], (q, w, t)
     late = {(r["queue"], r["size_bytes"]): r for r in recs if r["queue"] in pingpong.LATE}
-    # a rendezvous send cannot finish before its receive is posted (300 µs after the
-    # barrier; the barrier's exit skew is a few µs)
-    for q in pingpong.LATE:
-        assert late[(q, 65536)]["t_us_min"] > 150, late[(q, 65536)]
-    if doc["meta"]["mpi_library"] == "openmpi" and late[("late", 1024)]["eager_limit"]:
-        assert late[("late", 1024)]["eager_limit"] > 1024
+    limit = late[("late", 1024)]["eager_limit"]
+    if doc["meta"]["mpi_library"] == "openmpi" and limit:
+        assert 1024 < limit < 65536, limit  # the vader BTL's default is 4096
+        # a rendezvous send cannot finish before its receive is posted (300 µs after the
+        # barrier; the barrier's exit skew is a few µs)
+        for q in pingpong.LATE:
+            assert late[(q, 65536)]["t_us_min"] > 150, late[(q, 65536)]
         # eager: the receiver's library takes the message while it polls, before the
         # receive is posted
         assert late[("late-polling", 1024)]["t_us_min"] < 100, late[("late-polling", 1024)]
