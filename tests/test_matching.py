@@ -96,3 +96,26 @@ def test_the_figure_draws_each_case_measured_and_its_model():
     assert "model" in ax.get_title() and "256-1024" in ax.get_title()
     with pytest.raises(ValueError, match="no record"):
         figure.queue_depth(recs[-1:])
+
+
+DEEPEST = 8192
+
+
+def test_the_reference_run_says_what_the_lecture_and_its_readme_say():
+    """reference/2core-xeon-openmpi414/matching.json: nothing arrived wrong; from 8192
+    entries every queue leaves the line through 1024-4096 upwards (lecture 01 says so), by
+    1.2-1.4x (its README)."""
+    import numpy as np
+
+    from mpilab import paths
+
+    doc = json.loads((paths.reference_dir() / "2core-xeon-openmpi414" / "matching.json")
+                     .read_text())
+    assert doc["meta"]["cores"] == 2 and doc["meta"]["mpi_version"] == "4.1.4"
+    assert all(r["bad"] == 0 for r in doc["records"])
+    t = {(r["queue"], r["wildcard"], r["depth"]): r["t_us_min"] for r in doc["records"]}
+    for q in pingpong.QUEUES:
+        for w in pingpong.WILDCARDS:
+            fit = (1024, 2048, 4096)
+            slope, base = np.polyfit(fit, [t[q, w, d] for d in fit], 1)
+            assert 1.15 < t[q, w, DEEPEST] / (base + DEEPEST * slope) < 1.45, (q, w)
