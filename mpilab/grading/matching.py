@@ -117,7 +117,7 @@ def _lines(predict: Callable, m: dict, _ranks: int) -> None:
     print(f"measured just now on {where(m)}: t0 = {m['t0_us']:.3f} µs, "
           f"{m['cost_ns']:.2f} ns per entry (256 to 1024 entries)")
     print(f"behind {HELD_OUT_DEPTH} unexpected messages: measured {m['held_out_us']:.2f} µs, "
-          "predicted " + shown(predict, HELD_OUT_DEPTH, m["t0_us"], m["cost_ns"], digits=2))
+          "predicted " + shown(predict, HELD_OUT_DEPTH, m["t0_us"], m["cost_ns"], digits=2).strip())
 
 
 BEHIND = Prediction(
