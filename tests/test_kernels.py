@@ -46,7 +46,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("name", ["pingpong", "memcopy", "stencil", "wave", "collectives",
-                                  "onesided"])
+                                  "onesided", "matching"])
 def test_the_type_stub_matches_the_compiled_module(name):
     """mpilab/kernels/<name>.pyi declares exactly the module's functions and parameters.
 

@@ -31,7 +31,7 @@ from mpilab.autograder.course import REPO, full, make_course, nbgrader, solution
 
 pytestmark = pytest.mark.slow
 
-LABS = {"lab00-mpi-basics": 6, "lab01-pingpong": 9}  # assignment -> total points
+LABS = {"lab00-mpi-basics": 8, "lab01-pingpong": 12}  # assignment -> total points
 # plain `nbgrader autograde LAB`: one process grades this module's submissions one after
 # another (the other lab modules grade side by side: tests/grading_batch.py)
 GRADING_JOBS = 1
@@ -186,6 +186,17 @@ def fit_alpha_beta(n_bytes, t_us):
     return intercept, 1 / slope
 '''
 
+COST_EVERY_DEPTH = '''
+def search_cost_ns(depths, t_us):
+    slope, _ = np.polyfit(depths, t_us, 1)
+    return slope * 1e3
+'''
+
+BEHIND_IN_NS = '''
+def predict_behind_us(depth, t0_us, cost_ns):
+    return t0_us + depth * cost_ns
+'''
+
 PREDICT_NO_ALPHA = '''
 def predict_us(n_bytes, alpha_us, beta_MBps):
     return np.asarray(n_bytes) / beta_MBps
@@ -205,11 +216,15 @@ def test_lab01_correct_gets_full_marks(request, course):
 
 @pytest.mark.submission(LAB1, "wrong", lambda: {
     **solutions(LAB1), "pingpong": PINGPONG_TOTAL_SECONDS, "fit_alpha_beta": FIT_UNWEIGHTED,
-    "predict": PREDICT_NO_ALPHA})
+    "predict": PREDICT_NO_ALPHA, "search_cost": COST_EVERY_DEPTH,
+    "predict_behind": BEHIND_IN_NS})
 @pytest.mark.graded_timing
 def test_lab01_wrong_gets_partial_marks(request, course):
-    want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0}
+    want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0,
+            "test_search_cost": 0.0, "test_predict_behind": 0.0}
     nb, _ = check_run(request, course, want)
+    assert "fit the depths of 256 and more only" in errors_of(nb, "test_search_cost")
+    assert "1 µs is 1000 ns" in errors_of(nb, "test_predict_behind")
     assert "latency α is missing" in errors_of(nb, "test_predict")
     # at 4 MiB the latency is noise: the same model, measured, is within the factor
     assert "times the prediction" in printed_by(nb, "test_predict_measured")
@@ -249,3 +264,16 @@ def test_measured_dataset_says_where_it_comes_from():
         assert key in doc["meta"]
     kernel = [r for r in doc["records"] if r["impl"] == "kernel"]
     assert len(kernel) >= 8 and all(r["t_us_min"] > 0 for r in kernel)
+
+
+def test_matching_dataset_says_where_it_comes_from():
+    """Part E's file: a real `bench matching` run, every message checked, the walk showing
+    from 256 queued entries up (each deeper queue slower than the last)."""
+    doc = json.loads((REPO / "labs" / LAB1 / "matching_measured.json").read_text())
+    for key in ("hostname", "cpu_model", "cores", "mpi_library", "transport", "measured_at"):
+        assert key in doc["meta"]
+    recs = sorted((r["depth"], r["t_us_min"]) for r in doc["records"]
+                  if r["queue"] == "unexpected" and r["wildcard"] == "none")
+    assert all(r["bad"] == 0 for r in doc["records"])
+    deep = [t for d, t in recs if d >= 256]
+    assert len(deep) >= 3 and deep == sorted(deep), recs

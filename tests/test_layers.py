@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     # topics, their figures (plots/<topic>) and their checks (grading/<topic>)
     ("teaching API", ["mpilab.halo", "mpilab.pingpong", "mpilab.collectives", "mpilab.tuning",
                       "mpilab.network", "mpilab.coarrays", "mpilab.sim", "mpilab.plots.halo", "mpilab.plots.onesided",
+                      "mpilab.plots.matching",
                       "mpilab.plots.collectives", "mpilab.grading"]),
     # nbgrader's preprocessors (autograder/nbgrader_config.py) and exchange plugins (a class's
     # nbgrader_config.py, classroom/) and the users' cgroups (limits, the hub's spawner) are a

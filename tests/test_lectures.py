@@ -510,3 +510,31 @@ def test_lecture_01_shows_the_gpu_reference_labelled_and_its_prose_matches_it():
     assert len(quoted) >= 12, quoted
     for q in quoted:
         assert q in out or q in label, f"the prose quotes {q}, which no cell printed"
+
+
+def test_lecture_01_measures_message_matching_and_a_late_receiver():
+    """The matching section: every queue and wildcard measured, nothing arrived wrong, the
+    figure drawn; the verdicts printed are the ones the run's own numbers give."""
+    nb = executed("01-pingpong")
+    run = text_of(cell_with(nb, "pingpong.run_matching("))
+    assert "messages that arrived wrong: 0" in run, run
+    for col in ("posted/none", "posted/source", "unexpected/none", "unexpected/source"):
+        assert col in run, (col, run)
+    figure = cell_with(nb, "matching_figure.queue_depth(")
+    assert any("image/png" in o.get("data", {}) for o in figure.outputs), "no figure drawn"
+    fits = text_of(cell_with(nb, "pingpong.fit_search("))
+    assert fits.count("ns per entry, which predicts") == 4, fits
+    # each line's "Nx" is its own two times' ratio
+    for got in re.finditer(r"([\d.]+) µs behind (\d+) entries against ([\d.]+) µs behind none "
+                           r"\(([\d.]+)x\)", fits):
+        deep, none, ratio = float(got[1]), float(got[3]), float(got[4])
+        assert ratio == pytest.approx(deep / none, rel=0.05), got[0]  # rounded to 0.01 µs
+    late = text_of(cell_with(nb, "MATCH_DELAY_US / 2"))
+    rows = re.findall(r"^(\S+ \S+): receiver computing: (.+); receiver inside MPI: (.+)$",
+                      late, re.M)
+    assert [r[0] for r in rows] == ["8 B", "1 KiB", "64 KiB"], late
+    if runtime.launcher_family() == "openmpi":  # 64 KiB is past its 4 KiB eager limit
+        # a rendezvous send cannot return before its receive is posted
+        assert rows[-1][1:] == ("waited for the receive",) * 2, late
+    saw = text_of(cell_with(nb, "per unexpected one"))
+    assert re.search(r"matching: behind \d+ unexpected messages a message took [\d.]+x", saw)

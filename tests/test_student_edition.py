@@ -66,7 +66,7 @@ def test_nothing_of_the_instructors_side_is_in_it(built):
 
 
 def test_the_scan_finds_only_the_known_list(built):
-    """The known list: three graded models the lab's text states in full, whose reference
+    """The known list: four graded models the lab's text states in full, whose reference
     the students' own check cells use."""
     assert edition.leaks(built) == list(edition.KNOWN)
 

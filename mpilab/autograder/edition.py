@@ -46,15 +46,17 @@ INCLUDE = ("lectures", "mpilab", "kernels", "reference", "binder", "jupyter/stud
 SKIP = ("__pycache__", ".ipynb_checkpoints", "*.so", "*.pyc", "_bin", "*.measured.json",
         "*.egg-info")
 README = Path("docs") / "student-edition.md"
-#: Found on purpose: three graded models that the lab's own text states in full (lab 03
-#: Part D's t(empty epoch) + n / β, lab 04 Part D's t(tiny push) + n / β_copy, lab 07
-#: Part A's recipe: the smallest message's time, 1 / slope of np.polyfit over the messages
-#: of at least big_bytes, ValueError below two). The grading modules hold that formula as
+#: Found on purpose: four graded models that the lab's own text states in full (lab 01
+#: Part E's t0 + depth · cost, lab 03 Part D's t(empty epoch) + n / β, lab 04 Part D's
+#: t(tiny push) + n / β_copy, lab 07 Part A's recipe: the smallest message's time, 1 /
+#: slope of np.polyfit over the messages of at least big_bytes, ValueError below two).
+#: The grading modules hold that formula as
 #: the reference the students' own check cells compare with, and it is the solution's
 #: line; what these parts grade is the prediction against a measurement. :func:`build`
 #: lists them; any other find fails it.
 KNOWN = (
     "mpilab/grading/coarrays.py: lab04-coarrays push_us: solution",
+    "mpilab/grading/matching.py: lab01-pingpong predict_behind: solution",
     "mpilab/grading/network.py: lab07-across-the-link fit_link: solution",
     "mpilab/grading/onesided_model.py: lab03-one-sided epoch_us: solution",
 )

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "progress": "mpilab.bench.progress",
     "contention": "mpilab.bench.contention",
     "forwarding": "mpilab.bench.forwarding",
+    "matching": "mpilab.bench.matching",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",

@@ -18,6 +18,7 @@ KERNELS = {
     "wave": ["c_wave.c"],
     "collectives": ["c_collectives.c"],
     "onesided": ["c_onesided.c"],
+    "matching": ["c_matching.c"],
 }
 #: Standalone MPI programs (into ``_bin/``): name -> sources under ``kernels/``.
 #: The same programs are built with SimGrid's smpicc by mpilab.sim (simulated clusters).

@@ -2,7 +2,7 @@
 
 Lectures 00, 01, 05, 06 and 07, the labs' graders (:mod:`mpilab.grading.measured`), the
 simulator's calibration (:mod:`mpilab.sim`) and the command lines
-(``python -m mpilab.bench pingpong|buffers|contention|forwarding``, which only parse
+(``python -m mpilab.bench pingpong|buffers|contention|forwarding|matching``, which only parse
 arguments, call this package and write the JSON) all measure here. The timing protocol
 and the records are :mod:`mpilab.timing`'s; the buffers are :mod:`mpilab.buffers`'.
 
@@ -22,7 +22,9 @@ calibration, the records, the grader's one-way times and α/β, resent against f
 :mod:`.copying` (a local copy and a cache line's round trip), :mod:`.notebook` (the same
 on a running cluster, as a DataFrame), :mod:`.experiments` (MPI jobs of their own: the
 implementations and thread levels side by side, the standalone C program, the kinds of
-buffer) and :mod:`.sharing` (pairs at once, forwarded arrays over time); their jobs' ranks
+buffer), :mod:`.sharing` (pairs at once, forwarded arrays over time) and :mod:`.matching`
+(a ping-pong past queued receives or unexpected messages, a receiver that posts late:
+message matching, eager and rendezvous); their jobs' ranks
 run ``python -m mpilab.pingpong --worker`` (``__main__``). Every name is here as
 ``pingpong.<name>``.
 """
@@ -49,6 +51,19 @@ from .loops import (
     one_way_times,
     round_trip,
 )
+from .matching import (
+    DELAY_US,
+    DEPTHS,
+    LATE,
+    LATE_SIZES,
+    QUEUES,
+    WILDCARDS,
+    fit_search,
+    late_times,
+    matching_table,
+    queue_times,
+    run_matching,
+)
 from .notebook import forwarding, memcopy, pingpong
 from .sharing import (
     contention_table,
@@ -67,4 +82,7 @@ __all__ = ["IMPLS", "MODES", "WINDOW", "JOB_IMPLS", "MECHANISMS",
            # jobs of their own
            "standalone", "measure_standalone", "run_pingpong", "pingpong_table",
            "run_buffers", "buffers_table", "default_pairs", "run_contention",
-           "contention_table", "run_forwarding", "forwarding_table"]
+           "contention_table", "run_forwarding", "forwarding_table",
+           # message matching
+           "DEPTHS", "QUEUES", "WILDCARDS", "LATE", "LATE_SIZES", "DELAY_US", "queue_times",
+           "late_times", "run_matching", "matching_table", "fit_search"]

@@ -9,10 +9,12 @@ import json
 import sys
 
 from .experiments import buffers_worker, pingpong_worker
+from .matching import matching_worker
 from .sharing import contention_worker, forwarding_worker
 
 WORKERS = {"pingpong": pingpong_worker, "buffers": buffers_worker,
-           "contention": contention_worker, "forwarding": forwarding_worker}
+           "contention": contention_worker, "forwarding": forwarding_worker,
+           "matching": matching_worker}
 
 
 def main(argv=None) -> int:
