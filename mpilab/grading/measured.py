@@ -305,9 +305,10 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added.
 
     Made in rounds that must agree (:func:`mpilab.grading.steady.steady`): each number is
-    the median of :data:`~mpilab.grading.steady.ROUNDS` runs of `func`, measured again
-    while the rounds disagree, and :class:`~mpilab.autograder.failures.Ungradable` when
-    they never do (the part is then not graded, rather than graded against noise).
+    the least loaded of :data:`~mpilab.grading.steady.ROUNDS` runs of `func` (the lowest
+    time, the highest rate), confirmed by a second run; measured again while one is not,
+    and :class:`~mpilab.autograder.failures.Ungradable` when it never is (the part is
+    then not graded, rather than graded against load).
 
     Parameters
     ----------
@@ -327,7 +328,7 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     Returns
     -------
     dict
-        Rank 0's dict (its numbers the rounds' medians), plus ``ranks`` (ranks used),
+        Rank 0's dict (each number its least loaded round's), plus ``ranks`` (ranks used),
         ``cores`` (usable cores) and ``oversubscribed`` (more ranks than cores).
 
     Raises
