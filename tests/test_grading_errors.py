@@ -140,6 +140,12 @@ def test_rates_count_false_fails_of_the_correct_and_false_passes_of_the_wrong():
     assert c["rate_is"] == "false-fail" and w["rate_is"] == "false-pass"
     assert c["measured"]["gradings"] == 10 and c["measured"]["ungradable"] == 1
     assert c["measured"]["passes"] == 9 and c["measured"]["rate"] == pytest.approx(0.1)
+    assert c["measured"]["ungradable_rate"] == pytest.approx(1 / 11)  # of all 11 gradings
+    ci = binomtest(1, 11).proportion_ci(0.95, method="exact")
+    assert c["measured"]["ungradable_ci95"] == pytest.approx([ci.low, ci.high])
+    assert w["measured"]["ungradable_rate"] == 0.0 and w["measured"]["ungradable_ci95"][0] == 0
+    line = next(x for x in E.table(E.rates(recs)).splitlines() if "correct *" in x)
+    assert "  1/11  [0.00, 0.41]" in line, line
     assert w["measured"]["passes"] == 3 and w["measured"]["rate"] == pytest.approx(0.3)
     assert w["with_cases"]["passes"] == 0 and w["with_cases"]["rate"] == 0.0
     ci = binomtest(3, 10).proportion_ci(0.95, method="exact")
@@ -173,16 +179,29 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
     made = [r["values"] for r in recs if r["kind"] == "measurement"]
     assert len(made) == 2 and all(len(v) == 1 for v in made)
     (m0,), (m1,) = (list(v.values()) for v in made)
-    assert m0["hop_us"] > 0 and m0 != m1  # measured anew in each repetition
+    assert m0 != m1  # measured anew in each repetition
+    # a repetition whose measurement could not be made stable is ungradable (the bench's
+    # finding on a loaded machine, not this test's): every model's measured part alike
+    unstable = {rep for rep, m in enumerate((m0, m1)) if measured.UNGRADABLE in m}
+    for m in (m0, m1):
+        assert m.get("hop_us", 0) > 0 or "could not be made stable" in m[measured.UNGRADABLE]
 
     gradings = [r for r in recs if r["kind"] == "grading"]
     lo, hi = M.tolerance(check(LAB0, "test_ring_times"))
     for r in gradings:
+        if r["rep"] in unstable:
+            assert r["measured"] == "ungradable" and not r["ratios"], r
+            assert "could not be made stable" in r["why"]["measured"]
+            continue
         assert r["measured"] in ("pass", "fail") and r["ratios"], r
         inside = all(lo <= x <= hi for x in r["ratios"].values())
         assert (r["measured"] == "pass") == inside, r  # the ratios the check applied
     by = {(r["impl"], r["rep"]): r for r in gradings}
     for rep in (0, 1):
+        lap = by["lap-p-1-hops", rep]  # refused by its made-up cases, measured or not
+        assert lap["with_cases"] == "fail" and "p - 1 hops" in lap["why"]["with_cases"]
+        if rep in unstable:
+            continue
         correct, twice = by["correct", rep], by["twice", rep]
         # the solution passes the made-up cases: only the measurement can fail it (how
         # often is what the bench measures; a loaded machine fails it, so not asserted)
@@ -190,18 +209,21 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
         assert correct["why"]["with_cases"] in (None, correct["why"]["measured"])
         for part, x in correct["ratios"].items():
             assert math.isclose(twice["ratios"][part], x / 2, rel_tol=1e-9)
-        lap = by["lap-p-1-hops", rep]
-        assert lap["with_cases"] == "fail" and "p - 1 hops" in lap["why"]["with_cases"]
 
     rates = {r["impl"]: r for r in recs if r["kind"] == "rates"}
     assert set(rates) == {r["impl"] for r in gradings}
     for r in rates.values():
+        d = r["measured"]
+        assert d["ungradable"] == len(unstable) and d["gradings"] == 2 - len(unstable)
+        assert d["ungradable_rate"] == len(unstable) / 2
         for which in ("measured", "with_cases"):
             d = r[which]
-            assert d["gradings"] == 2 and d["ungradable"] == 0 and 0 <= d["passes"] <= 2
-            low, high = d["ci95"]
-            assert 0.0 <= low <= d["rate"] <= high <= 1.0
+            assert d["gradings"] + d["ungradable"] == 2 and 0 <= d["passes"] <= d["gradings"]
+            if d["gradings"]:
+                low, high = d["ci95"]
+                assert 0.0 <= low <= d["rate"] <= high <= 1.0
     c = rates["correct"]["with_cases"]
-    assert c["rate"] == (2 - c["passes"]) / 2  # the correct model's failures are false
+    if c["gradings"]:
+        assert c["rate"] == (c["gradings"] - c["passes"]) / c["gradings"]  # all false
     assert rates["lap-p-1-hops"]["with_cases"]["passes"] == 0
     assert "false-fail" in res.stdout and LAB0 in res.stdout

@@ -301,10 +301,13 @@ def rates(records: list[dict]) -> list[dict]:
     list of dict
         One ``kind: "rates"`` record per check (``lab``, ``part``) and model (``impl``):
         for ``measured`` and ``with_cases`` each ``{"gradings", "ungradable", "passes",
-        "rate", "ci95"}`` (ungradable gradings left out of the rest), where ``rate`` is
-        the false-fail rate (failures / gradings) of the correct model and the
-        false-pass rate (passes / gradings) of a wrong one (``rate_is`` says which) and
-        ``ci95`` its Clopper-Pearson interval; ``tolerance``; ``ratios``: per measured
+        "rate", "ci95", "ungradable_rate", "ungradable_ci95"}`` (ungradable gradings left
+        out of the rest), where ``rate`` is the false-fail rate (failures / gradings) of
+        the correct model and the false-pass rate (passes / gradings) of a wrong one
+        (``rate_is`` says which) and ``ci95`` its Clopper-Pearson interval;
+        ``ungradable_rate`` is ungradable / all the model's gradings, with its interval
+        (a measurement that could not be made stable, the grader's ranks not starting:
+        no verdict, the part graded again later); ``tolerance``; ``ratios``: per measured
         part the min, 5th percentile, median, 95th percentile and max of the ratio the
         tolerance is applied to.
     """
@@ -328,7 +331,9 @@ def rates(records: list[dict]) -> list[dict]:
             rec[which] = {"gradings": len(verdicts), "ungradable": len(rs) - len(verdicts),
                           "passes": passes,
                           "rate": wrong / len(verdicts) if verdicts else None,
-                          "ci95": _ci95(wrong, len(verdicts))}
+                          "ci95": _ci95(wrong, len(verdicts)),
+                          "ungradable_rate": (len(rs) - len(verdicts)) / len(rs),
+                          "ungradable_ci95": _ci95(len(rs) - len(verdicts), len(rs))}
         names = list(dict.fromkeys(k for r in rs for k in r["ratios"]))
         rec["ratios"] = {n: _spread([r["ratios"].get(n) for r in rs]) for n in names}
         out.append(rec)
@@ -375,6 +380,14 @@ def _fmt_rate(d: dict) -> str:
     return f"{d['passes']:>3}/{d['gradings']:<3} {d['rate']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
+def _fmt_ungradable(d: dict) -> str:
+    n = d["gradings"] + d["ungradable"]
+    if not n:
+        return "   -"
+    lo, hi = d.get("ungradable_ci95") or _ci95(d["ungradable"], n)
+    return f"{d['ungradable']:>3}/{n:<3} [{lo:.2f}, {hi:.2f}]"
+
+
 def table(records: list[dict]) -> str:
     """The rates as a table: one line per check and model.
 
@@ -389,11 +402,13 @@ def table(records: list[dict]) -> str:
         Lab and test cell, model (the correct one starred), passes / gradings of the measured part
         alone and of the check with its made-up cases, each with the error rate (the
         correct model's false fails, a wrong one's false passes) and its 95 % interval,
-        the tolerance, and per measured part the median (5th to 95th percentile) of the
-        ratio the tolerance is applied to.
+        the ungradable gradings of the measured part alone / all its gradings with the
+        95 % interval of that rate, the tolerance, and per measured part the median (5th
+        to 95th percentile) of the ratio the tolerance is applied to.
     """
     lines = [f"{'lab, test cell':<40} {'model':<17} {'measured part alone':<28} "
-             f"{'with made-up cases':<28} {'tol.':<8} ratio: median (p5-p95)"]
+             f"{'with made-up cases':<28} {'ungradable':<20} {'tol.':<8} "
+             "ratio: median (p5-p95)"]
     for r in records:
         if r["kind"] != "rates":
             continue
@@ -403,5 +418,5 @@ def table(records: list[dict]) -> str:
         tol = "-".join(f"{x:.3g}" for x in r["tolerance"])
         lines.append(f"{r['lab'] + ' ' + r['part']:<40} {r['impl'] + ' *' * r['correct']:<17} "
                      f"{_fmt_rate(r['measured']):<28} {_fmt_rate(r['with_cases']):<28} "
-                     f"{tol:<8} {ratios or '-'}")
+                     f"{_fmt_ungradable(r['measured']):<20} {tol:<8} {ratios or '-'}")
     return "\n".join(lines)

@@ -36,9 +36,11 @@ import numpy as np
 
 from .. import runtime
 from ..autograder import quiet
+from ..autograder.failures import Ungradable, fail
 from ..buffers import doubles
 from ..pingpong import alpha_beta, one_way_times, round_trip
 from ..timing import best_us
+from . import steady
 from .compare import _fmt, _is_num, _trusted
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
@@ -70,6 +72,9 @@ def cache_dir() -> Path | None:
 
 
 _MISSING = object()
+
+#: the key under which :func:`own_session` keeps why its measurement could not be made
+UNGRADABLE = "ungradable"
 
 
 #: what a kept measurement's file name ends with (a simulation's or a trace's: ``.json``):
@@ -118,7 +123,11 @@ def own_session():
     Inside, :func:`cached` with ``measures`` neither reads the measurements that gradings
     share (this kernel's and :func:`cache_dir`'s) nor keeps its own there: each is made
     once, under the grading lock as always, and serves only the calls inside the block.
-    Values that are not measured (simulations, traces) are cached as usual. The error-rate
+    Values that are not measured (simulations, traces) are cached as usual. A measurement
+    that could not be made (:class:`~mpilab.autograder.failures.Ungradable`: its rounds
+    never agreed, say) is kept as ``{UNGRADABLE: reason}``, and every later check of the
+    session that needs it is ungradable for that reason, as the checks of one session
+    share one measurement. The error-rate
     bench (:mod:`mpilab.grading.error_rates`) grades each repetition in one, so every
     repetition is graded against a fresh measurement, as each ``nbgrader autograde``
     session is.
@@ -160,12 +169,23 @@ def cached(name: str, make: Callable[[], Any], *, measures: bool = False):
     -------
     object
         The plain JSON data `make` returned, now or in this session.
+
+    Raises
+    ------
+    Ungradable
+        What `make` raised: outside :func:`own_session` it is not kept, and the next call
+        (the next notebook of the grading session) measures again.
     """
     if measures and _OWN:  # a session of its own (own_session): measured anew, kept there
         own = _OWN[-1]
         if name not in own:
             with quiet.measuring():
-                own[name] = make()
+                try:
+                    own[name] = make()
+                except Ungradable as exc:  # the session's measurement: none, and why
+                    own[name] = {UNGRADABLE: str(exc)}
+        if isinstance(own[name], dict) and UNGRADABLE in own[name]:
+            fail(Ungradable(own[name][UNGRADABLE]))
         return own[name]
     got = _lookup(name, measures)
     if got is not _MISSING:
@@ -284,6 +304,12 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     """``func(comm, *args)`` on :func:`measuring_ranks` ranks, once per grading session:
     rank 0's result, with ``ranks``, ``cores`` and ``oversubscribed`` added.
 
+    Made in rounds that must agree (:func:`mpilab.grading.steady.steady`): each number is
+    the least loaded of :data:`~mpilab.grading.steady.ROUNDS` runs of `func` (the lowest
+    time, the highest rate), confirmed by a second run; measured again while one is not,
+    and :class:`~mpilab.autograder.failures.Ungradable` when it never is (the part is
+    then not graded, rather than graded against load).
+
     Parameters
     ----------
     name : str
@@ -302,8 +328,14 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     Returns
     -------
     dict
-        Rank 0's dict, plus ``ranks`` (ranks used), ``cores`` (usable cores) and
-        ``oversubscribed`` (more ranks than cores).
+        Rank 0's dict (each number its least loaded round's), plus ``ranks`` (ranks used),
+        ``cores`` (usable cores) and ``oversubscribed`` (more ranks than cores).
+
+    Raises
+    ------
+    Ungradable
+        When the rounds did not agree in any attempt: the reason names the quantity and
+        its spread.
     """
     from . import run_on_ranks
 
@@ -311,7 +343,8 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     p = measuring_ranks(ranks, cores)
 
     def make() -> dict:
-        got = run_on_ranks(func, *args, ranks=p, timeout=timeout)[0]
+        got = steady.steady(f"{name} on {p} ranks",
+                            lambda: run_on_ranks(func, *args, ranks=p, timeout=timeout)[0])
         return {**got, "ranks": p, "cores": cores, "oversubscribed": p > cores}
 
     key = re.sub(r"[^\w.-]+", "_", f"{name}-{_library()}-{p}-" + "-".join(map(str, args)))
