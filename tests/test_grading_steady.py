@@ -56,7 +56,8 @@ def test_inflated_rounds_that_agree_with_each_other_do_not_make_a_measurement():
     assert len(calls) == 10
 
 
-def test_a_measurement_never_confirmed_is_ungradable_naming_the_quantity():
+def test_a_measurement_never_confirmed_is_ungradable_naming_the_quantity(monkeypatch):
+    monkeypatch.setenv("MPILAB_GRADER", "/nonexistent/grader.json")  # as the grader's kernel
     series = [ring(40.0, 80.0 * k) for k in (1, 2.5, 5, 10, 20)] * S.ATTEMPTS
     one_round, calls = planted(series)
     with pytest.raises(Ungradable) as exc:
@@ -68,6 +69,17 @@ def test_a_measurement_never_confirmed_is_ungradable_naming_the_quantity():
     assert "the nearest 200, 2.50 times; all 20.00 times apart" in text
     assert "not a zero" in text and "hop_us" not in text
     assert not isinstance(exc.value, AssertionError)  # not a failed check: no zero
+
+
+def test_in_the_students_own_kernel_an_unstable_measurement_says_try_again():
+    """Nothing is graded in a student's notebook: the same refusal says so, and to run the
+    check again, instead of promising a later grade."""
+    series = [ring(40.0, 80.0 * k) for k in (1, 2.5, 5, 10, 20)] * S.ATTEMPTS
+    with pytest.raises(Ungradable) as exc:
+        S.steady("the ring on 2 ranks", planted(series)[0])
+    text = str(exc.value)
+    assert "nothing is wrong with your answer; run this check again" in text, text
+    assert "graded again later" not in text, text
 
 
 def test_the_rule_reads_numbers_in_lists_and_leaves_other_data_alone():
