@@ -306,9 +306,9 @@ def run(students: int = 2, venv: str | None = None,
     left = [f"{when}: {kind} {x}" for when, got in after.items()
             for kind, xs in got.items() for x in xs]
     out.append({"impl": "class", "students": students,
-                "server_start_p50_s": percentile(starts, 0.5),
+                "server_start_p50_s": _rounded(percentile(starts, 0.5)),
                 "server_start_p95_s": _rounded(percentile(starts, 0.95)),
-                "cluster_start_p50_s": percentile(clusters, 0.5),
+                "cluster_start_p50_s": _rounded(percentile(clusters, 0.5)),
                 "cluster_start_p95_s": _rounded(percentile(clusters, 0.95)),
                 **_summary(every_cell),
                 "failures": sum(len(r["failures"]) for r in out),

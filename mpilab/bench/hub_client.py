@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import http.cookiejar
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -310,12 +311,25 @@ class Student:
                                                      "name": "", "kernel": {"name": kernel}})
         return made["kernel"]["id"]
 
-    def close_kernels(self) -> None:
-        """End every session and kernel of the student's server."""
-        for s in self.server("/api/sessions"):
-            self.server(f"/api/sessions/{s['id']}", "DELETE")
-        for k in self.server("/api/kernels"):
-            self.server(f"/api/kernels/{k['id']}", "DELETE")
+    def close_kernels(self, tries: int = 5) -> None:
+        """End every session and kernel of the student's server (a kernel that died or is
+        restarting may refuse at first: tried again, `tries` times, then HubError).
+
+        Parameters
+        ----------
+        tries : int
+            Rounds of deleting before giving up.
+        """
+        for _ in range(tries):
+            for s in self.server("/api/sessions"):
+                self.call(f"/user/{self.name}/api/sessions/{s['id']}", "DELETE")
+            for k in self.server("/api/kernels"):
+                self.call(f"/user/{self.name}/api/kernels/{k['id']}", "DELETE")
+            if not self.server("/api/kernels") and not self.server("/api/sessions"):
+                return
+            time.sleep(2)
+        raise HubError(f"{self.name}: kernels left after {tries} tries: "
+                       f"{self.server('/api/kernels')}")
 
     def run_cells(self, kernel: str, sources: list[str], timeout: float = 300.0,
                   stop_on_error: bool = False) -> list[CellRun]:
@@ -337,7 +351,22 @@ class Student:
         list of CellRun
             One per cell run; after a cell that timed out or whose kernel died, none.
         """
-        return asyncio.run(self._run_cells(kernel, sources, timeout, stop_on_error))
+        # in a thread of its own: the caller's thread may run an event loop already (a
+        # notebook's, Playwright's)
+        got: list = []
+
+        def run() -> None:
+            try:
+                got.append(asyncio.run(self._run_cells(kernel, sources, timeout, stop_on_error)))
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+                got.append(exc)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
 
     async def _run_cells(self, kernel, sources, timeout, stop_on_error):
         from tornado import httpclient, websocket
