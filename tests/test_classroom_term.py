@@ -179,6 +179,7 @@ def in_chromium(klass, browser, name: str) -> Student:
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(3600)  # pytest-timeout's guard (600 s in pyproject.toml): a term is longer
 def test_a_term(term, browser):
     klass = term
     course = klass.course_dir()
@@ -227,6 +228,7 @@ def test_a_term(term, browser):
         student.stop_server()
 
 
+@pytest.mark.timeout(3600)
 def test_the_class_benchmark(tmp_path):
     """``python -m mpilab.bench classroom --students 2``: a class of its own, two students
     side by side through the REST APIs; every server, cluster and cell worked, nothing
@@ -237,7 +239,7 @@ def test_the_class_benchmark(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "mpilab.bench", "classroom", "--students", "2",
          "--venv", VENV, "--json", str(out)],
-        capture_output=True, text=True, timeout=3600, cwd=ROOT,
+        capture_output=True, text=True, timeout=3000, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     if done.returncode == 2 and "no class here" in done.stderr:
         pytest.skip(done.stderr.strip())
@@ -253,6 +255,9 @@ def test_the_class_benchmark(tmp_path):
     assert [r["impl"] for r in students] == ["student", "student"] and total["impl"] == "class"
     for r in students:
         assert r["failures"] == [], r["failures"]
+        # a measured check may fail a correct answer on a loaded machine (issue 27, item
+        # 4): listed apart, in words
+        assert all("measured" in x for x in r["measured_checks_failed"])
         assert r["server_start_s"] > 0
         assert len(r["cluster_start_s"]) == 2  # lecture 00's cluster, lab 00's
         assert r["cells"] > 20 and 0 < r["cell_p50_s"] <= r["cell_p95_s"]
