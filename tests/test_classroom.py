@@ -20,7 +20,6 @@ import grp
 import json
 import os
 import pwd
-import random
 import shutil
 import socket
 import stat
@@ -31,9 +30,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import classroom_hub
 import nbformat
 import psutil
 import pytest
+from classroom_hub import free_ports
 from conftest import ROOT
 from nbgrader.utils import notebook_hash
 
@@ -47,26 +48,7 @@ EXCHANGE = STATE / "exchange" / COURSE
 LAB = "ps1"
 
 
-def _free_ports() -> int:
-    """A port whose next two are free too (the proxy's API and the hub's)."""
-    for _ in range(50):
-        base = random.randrange(20000, 40000)
-        try:
-            socks = []
-            for p in range(base, base + 3):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no three free ports in a row")
-
-
-PORT = _free_ports()
+PORT = free_ports()
 ENV = {**os.environ, "MPILAB_CLASSROOM_DIR": str(STATE), "MPILAB_CLASSROOM_PORT": str(PORT),
        "MPILAB_CLASSROOM_VENV": str(VENV), "MPILAB_KERNELS": "none",
        "MPILAB_CLASSROOM_IP": "127.0.0.1"}
@@ -96,10 +78,7 @@ def nbgrader(login: str, *args: str, cwd: str | Path | None = None) -> str:
 
 def refused(login: str, *cmd: str) -> str:
     """`cmd` as `login` fails with 'Permission denied' (or 'Operation not permitted')."""
-    done = as_user(login, *cmd)
-    assert done.returncode != 0, f"{login} could: {' '.join(cmd)}\n{done.stdout}"
-    assert "ermission denied" in done.stderr or "not permitted" in done.stderr, done.stderr
-    return done.stderr
+    return classroom_hub.refused(as_user, login, *cmd)
 
 
 def api(path: str, method: str = "GET", token: str | None = None,

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "allgather": "mpilab.bench.allgather",
     "cluster": "mpilab.bench.cluster",
     "coarray": "mpilab.bench.coarray",
+    "classroom": "mpilab.bench.classroom",
     "autograde": "mpilab.autograder.bench",  # the grader's costs live with the grader
     "grading-errors": "mpilab.bench.grading_errors",
 }

@@ -212,7 +212,11 @@ class Launchers:
         # Ask the engines, not this process: importing mpi4py.MPI here would start MPI
         # in the notebook's kernel.
         self.library = rc[by_rank[0][1]].apply_async(runtime.library_info).get(timeout=timeout)
-        self.view.execute(_PRELUDE, block=True, silent=True)
+        # not execute(block=True): after the result it waits, without a timeout, for the
+        # request's output on the IOPub channel (ipyparallel's wait_for_output), and
+        # a message lost there hung a restart for good (a class of two students on a
+        # loaded 2-core machine, lab 00's deadlock demo: the result was in, the engines idle)
+        self.view.execute(_PRELUDE, block=False, silent=True).get(timeout=timeout)
         folder = self.stack_folder()
         folder.mkdir(parents=True, exist_ok=True)
         try:
