@@ -127,6 +127,10 @@ def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str
         "MPILAB_MPI": runtime.selected_library(),
         "MPILAB_GRADING": "1",
         "NBGRADER_EXECUTION": "autograde",
+        # the mpilab the grader runs, also where an editable install points elsewhere (a
+        # second checkout's worktree): the sandbox binds this package's folder alone
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.realpath(
+            __import__("mpilab").__file__))),
     }
     for k in ("MPICC", "MPILAB_MPIEXEC"):
         if os.environ.get(k):
