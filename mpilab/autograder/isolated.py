@@ -51,7 +51,7 @@ from .failures import (
 )
 from .pool import Outcome, Pool, PoolError
 from .sandbox import Sandbox, read_untrusted
-from .worker import student_object
+from .worker import student_function
 
 __all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",
            "local", "call", "compile_cython", "shutdown", "sandbox_env"]
@@ -169,7 +169,7 @@ class StudentFunction:
             self.__signature__ = sig
 
     def __reduce__(self):
-        return (student_object, (self.payload,))
+        return (student_function, (self.payload,))
 
     def __call__(self, *args, **kwargs):
         return call(self, *args, **kwargs)
