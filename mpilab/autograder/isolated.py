@@ -240,7 +240,8 @@ def missing(ns: dict, names: list[str]) -> list[str]:
             and not n.startswith("__") and (n not in ns or n in _STUDENT_NAMES)]
 
 
-def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
+def bind(ns: dict, folder: str, names: list[str],
+         sources: dict[str, str] | None = None) -> list[str]:
     """Bind the student's `names` exported into `folder`; returns the names bound.
 
     Missing names are unbound (a test that uses them fails with NameError); plain data is
@@ -256,6 +257,10 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
         ``index.json`` and a file per name); every file is read as untrusted.
     names : list of str
         The names to bind; only those :func:`missing` returns are looked at.
+    sources : dict of str to str, optional
+        A function's source as the notebook shows it (the preprocessor's
+        :func:`~mpilab.autograder.cells.defined_sources`): with it, the source the checks
+        read is this, never what the student's kernel reported.
 
     Returns
     -------
@@ -286,6 +291,8 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
                 kind = "unreadable"
         elif kind == "function":
             data = read_untrusted(os.path.join(folder, f"{name}.pkl"), MAX_EXPORT)
+            if sources is not None:
+                meta = {**meta, "source": sources.get(name, "")}
             value = StudentFunction(name, data, meta) if data else None
             kind = "function" if data else "unreadable"
         if kind in ("data", "function"):
