@@ -38,8 +38,8 @@ from ..autograder.failures import fail as _fail
 from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
-__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "guessed", "where",
-           "shown"]
+__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
+           "guessed", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -133,6 +133,38 @@ def expect_model(func: Callable, name: str, cases, reference: Callable,
         got = call_local(func, *args, timeout=10)
         expect_close(got, reference(*args), rtol=1e-9,
                      what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
+
+
+def expect_related(func: Callable, name: str, related: Iterable[tuple[tuple, float, str]],
+                   returned: Callable[[Any], Any] = lambda got: got) -> None:
+    """`func` predicts what a model must from related arguments: each ``(args, want,
+    why)`` of `related` to 1e-6 (relative); a miss says the call, both numbers and `why`.
+
+    Parameters
+    ----------
+    func : callable
+        The student's prediction, called under a 10 s timer (:func:`call_local`).
+    name : str
+        Its name, as the message writes the call.
+    related : iterable of (tuple, float, str)
+        Arguments, what the prediction must be for them, and what a miss means.
+    returned : callable, optional
+        What the function returned, as it is graded (the identity by default).
+
+    Raises
+    ------
+    CheckFailed
+        On the first miss, or when `func` times out or raises.
+    """
+    __tracebackhide__ = True
+    for args, want, why in related:
+        got = returned(call_local(func, *args, timeout=10))
+        expect_close(got, want, rtol=1e-6, what=f"{name}({', '.join(map(_arg, args))})",
+                     hint=why)
+
+
+def _arg(x: Any) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else _fmt(x, 40)
 
 
 def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> str:
@@ -268,6 +300,13 @@ class Prediction:
         What the function returned, as it is graded (lab 01 accepts a one-element array).
     shows : callable, optional
         ``shows(func, m, ranks)``: prints the try-it cell's lines (:meth:`show`).
+    related : callable, optional
+        ``related(args, got) -> [(args2, want, why), ...]``: for a part's arguments and
+        the prediction made from them, other arguments and what any model of the lab's
+        shape must predict from them (twice α and half β: twice the time). A prediction
+        that ignores its arguments (a fixed number, a measurement made when called)
+        misses them, and `why` says so; where a check takes no made-up cases, these
+        are what keeps it a model's.
     """
 
     name: str
@@ -281,6 +320,7 @@ class Prediction:
     expect_cases: Callable[[Callable, Iterable], None] | None = None
     returned: Callable[[Any], Any] = _as_returned
     shows: Callable[[Callable, dict, int], None] | None = None
+    related: Callable[[tuple, Any], Iterable[tuple[tuple, float, str]]] | None = None
 
     def check(self, func: Callable, cases: Iterable = (), *, ranks: int) -> dict:
         """`func` equals the model on `cases`, and its predictions hold against the
@@ -328,6 +368,8 @@ class Prediction:
             out[part.predicted] = got
             out[part.ratio] = expect_prediction(got, part.measured_us, tolerance=self.tolerance,
                                                 what=part.what, model=model)
+            if self.related is not None and part.pick is None:
+                expect_related(func, self.name, self.related(part.args, got), self.returned)
         return out
 
     def show(self, func: Callable, ranks: int) -> None:
