@@ -51,7 +51,7 @@ def switches_off():
 
 
 def by_exec():
-    exec("from mpilab.grading.network import reference_loads")
+    exec("from mpilab.grading.network import reference_loads as r; r([], [])")
 
 
 def patches():
@@ -113,7 +113,7 @@ def test_forging_a_trace_patching_the_course_and_undoing_the_watch_are_refused(s
     assert "mpilab.tracing.recording._send" in refused(
         lambda: student("forges")(TracingComm(MPI.COMM_SELF)))
     assert "sys.setprofile" in refused(lambda: student("switches_off")())
-    assert "exec" in refused(lambda: student("by_exec")())
+    assert "reference_loads" in refused(lambda: student("by_exec")())  # exec'd: still theirs
     import mpilab.halo as h
 
     step = h.heat_step
