@@ -149,3 +149,25 @@ def test_what_counts_as_the_courses_answer():
     assert "private" in course_part(alg.__file__, "_log2c")
     assert course_part("/usr/lib/python3/dist-packages/foo.py", "reference_x") is None
     assert not by_student(course_part.__code__)
+
+
+def test_a_harness_window_is_the_students_to_call_and_its_calls_are_noted():
+    """Lab 03's harness hands the student watched windows (course code in grading/): the
+    student may call them (not refused: MPI itself answers, here a singleton that cannot
+    make a window), and the harness notes that their own code did."""
+    from mpi4py import MPI
+
+    from mpilab.grading.onesided_harness import _classes, _Watch, _Watching
+
+    ns: dict = {"__name__": "__main__", "np": np}
+    exec(compile("def put(comm):\n    from mpi4py import MPI\n"
+                 "    win = MPI.Win.Create(np.zeros(2), comm=comm)\n    win.Free()\n",
+                 "/tmp/ipykernel_1/cell.py", "exec"), ns)
+    put = watched(cloudpickle.loads(cloudpickle.dumps(ns["put"])))
+    _classes()
+    with _Watching(_Watch()) as seen:
+        try:
+            put(MPI.COMM_SELF)
+        except MPI.Exception:
+            pass
+    assert seen.calls[:1] == ["MPI.Win.Create"], seen.calls

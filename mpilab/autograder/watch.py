@@ -30,7 +30,8 @@ import threading
 import types
 from typing import Any
 
-__all__ = ["Refused", "watched", "refusal", "course_part", "by_student", "guard_kernels"]
+__all__ = ["Refused", "watched", "refusal", "course_part", "by_student", "guard_kernels",
+           "student_facing"]
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mpilab
 
@@ -191,10 +192,31 @@ def _kernel(where: str, compiled: Any) -> Any:
 _KERNEL_CODE = _kernel("k.k", None).__code__
 
 
+_FACING: set[types.CodeType] = set()
+
+
+def student_facing(func: Any) -> Any:
+    """Mark `func`, a function of the course that a check hands to the student's code (a
+    method of a harness's watched communicator or window), as one the student may call.
+
+    Parameters
+    ----------
+    func : function
+        The course's function.
+
+    Returns
+    -------
+    function
+        `func` itself.
+    """
+    _FACING.add(func.__code__)
+    return func
+
+
 def _rule(code: types.CodeType) -> str | None:
     got = _RULE.get(code, _MISSING)
     if got is _MISSING:
-        got = course_part(code.co_filename, code.co_name)
+        got = None if code in _FACING else course_part(code.co_filename, code.co_name)
         _RULE[code] = got
     return got
 

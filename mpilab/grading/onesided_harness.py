@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mpilab import halo
+from mpilab.autograder.watch import student_facing
 from mpilab.grading import ghosts
 
 __all__ = ["SLOW_SECONDS", "SCRIBBLE", "slow_rank", "onesided_harness"]
@@ -104,7 +105,7 @@ def _classes() -> dict[str, type]:
             return out
 
         call.__name__ = name
-        return call
+        return student_facing(call)
 
     def maker(name: str) -> classmethod:
         make = getattr(base_win, name)
@@ -119,7 +120,7 @@ def _classes() -> dict[str, type]:
             return win
 
         call.__name__ = name
-        return classmethod(call)
+        return classmethod(student_facing(call))
 
     def noted(name: str, base: type, prefix: str) -> Callable:
         method = getattr(base, name)
@@ -131,7 +132,7 @@ def _classes() -> dict[str, type]:
             return method(self, *args, **kwargs)
 
         call.__name__ = name
-        return call
+        return student_facing(call)
 
     ns: dict = {name: synced(name, base_win) for name in _SYNCS}
     ns.update({name: noted(name, base_win, "win") for name in _RMA})
@@ -150,7 +151,7 @@ def _classes() -> dict[str, type]:
                 return _CLASSES["Intracomm"](new) if type(new) is base_intra else new
 
             call.__name__ = name
-            return call
+            return student_facing(call)
 
         out.update({name: wrapping(name) for name in ("Split_type", "Split", "Dup")})
         return out
