@@ -263,8 +263,9 @@ def expect_own_messages(outs: Sequence[dict], label: str, receivers: Iterable[in
     Parameters
     ----------
     outs : sequence of dict
-        The harness's output of each rank, with ``events`` (every rank's, as
-        :func:`mpilab.tracing.trace` gives them) and ``untraced``.
+        The harness's output of each rank, with ``schedule`` (every rank's messages, as
+        :func:`mpilab.tracing.trace` gives them; None when they do not pair up),
+        ``error`` and ``untraced``.
     label : str
         What the message calls the run.
     receivers : iterable of int
@@ -275,7 +276,8 @@ def expect_own_messages(outs: Sequence[dict], label: str, receivers: Iterable[in
     Raises
     ------
     mpilab.grading.CheckFailed
-        Naming the library call, or the ranks that received nothing.
+        Naming the library call, messages that do not pair up, or the ranks that
+        received nothing.
     """
     __tracebackhide__ = True
     info = outs[0]
@@ -283,9 +285,13 @@ def expect_own_messages(outs: Sequence[dict], label: str, receivers: Iterable[in
     grading.expect(not calls, f"{label} called comm.{', comm.'.join(calls)}: the library's "
                    f"collective, not yours. Write it from sends and receives (the result of "
                    f"{library} is what the check compares with, not what it grades).")
-    events = info.get("events") or []
-    silent = [r for r in receivers
-              if r < len(events) and not any(e[0] == "recv" for e in events[r])]
+    receivers = list(receivers)
+    sched = info.get("schedule")
+    grading.expect(sched is not None or not receivers,
+                   f"{label}: the result is right, but the messages do not pair up: "
+                   f"{info.get('error')}")
+    got = {m["dst"] for m in sched or []}
+    silent = [r for r in receivers if r not in got]
     grading.expect(not silent, f"{label}: rank{'s' * (len(silent) > 1)} {ranks_text(silent)} "
                    "ended with the right data but received no message through the "
                    "communicator it was given: the data came another way (the library's "
