@@ -6,7 +6,7 @@ the grader's reference model (``mpilab.grading.*``), the course's collectives an
 cost models (``mpilab.collectives``), its ping-pong, halo and network experiments, or
 forge what a check records (a :class:`mpilab.tracing.TracingComm`'s private methods).
 :func:`watched` wraps each function the ranks load from a student's pickle
-(:func:`mpilab.autograder.worker.student_function`): while it runs, a profile function
+(:func:`mpilab.autograder.worker.student_function`): while it runs, a trace function
 notes every call that the student's own code makes into those parts of the course, or to
 the interpreter's means of undoing the watch (``sys.setprofile``, ``sys._getframe``,
 ``gc.get_referrers`` ...). When the function returns, a noted call raises
@@ -47,14 +47,12 @@ ANSWER_PARTS = ("grading/", "autograder/", "collectives/running.py", "network.py
 #: admissible algorithms (``admissible``, ``algorithm``) stays allowed.
 ANSWER_FUNCTIONS = {("collectives/algorithms.py", name)
                     for name in ("predict", "predict_table", "time_us", "steps")}
-#: Builtins that undo or get around the watch, by what messages call them.
-_UNDOING = {id(f): name for f, name in [
-    (sys.setprofile, "sys.setprofile"), (sys.settrace, "sys.settrace"),
-    (sys.getprofile, "sys.getprofile"), (sys._getframe, "sys._getframe"),
-    (gc.get_objects, "gc.get_objects"), (gc.get_referrers, "gc.get_referrers"),
-    (gc.get_referents, "gc.get_referents")]}
-_UNDOING_PY = {(threading.__file__, "setprofile"): "threading.setprofile",
-               (threading.__file__, "settrace"): "threading.settrace"}
+#: What undoes or gets around the watch: while a student's function runs, each of these
+#: is a Python function in front of the real one, so the watch sees a call of it.
+_UNDOING = [(sys, "settrace"), (sys, "gettrace"), (sys, "setprofile"), (sys, "getprofile"),
+            (sys, "_getframe"), (gc, "get_objects"), (gc, "get_referrers"),
+            (gc, "get_referents"), (threading, "settrace"), (threading, "setprofile")]
+_REAL = {(mod.__name__, name): getattr(mod, name) for mod, name in _UNDOING}
 
 
 class Refused(Exception):
@@ -149,7 +147,7 @@ def course_part(filename: str, function: str) -> str | None:
             rel = path[len(base) + 1:]
             break
     else:
-        return _UNDOING_PY.get((filename, function))
+        return None
     module = "mpilab." + rel[:-3].replace(os.sep, ".").removesuffix(".__init__")
     where = f"{module}.{function}"
     if rel.startswith(ANSWER_PARTS) or (rel, function) in ANSWER_FUNCTIONS:
@@ -192,6 +190,21 @@ def _kernel(where: str, compiled: Any) -> Any:
 _KERNEL_CODE = _kernel("k.k", None).__code__
 
 
+def _guard(where: str, real: Any) -> Any:
+    def guarded(*args, **kwargs):
+        if where == "sys._getframe":  # the caller's frame, not this one's
+            return real((args[0] if args else kwargs.get("depth", 0)) + 1)
+        return real(*args, **kwargs)
+
+    guarded.__name__ = where.rsplit(".", 1)[1]
+    return guarded
+
+
+_GUARD_CODE = _guard("m.f", None).__code__
+_GUARDS = {(mod, name): _guard(f"{mod.__name__}.{name}", _REAL[(mod.__name__, name)])
+           for mod, name in _UNDOING}
+
+
 _FACING: set[types.CodeType] = set()
 
 
@@ -216,7 +229,12 @@ def student_facing(func: Any) -> Any:
 def _rule(code: types.CodeType) -> str | None:
     got = _RULE.get(code, _MISSING)
     if got is _MISSING:
-        got = None if code in _FACING else course_part(code.co_filename, code.co_name)
+        if code is _KERNEL_CODE or code is _GUARD_CODE:
+            got = "the course's own code"  # named from the frame by the watch
+        elif code in _FACING:
+            got = None
+        else:
+            got = course_part(code.co_filename, code.co_name)
         _RULE[code] = got
     return got
 
@@ -225,31 +243,36 @@ _MISSING = object()
 
 
 class _Watch:
-    """The profile function of one watched call, and what it saw."""
+    """The trace function of one watched call, and what it saw."""
 
     def __init__(self, name: str):
         self.name = name
         self.seen: list[str] = []
 
     def __call__(self, frame, event, arg):
-        if event == "call":
-            if _by_student(frame.f_back):
-                if frame.f_code is _KERNEL_CODE:
-                    k = frame.f_locals.get("compiled")
-                    what = (f"the course's compiled kernel ({getattr(k, '__module__', '')}"
-                            f".{getattr(k, '__name__', '')})")
-                else:
-                    what = _rule(frame.f_code)
-                if what:
-                    self._refuse("called " + what)
-        elif event == "c_call":
-            what = _UNDOING.get(id(arg))
-            if what and _by_student(frame):
-                self._refuse(f"called {what}, which gets around the grader's watch")
+        # a global trace function: called once per new frame (no line, no C events),
+        # and returns None: nothing more is traced in the frame
+        code = frame.f_code
+        what = _RULE.get(code, _MISSING)  # the callee first: mostly nothing to refuse
+        if what is None:
+            return None
+        if what is _MISSING:
+            what = _rule(code)
+            if what is None:
+                return None
+        if event == "call" and _by_student(frame.f_back):
+            if code is _KERNEL_CODE:
+                k = frame.f_locals.get("compiled")
+                what = (f"the course's compiled kernel ({getattr(k, '__module__', '')}"
+                        f".{getattr(k, '__name__', '')})")
+            elif code is _GUARD_CODE:
+                what = f"{frame.f_locals.get('where')}, which gets around the grader's watch"
+            self._refuse("called " + what)
+        return None
 
     def _refuse(self, what: str) -> None:
-        """Note `what` and stop the call before it runs (the profile is then switched
-        off, and the watched function refused when it returns)."""
+        """Note `what` and stop the call before it runs (the trace is then switched off,
+        and the watched function refused when it returns)."""
         if what not in self.seen:
             self.seen.append(what)
         raise Refused(refusal(self.name, self.seen))
@@ -325,7 +348,8 @@ def watched(func: Any) -> Any:
     -------
     object
         For a Python function, a function of the same name and signature that runs it
-        under a :class:`_Watch` and raises :class:`Refused` when it returns (or raises)
+        under a :class:`_Watch` (a trace function: one call per Python frame; C calls
+        cost nothing) and raises :class:`Refused` when it returns (or raises)
         after calling a part of the course it may not use; else `func` itself.
     """
     if not isinstance(func, types.FunctionType):
@@ -337,22 +361,27 @@ def watched(func: Any) -> Any:
             return func(*args, **kwargs)
         watch = _Watch(getattr(func, "__name__", "the function"))
         before = _snapshot()
+        gettrace, settrace = _REAL[("sys", "gettrace")], _REAL[("sys", "settrace")]
         _active.on = True
-        threading.setprofile(watch)
-        sys.setprofile(watch)
+        for (mod, name), guard in _GUARDS.items():
+            setattr(mod, name, guard)
+        _REAL[("threading", "settrace")](watch)
+        settrace(watch)
         try:
             value = func(*args, **kwargs)
         except BaseException:
-            if watch.seen or sys.getprofile() is not watch:
+            if watch.seen or gettrace() is not watch:
                 value = _MISSING
             else:
                 raise
         finally:
-            undone = sys.getprofile() is not watch
-            sys.setprofile(None)
-            threading.setprofile(None)
+            undone = gettrace() is not watch
+            settrace(None)
+            _REAL[("threading", "settrace")](None)
+            for (mod, name) in _GUARDS:
+                setattr(mod, name, _REAL[(mod.__name__, name)])
             _active.on = False
-        if undone and not watch.seen:  # a refusal switches the profile off itself
+        if undone and not watch.seen:  # a refusal switches the trace off itself
             watch.seen.append("switched off the grader's watch")
         patched = _patched(before)
         if patched:
