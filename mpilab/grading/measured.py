@@ -40,7 +40,7 @@ from ..buffers import doubles
 from ..pingpong import alpha_beta, one_way_times, round_trip
 from ..timing import best_us
 from .compare import _fmt, _is_num, _trusted
-from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
+from .prediction import Part, Prediction, ab_related, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "measuring_ranks", "measure",
            "with_alpha_beta", "expect_prediction", "expect_model", "where",
@@ -487,26 +487,9 @@ def _one_number(got: Any) -> Any:
     return got
 
 
-def _held_out_related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
-    """What ``predict_us`` must predict beside the held-out case (its cell has no made-up
-    cases): a message twice as large takes n / β longer, and twice α with half β twice
-    as long. A number that ignores the size, or α and β (a fixed number, a measurement
-    made when called), misses one of them."""
-    n, a, b = args
-    if not _is_num(got) or isinstance(got, (bool, complex)):
-        return []  # expect_prediction has already said what is wrong with it
-    return [((2 * n, a, b), float(got) + n / b,
-             "a message twice as large must take n / β longer: the prediction must grow "
-             "with the size (a number that ignores the size is no model of the message)"),
-            ((n, 2 * a, b / 2), 2 * float(got),
-             "twice α and half β must double a time made of α and n / β: the prediction "
-             "must come from the α and β it is given, not from a fixed number or a "
-             "measurement")]
-
-
 #: Lab 01: ``predict_us(n, α, β)`` for a held-out size, from α and β measured just now.
 HELD_OUT = Prediction(
-    related=_held_out_related,
+    related=ab_related,
     name="predict_us", now=pingpong_now, tolerance=HELD_OUT_TOLERANCE, returned=_one_number,
     parts=lambda m: [Part("one message of 4 MiB, one way",
                           (HELD_OUT_BYTES, m["alpha_us"], m["beta_MBps"]), m["held_out_us"])],

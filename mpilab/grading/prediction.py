@@ -39,7 +39,7 @@ from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
 __all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
-           "guessed", "where", "shown"]
+           "ab_related", "guessed", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -161,6 +161,38 @@ def expect_related(func: Callable, name: str, related: Iterable[tuple[tuple, flo
         got = returned(call_local(func, *args, timeout=10))
         expect_close(got, want, rtol=1e-6, what=f"{name}({', '.join(map(_arg, args))})",
                      hint=why)
+
+
+def ab_related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
+    """What any α + n/β-shaped prediction ``f(n, α, β)`` must give beside ``got = f(*args)``
+    (a :class:`Prediction`'s ``related``, for a check without made-up cases: lab 01's
+    held-out message): a message twice as large takes n / β longer, and twice α with half
+    β twice as long. A number that ignores the size, or α and β (a fixed number, a
+    measurement made when called), misses one of them.
+
+    Parameters
+    ----------
+    args : (float, float, float)
+        The size (bytes), α (µs) and β (MB/s) the prediction was made from.
+    got : object
+        What it predicted for them.
+
+    Returns
+    -------
+    list of (tuple, float, str)
+        The related arguments, what they must give and what a miss means; none when
+        `got` is not a number (the measured comparison says what is wrong with it).
+    """
+    n, a, b = args
+    if not _is_num(got) or isinstance(got, (bool, complex)):
+        return []
+    return [((2 * n, a, b), float(got) + n / b,
+             "a message twice as large must take n / β longer: the prediction must grow "
+             "with the size (a number that ignores the size is no model of the message)"),
+            ((n, 2 * a, b / 2), 2 * float(got),
+             "twice α and half β must double a time made of α and n / β: the prediction "
+             "must come from the α and β it is given, not from a fixed number or a "
+             "measurement")]
 
 
 def _arg(x: Any) -> str:
