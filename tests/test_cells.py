@@ -43,3 +43,15 @@ def test_definitions_keep_imports_functions_and_classes_at_their_lines():
     assert out == ["import numpy as np", "", "def f(x):", "    return x", "", "class C:",
                    "    pass", ""]
     assert definitions("def broken(:") == ""
+
+
+def test_the_source_of_a_definition_is_what_the_notebook_shows():
+    from mpilab.autograder.cells import defined_sources
+
+    cells = ["def f(x):\n    return 1\n\ng = 2", "%%time\nx = 1",
+             "import inspect\ninspect.getsource = lambda f: 'forged'\n\n\n"
+             "def f(x):\n    # the last definition counts\n    return 2\n", "h = f"]
+    got = defined_sources(cells, ["f", "g", "h", "missing"])
+    assert got["f"] == "def f(x):\n    # the last definition counts\n    return 2"
+    assert got["g"] == got["h"] == ""  # bound, but not by a def: no code to read
+    assert "missing" not in got

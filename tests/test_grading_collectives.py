@@ -194,3 +194,25 @@ def test_a_right_bcast_passes_on_the_engines(lab):
     assert gc.check_bcast_steps(bcast_right, [(4, 1), (3, 0)]) == [2, 2]
 
 
+
+
+def test_a_right_result_without_the_students_messages_is_refused():
+    """The library's collective on the communicator under the tracer leaves a right result
+    and no traced message: refused, naming the ranks; through the tracer, named by its
+    call; a rank that received a message passes."""
+    from mpilab.grading.traced import expect_own_messages
+
+    quiet = [{"schedule": [], "error": None, "untraced": []}] * 2
+    with pytest.raises(grading.CheckFailed, match="rank 1 ended with the right data but "
+                       "received no message"):
+        expect_own_messages(quiet, "bcast on 2 ranks", [1], "comm.Bcast")
+    called = [{"schedule": [], "error": None, "untraced": [(0, "Bcast"), (1, "Bcast")]}] * 2
+    with pytest.raises(grading.CheckFailed, match="called comm.Bcast: the library's"):
+        expect_own_messages(called, "bcast on 2 ranks", [1], "comm.Bcast")
+    unpaired = [{"schedule": None, "error": "rank 0 sent 8 B to 1, never received",
+                 "untraced": []}] * 2
+    with pytest.raises(grading.CheckFailed, match="do not pair up: rank 0 sent"):
+        expect_own_messages(unpaired, "bcast on 2 ranks", [1], "comm.Bcast")
+    sent = [{"schedule": [{"step": 1, "src": 0, "dst": 1, "bytes": 8}], "error": None,
+             "untraced": []}] * 2
+    expect_own_messages(sent, "bcast on 2 ranks", [1], "comm.Bcast")

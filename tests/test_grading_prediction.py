@@ -81,3 +81,24 @@ def test_the_try_it_cell_prints_and_says_what_raised(capsys, monkeypatch):
 
     made_up().show(broken, 4)
     assert capsys.readouterr().out == "on 4: predicted (broken raised ValueError: no)\n"
+
+
+def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments():
+    """Lab 01's held-out check has no made-up cases: its related arguments (twice the size;
+    twice α and half β) refuse a prediction that ignores the size or α and β, and pass
+    any α + n / β-shaped one, the latency left out included."""
+    from mpilab.grading.measured import HELD_OUT
+    from mpilab.grading.prediction import ab_related
+
+    assert HELD_OUT.related is ab_related
+
+    held = Prediction(
+        name="t_us", now=lambda ranks: dict(M), tolerance=(0.5, 2.5), model=lambda m: "α, β",
+        parts=lambda m: [Part("a big message", (1 << 20, m["alpha_us"], m["beta_MBps"]),
+                              m["big_us"])], related=ab_related)
+    for model in (reference, lambda n, a, b: n / b):
+        held.check(model, ranks=2)
+    with pytest.raises(CheckFailed, match="must grow with the size"):
+        held.check(lambda n, a, b: a + (1 << 20) / b, ranks=2)
+    with pytest.raises(CheckFailed, match="from the α and β it is given"):
+        held.check(lambda n, a, b: 2.0 + n / 1000.0, ranks=2)  # M's α and β, hard-coded

@@ -19,6 +19,12 @@ from pathlib import Path
 
 import pytest
 from grading_batch import check_run
+from hostile_snippets import (
+    LAB02_EXCHANGE_US_LOOKUP,
+    LAB02_GATHERS_THE_FIELD,
+    lab02_step_with_forged_source,
+    reads_the_graders_files,
+)
 from lab_grading import (
     HOSTILE_PATCH,
     assert_source_validates,
@@ -481,3 +487,24 @@ def test_hostile_gets_no_marks_for_wrong_answers(request, course):
         assert "CheckFailed" in errors_of(nb, gid)
     assert "Skipped" in errors_of(nb, "test_exchange_fixed")
     print(f"[wall] {LAB} hostile submission autograded in {seconds:.1f} s")
+
+
+# Lab 02's cheats (tests/hostile_snippets.py) beside honest parts: a halo that gathers the
+# whole field, a step without overlap whose source the student's kernel forges, the
+# grader's own model as the prediction, and a correct exchange that first looks for the
+# grader's files from the ranks (it would fail, naming them, if it found one).
+@pytest.mark.submission(LAB, "cheater", lambda: {
+    **solutions(LAB), "exchange_sendrecv": LAB02_GATHERS_THE_FIELD,
+    "exchange_nonblocking": reads_the_graders_files(solutions(LAB)["exchange_nonblocking"],
+                                                    "exchange_nonblocking"),
+    "step_overlap": lab02_step_with_forged_source(solutions(LAB)["step_overlap"]),
+    "exchange_us": LAB02_EXCHANGE_US_LOOKUP})
+def test_cheats_lose_the_parts_they_cheat(request, course):
+    nb, _ = check_run(request, course, {**POINTS, "test_exchange_sendrecv": 0.0,
+                                        "test_step_overlap": 0.0, "test_exchange_us": 0.0})
+    said = errors_of(nb, "test_exchange_sendrecv")
+    assert "calls allgather, a collective of every rank" in said, said
+    said = errors_of(nb, "test_step_overlap")
+    assert "Irecv" in said or "Waitall" in said, said  # the code it shows, not the forged
+    said = errors_of(nb, "test_exchange_us")
+    assert "reference_exchange_us" in said and "Refused" in said, said

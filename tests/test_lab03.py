@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from grading_batch import check_run
+from hostile_snippets import LAB03_EPOCH_MEASURES, LAB03_PUT_IS_SENDRECV
 from lab_grading import (
     HOSTILE_PATCH,
     assert_source_validates,
@@ -378,3 +379,16 @@ def test_hostile_is_graded_without_stalling(request, course):
     assert "exchange_mailbox is right" not in printed_by(nb, "test_exchange_mailbox")
     assert "CheckFailed" in errors_of(nb, "test_exchange_mailbox")
     print(f"[wall] {LAB} hostile submission autograded in {seconds:.1f} s")
+
+
+# Lab 03's cheats (tests/hostile_snippets.py) beside honest parts: an exchange dressed as
+# one-sided that moves the edges by Sendrecv, a prediction that is the grader's measurement.
+@pytest.mark.submission(LAB, "cheater", lambda: {
+    **solutions(LAB), "exchange_put": LAB03_PUT_IS_SENDRECV, "epoch_us": LAB03_EPOCH_MEASURES})
+def test_cheats_lose_the_parts_they_cheat(request, course):
+    nb, _ = check_run(request, course, {**POINTS, "test_exchange_put": 0.0,
+                                        "test_epoch_us": 0.0})
+    said = errors_of(nb, "test_exchange_put")
+    assert "called cart.Sendrecv" in said and "Refused" in said, said
+    said = errors_of(nb, "test_epoch_us")
+    assert "epoch_now" in said and "Refused" in said, said

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from grading_batch import check_run
+from hostile_snippets import LAB04_PUSH_IS_PUT_AND_FENCE, LAB04_PUSH_US_LOOKUP
 from lab_grading import (
     HOSTILE_PATCH,
     assert_source_validates,
@@ -192,3 +193,18 @@ def test_hostile_gets_no_marks(request, course):
         assert f"{name} is right" not in printed_by(nb, gid)  # the patch fools nothing
         assert "CheckFailed" in errors_of(nb, gid), (gid, errors_of(nb, gid))
     print(f"[wall] {LAB} hostile submission autograded in {seconds:.1f} s")
+
+
+# Lab 04's cheats (tests/hostile_snippets.py) beside honest parts: a push whose own code
+# reads like one while a helper moves the edges by a window's Put + Fence, and the
+# grader's own model as the prediction.
+@pytest.mark.submission(LAB, "cheater", lambda: {
+    **solutions(LAB), "exchange_push": LAB04_PUSH_IS_PUT_AND_FENCE,
+    "push_us": LAB04_PUSH_US_LOOKUP})
+def test_cheats_lose_the_parts_they_cheat(request, course):
+    nb, _ = check_run(request, course, {**POINTS, "test_exchange_push": 0.0,
+                                        "test_push_us": 0.0})
+    said = errors_of(nb, "test_exchange_push")
+    assert "called MPI.Win.Create" in said and "Refused" in said, said
+    said = errors_of(nb, "test_push_us")
+    assert "reference_push_us" in said and "Refused" in said, said

@@ -17,6 +17,13 @@ from pathlib import Path
 
 import pytest
 from grading_batch import check_run
+from hostile_snippets import (
+    LAB05_ALLREDUCE_LIBRARY,
+    LAB05_BCAST_LIBRARY_FORGED_TRACE,
+    LAB05_BCAST_US_LOOKUP,
+    LAB06_ALLGATHER_US_LOOKUP,
+    LAB06_RING_IS_THE_COURSES_KERNEL,
+)
 from lab_grading import (
     assert_source_validates,
     errors_of,
@@ -493,3 +500,34 @@ def test_lab06_hostile_gets_no_marks_for_wrong_answers(request, course):
     assert "BadResult" in errors_of(nb, "test_allgather_us") and "_Close" in errors_of(
         nb, "test_allgather_us")
     print(f"[wall] {LAB6} hostile submission autograded in {wall:.1f} s")
+
+
+# Labs 05 and 06's cheats (tests/hostile_snippets.py): the library's collective on the
+# communicator under the tracer (with a binomial tree's messages forged into the tracer's
+# log; with no message at all), the course's own compiled ring, the course's cost models
+# as the predictions; lab 06's other parts honest.
+@needs5
+@pytest.mark.submission(LAB5, "cheater", {"bcast_binomial": LAB05_BCAST_LIBRARY_FORGED_TRACE,
+                                          "allreduce_butterfly": LAB05_ALLREDUCE_LIBRARY,
+                                          "bcast_us": LAB05_BCAST_US_LOOKUP})
+def test_lab05_cheats_lose_the_parts_they_cheat(request, course):
+    nb, _ = check_run(request, course, {k: 0.0 for k in full(LAB5)})
+    said = errors_of(nb, "test_bcast_binomial")
+    assert "mpilab.tracing.recording._send" in said and "Refused" in said, said
+    said = errors_of(nb, "test_allreduce_butterfly")
+    assert "received no message through the communicator" in said, said
+    said = errors_of(nb, "test_bcast_us")
+    assert "collectives.algorithms.time_us" in said and "Refused" in said, said
+
+
+@needs6
+@pytest.mark.submission(LAB6, "cheater", lambda: {
+    **solutions(LAB6), "allgather_ring": LAB06_RING_IS_THE_COURSES_KERNEL,
+    "allgather_us": LAB06_ALLGATHER_US_LOOKUP})
+def test_lab06_cheats_lose_the_parts_they_cheat(request, course):
+    nb, _ = check_run(request, course, {**full(LAB6), "test_allgather_ring": 0.0,
+                                        "test_ring_steps": 0.0, "test_allgather_us": 0.0})
+    said = errors_of(nb, "test_allgather_ring")
+    assert "mpilab.kernels.collectives.run" in said and "Refused" in said, said
+    said = errors_of(nb, "test_allgather_us")
+    assert "collectives.algorithms.predict" in said and "Refused" in said, said

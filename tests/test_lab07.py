@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from grading_batch import graded_notebook
+from hostile_snippets import LAB07_BEST_PLACEMENT_LOOKUP, lab07_predict_hard_coded
 from lab_grading import (
     assert_source_validates,
     errors_of,
@@ -134,6 +135,11 @@ def cases() -> dict:
         "no-alpha": ({**ok, "predict_ms": PREDICT_NO_ALPHA}, score(test_predict=0)),
         "cyclic": ({**ok, "best_placement": ALWAYS_CYCLIC}, score(test_best_placement=0)),
         "endless": ({**ok, "best_placement": ENDLESS_SEARCH}, score(test_best_placement=0)),
+        # tests/hostile_snippets.py: the reference link's numbers in the prediction, the
+        # grader's own search as the placement; the fit and the loads honest
+        "cheater": ({**ok, "predict_ms": lab07_predict_hard_coded(),
+                     "best_placement": LAB07_BEST_PLACEMENT_LOOKUP},
+                    score(test_predict=0, test_predict_measured=0, test_best_placement=0)),
         "hostile": ({**ok, "fit_link": FIT_ONE_LINE + HOSTILE,
                      "link_loads": LOADS_BOTH_DIRECTIONS},
                     score(test_fit_link=0, test_link_loads=0, test_predict=0,
@@ -163,6 +169,11 @@ def test_lab07_grades_right_wrong_and_hostile_submissions(course):
                                          "test_best_placement")
     measured = errors_of(graded_notebook(course, LAB7, "microseconds"), "test_predict_measured")
     assert "measured on this machine" in measured, measured
+    cheat = graded_notebook(course, LAB7, "cheater")
+    said = errors_of(cheat, "test_predict_measured")
+    assert "twice α and half β" in said, said
+    said = errors_of(cheat, "test_best_placement")
+    assert "reference_best" in said and "Refused" in said, said
     assert not leftover_processes(course)
     assert no_fabric_left(own), own.stale()
 

@@ -11,7 +11,7 @@ import builtins
 
 from nbformat import NotebookNode
 
-__all__ = ["classify", "free_names", "definitions"]
+__all__ = ["classify", "free_names", "definitions", "defined_sources"]
 
 _BUILTINS = set(dir(builtins))
 
@@ -106,3 +106,50 @@ def definitions(source: str) -> str:
                 for i in range(first - 1, node.end_lineno):
                     keep[i] = False
     return "\n".join(ln if keep[i] and not other[i] else "" for i, ln in enumerate(lines))
+
+
+def defined_sources(sources: list[str], names) -> dict[str, str]:
+    """What the notebook shows of each of `names`: the text of its last top-level
+    ``def`` (or ``class``) in `sources`, the cells in the order they ran.
+
+    The checks that read a student's code read this, never what the student's kernel
+    reports (a submission can make ``inspect.getsource`` say anything in its own kernel).
+    A name last bound otherwise (``f = g``, in a loop, by ``exec``) gets ``""``: no code
+    to read.
+
+    Parameters
+    ----------
+    sources : list of str
+        The source of each student and locked cell run so far, in order.
+    names : iterable of str
+        The names a test cell reads.
+
+    Returns
+    -------
+    dict of str to str
+        For each name some cell binds at top level, its definition's text (``""`` when
+        the last binding is not a ``def`` or ``class``).
+    """
+    want = set(names)
+    out: dict[str, str] = {}
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            try:  # IPython's syntax (magics, shell escapes), as the kernel ran it
+                from IPython.core.inputtransformer2 import TransformerManager
+
+                src = TransformerManager().transform_cell(src)
+                tree = ast.parse(src)
+            except (SyntaxError, ImportError):
+                continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in want:
+                    out[node.name] = ast.get_source_segment(src, node) or ""
+            else:
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) \
+                            and sub.id in want:
+                        out[sub.id] = ""
+    return out

@@ -51,7 +51,7 @@ from .failures import (
 )
 from .pool import Outcome, Pool, PoolError
 from .sandbox import Sandbox, read_untrusted
-from .worker import student_object
+from .worker import student_function
 
 __all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",
            "local", "call", "compile_cython", "shutdown", "sandbox_env"]
@@ -127,6 +127,10 @@ def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str
         "MPILAB_MPI": runtime.selected_library(),
         "MPILAB_GRADING": "1",
         "NBGRADER_EXECUTION": "autograde",
+        # the mpilab the grader runs, also where an editable install points elsewhere (a
+        # second checkout's worktree): the sandbox binds this package's folder alone
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.realpath(
+            __import__("mpilab").__file__))),
     }
     for k in ("MPICC", "MPILAB_MPIEXEC"):
         if os.environ.get(k):
@@ -165,7 +169,7 @@ class StudentFunction:
             self.__signature__ = sig
 
     def __reduce__(self):
-        return (student_object, (self.payload,))
+        return (student_function, (self.payload,))
 
     def __call__(self, *args, **kwargs):
         return call(self, *args, **kwargs)
@@ -236,7 +240,8 @@ def missing(ns: dict, names: list[str]) -> list[str]:
             and not n.startswith("__") and (n not in ns or n in _STUDENT_NAMES)]
 
 
-def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
+def bind(ns: dict, folder: str, names: list[str],
+         sources: dict[str, str] | None = None) -> list[str]:
     """Bind the student's `names` exported into `folder`; returns the names bound.
 
     Missing names are unbound (a test that uses them fails with NameError); plain data is
@@ -252,6 +257,10 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
         ``index.json`` and a file per name); every file is read as untrusted.
     names : list of str
         The names to bind; only those :func:`missing` returns are looked at.
+    sources : dict of str to str, optional
+        A function's source as the notebook shows it (the preprocessor's
+        :func:`~mpilab.autograder.cells.defined_sources`): with it, the source the checks
+        read is this, never what the student's kernel reported.
 
     Returns
     -------
@@ -282,6 +291,8 @@ def bind(ns: dict, folder: str, names: list[str]) -> list[str]:
                 kind = "unreadable"
         elif kind == "function":
             data = read_untrusted(os.path.join(folder, f"{name}.pkl"), MAX_EXPORT)
+            if sources is not None:
+                meta = {**meta, "source": sources.get(name, "")}
             value = StudentFunction(name, data, meta) if data else None
             kind = "function" if data else "unreadable"
         if kind in ("data", "function"):

@@ -52,7 +52,7 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute
 from traitlets import Bool, Integer, List, Unicode
 
 from . import quiet
-from .cells import classify, definitions, free_names
+from .cells import classify, defined_sources, definitions, free_names
 from .isolated import ENV, sandbox_env
 from .sandbox import NOBODY, Limits, Sandbox
 from .scratch import make_scratch, remove_stale_cgroups, remove_stale_scratch
@@ -411,7 +411,10 @@ class IsolatedExecute(Execute):
             if names:
                 folder = self._export(names)
                 if folder is not None:
-                    self._grader_exec(f"{mod}.bind(globals(), {folder!r}, {names!r})")
+                    shown = defined_sources([c.source for c in self.nb.cells[:index]
+                                             if classify(c) in ("student", "locked")], names)
+                    self._grader_exec(f"{mod}.bind(globals(), {folder!r}, {names!r}, "
+                                      f"{shown!r})")
             self._gclient.execute_cell(cell, index,
                                        execution_count=self.code_cells_executed + 1)
         except (DeadKernelError, Unresponsive, CellTimeoutError, RuntimeError) as exc:

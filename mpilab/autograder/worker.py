@@ -30,7 +30,7 @@ import socket
 import struct
 import sys
 
-__all__ = ["main", "student_object", "send_frame", "recv_frame"]
+__all__ = ["main", "student_object", "student_function", "send_frame", "recv_frame"]
 
 MAX_REQUEST = 1 << 30
 
@@ -50,6 +50,26 @@ def student_object(payload: bytes):
         tuple.
     """
     return pickle.loads(payload)
+
+
+def student_function(payload: bytes):
+    """A student's function from the bytes their kernel pickled, watched while it runs
+    (:func:`mpilab.autograder.watch.watched`: a call of the course's own answer is
+    refused); what is not a plain function comes back as it was pickled.
+
+    Parameters
+    ----------
+    payload : bytes
+        A pickle made in the student's kernel (untrusted).
+
+    Returns
+    -------
+    object
+        The watched function, or what `payload` unpickles to.
+    """
+    from mpilab.autograder.watch import watched
+
+    return watched(student_object(payload))
 
 
 def send_frame(sock: socket.socket, data: bytes) -> None:
@@ -183,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     from mpilab.autograder import wire
 
     build.defer_compiles()  # as in the student's kernel (mpilab.autograder.student)
+    from mpilab.autograder.watch import guard_kernels
+
+    guard_kernels()  # a student's function that calls the course's kernels is seen
     sock_path, workdir = (argv or sys.argv[1:])[:2]
     world = MPI.COMM_WORLD
     rank = world.Get_rank()

@@ -80,7 +80,11 @@ def _check(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int
     __tracebackhide__ = True
     name = _os._name(exchange, None)
     _structure(_os._code(exchange, name), name, stores=stores)
-    _os._checked("exchange", None, exchange, name, nx, ny, dims, steps, timeout, hint)
+    _os._checked("exchange", None, exchange, name, nx, ny, dims, steps, timeout, hint,
+                 refuse=("cart.", "win.", "MPI.Win."),
+                 why="a coarray exchange moves the edges with the coarray's own syntax "
+                 "(x[k][...] = ..., ... = x[k][...], sync_all): the window and its calls are "
+                 "the coarray's to make, and sends and receives were lab 02's")
 
 
 def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: int, *,

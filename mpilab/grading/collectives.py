@@ -63,6 +63,7 @@ from mpilab.grading.collectives_model import (
 )
 from mpilab.grading.traced import (
     check_traced,
+    expect_own_messages,
     expect_sendbuf_kept,
     explained,
     label_of,
@@ -338,6 +339,8 @@ def _bcast_run(bcast, p, n, root, dtype, name, timeout):
         known={"the root's data": out[root]["ref"],
                "its own starting buffer (nothing arrived)": np.full(n, -1, dtype=dtype)},
         hint=messages_hint(out[0], p, root))
+    label = f"{name} on {p} ranks, root {root}, {n:,} {dtype}"
+    expect_own_messages(out, label, [r for r in range(p) if r != root and n], "comm.Bcast")
     return out
 
 
@@ -355,6 +358,7 @@ def _allreduce_run(allreduce, p, n, dtype, name, timeout):
         rtol=None if exact else 1e-12, atol=0.0 if exact else 1e-9,
         known={f"its recvbuf untouched ({UNTOUCHED} everywhere)":
                np.full(n, UNTOUCHED, dtype)}, hint=hint)
+    expect_own_messages(out, label, range(p) if p > 1 and n else [], "comm.Allreduce")
     return out
 
 

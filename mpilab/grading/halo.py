@@ -82,6 +82,9 @@ __all__ = ["SIDES", "halo_harness", "numbered", "same", "short", "ghost", "what_
 _KINDS = ("exchange", "step")
 _POST = r"\bI(s?send|recv)\s*\("
 _WAIT = r"\b[Ww]ait(all|any|some)?\s*\("
+#: a collective call: it moves data of every rank, where a halo moves only edges
+_COLLECTIVE = (r"\.([aA]llgatherv?|[gG]atherv?|[bB]cast|[sS]catterv?|[aA]lltoall[vw]?"
+               r"|[aA]llreduce|Reduce(_scatter\w*)?)\s*\(")
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,6 +201,12 @@ def _checked(func: Callable, kind: str, name: str | None, nx: int, ny: int,
     (`problems_of`, in the words of ``said(where, problems)``), then the heat run."""
     __tracebackhide__ = True
     where = where_on(_name(func, name), nx, ny, dims)
+    whole = re.search(_COLLECTIVE, re.sub(r"#[^\n]*", "", grading.source_of(func)))
+    grading.expect(not whole, f"{_name(func, name)} calls {whole and whole.group(1)}, a "
+                   "collective of every rank: a halo exchange sends each neighbour its edge "
+                   "and nothing more (gathering the field to cut the ghost cells out of it "
+                   "moves the whole grid every step). Refused: exchange the edges with the "
+                   "neighbours (Sendrecv, or Isend/Irecv).")
     outs = _run(func, kind, nx, ny, dims, steps, timeout)
     problems = problems_of([o["probe"] for o in outs], nx, ny, dims)
     grading.expect(not problems, said(where, problems))

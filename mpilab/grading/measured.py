@@ -42,7 +42,7 @@ from ..pingpong import alpha_beta, one_way_times, round_trip
 from ..timing import best_us
 from . import steady
 from .compare import _fmt, _is_num, _trusted
-from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
+from .prediction import Part, Prediction, ab_related, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "own_session", "measuring_ranks",
            "measure",
@@ -559,6 +559,7 @@ def _one_number(got: Any) -> Any:
 
 #: Lab 01: ``predict_us(n, α, β)`` for a held-out size, from α and β measured just now.
 HELD_OUT = Prediction(
+    related=ab_related,
     name="predict_us", now=pingpong_now, tolerance=HELD_OUT_TOLERANCE, returned=_one_number,
     parts=lambda m: [Part("one message of 4 MiB, one way",
                           (HELD_OUT_BYTES, m["alpha_us"], m["beta_MBps"]), m["held_out_us"])],

@@ -521,7 +521,7 @@ def check_predict_measured(predict_ms: Callable,
     Raises
     ------
     mpilab.grading.CheckFailed
-        When it returns no positive number, or a ratio is outside `tolerance`.
+        When it returns no positive number, ignores α and β, or a ratio is off.
     """
     __tracebackhide__ = True
     link = link_now()
@@ -535,6 +535,14 @@ def check_predict_measured(predict_ms: Callable,
         got = grading.call_local(predict_ms, sched, hosts, a, b, timeout=10)
         grading.expect(_number(got) and got > 0,
                        f"predict_ms should return a positive number of ms, got {got!r:.60}")
+        again = grading.call_local(predict_ms, sched, hosts, 2 * a, b / 2, timeout=10)
+        grading.expect_close(again, 2 * got, rtol=1e-6,
+                             what=f"predict_ms with twice α ({2 * a:.1f} µs) and half β "
+                             f"({b / 2:.3g} MB/s)",
+                             hint="twice α and half β must double a time made of α and "
+                             "load / β: the prediction must come from the α and β it is "
+                             "given, not from numbers of the reference link or a "
+                             "measurement")
         measured = rec["t_us_min"] / 1e3
         ratio = measured / got
         what = (f"the ring allgather, {network.PLACEMENTS[map_by]}, "

@@ -144,15 +144,23 @@ def _run(kind: str, setup: Callable | None, exchange: Callable, nx: int, ny: int
 
 
 def _checked(kind: str, setup: Callable | None, exchange: Callable, label: str, nx: int,
-             ny: int, dims: Sequence[int], steps: int, timeout: float, hint: str) -> None:
+             ny: int, dims: Sequence[int], steps: int, timeout: float, hint: str,
+             refuse: tuple[str, ...] = ("cart.",), why: str = "") -> None:
     """A graded exchange's runs (:func:`onesided_harness`, slow ranks on) and verdict."""
     __tracebackhide__ = True
     outs = _run(kind, setup, exchange, nx, ny, dims, steps, True, timeout)
-    _verdict(outs, ghosts.where_on(label, nx, ny, dims), nx, ny, dims, steps, hint=hint)
+    _verdict(outs, ghosts.where_on(label, nx, ny, dims), nx, ny, dims, steps, hint=hint,
+             refuse=refuse, why=why or ONE_SIDED)
+
+
+#: Why a one-sided exchange may not move data with the communicator's calls.
+ONE_SIDED = ("a one-sided exchange moves the edges with Put between fences (or through the "
+             "shared window): no send or receive of its own (that was lab 02)")
 
 
 def _verdict(outs: list[dict], where: str, nx: int, ny: int, dims: Sequence[int],
-             steps: int, hint: str) -> None:
+             steps: int, hint: str, refuse: tuple[str, ...] = ("cart.",),
+             why: str = ONE_SIDED) -> None:
     __tracebackhide__ = True
     problems = probe_problems([o["probe"] for o in outs], nx, ny, dims)
     grading.expect(not problems, f"{where}: after one exchange (slow ranks in a checkerboard, "
@@ -160,6 +168,9 @@ def _verdict(outs: list[dict], where: str, nx: int, ny: int, dims: Sequence[int]
                    + "\n  ".join(problems[:6]) + ("\n  ..." if len(problems) > 6 else "")
                    + "\nEvery point holds its own number (1, 2, ... row by row over the grid), "
                    "so a ghost edge must hold the numbers of the neighbour's edge.")
+    made = sorted({c for o in outs for c in o.get("calls", []) if c.startswith(refuse)})
+    grading.expect(not made, f"{where}: the exchange's own code called {', '.join(made)}: "
+                   f"{why}. Refused, however right the edges came out.")
     leaks = [p for o in outs for p in o["problems"]]
     grading.expect(not leaks, f"{where}: windows left unfreed:\n  " + "\n  ".join(leaks[:4]))
     ghosts.expect_heat(outs, where, nx, ny, dims, steps, hint=hint)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mpilab import halo
+from mpilab.autograder.watch import student_facing
 from mpilab.grading import ghosts
 
 __all__ = ["SLOW_SECONDS", "SCRIBBLE", "slow_rank", "onesided_harness"]
@@ -31,6 +32,13 @@ _KINDS = ("exchange", "shared")
 _SYNCS = ("Fence", "Sync", "Start", "Complete", "Post", "Wait", "Lock", "Unlock", "Lock_all",
           "Unlock_all", "Flush", "Flush_all", "Flush_local", "Flush_local_all")
 _MAKERS = ("Create", "Allocate", "Allocate_shared", "Create_dynamic")
+#: Calls that move data two-sided (a one-sided exchange makes none; a collective that
+#: shares the ranks' shapes is allowed), and a window's data calls: noted when the
+#: student's own code makes them (lab 04 refuses every call of a window its code makes
+#: itself: those are the coarray's to make).
+_MOVES = ("Send", "Recv", "Sendrecv", "Sendrecv_replace", "Isend", "Irecv", "Ssend",
+          "Issend", "Rsend", "Bsend", "send", "recv", "sendrecv", "isend", "irecv", "ssend")
+_RMA = ("Put", "Get", "Accumulate", "Get_accumulate", "Rput", "Rget")
 
 
 class _Watch:
@@ -39,6 +47,16 @@ class _Watch:
     def __init__(self) -> None:
         self.pause = 0.0
         self.made: list[tuple[object, str]] = []
+        self.calls: list[str] = []  # the MPI calls the student's own code made
+
+    def note(self, what: str) -> None:
+        """Note `what` when the code that called the wrapper is the student's."""
+        import sys
+
+        from mpilab.autograder.watch import by_student
+
+        if by_student(sys._getframe(2).f_code) and what not in self.calls:
+            self.calls.append(what)
 
     def after_sync(self) -> None:
         if self.pause:
@@ -78,34 +96,52 @@ def _classes() -> dict[str, type]:
         method = getattr(base, name)
 
         def call(self, *args, **kwargs):
-            out = method(self, *args, **kwargs)
             w = watch()
+            if w is not None:
+                w.note(f"win.{name}")
+            out = method(self, *args, **kwargs)
             if w is not None:
                 w.after_sync()
             return out
 
         call.__name__ = name
-        return call
+        return student_facing(call)
 
     def maker(name: str) -> classmethod:
         make = getattr(base_win, name)
 
         def call(cls, *args, **kwargs):
-            win = cls(make(*args, **kwargs))
             w = watch()
+            if w is not None:
+                w.note(f"MPI.Win.{name}")
+            win = cls(make(*args, **kwargs))
             if w is not None:
                 w.made.append((win, f"MPI.Win.{name}"))
             return win
 
         call.__name__ = name
-        return classmethod(call)
+        return classmethod(student_facing(call))
+
+    def noted(name: str, base: type, prefix: str) -> Callable:
+        method = getattr(base, name)
+
+        def call(self, *args, **kwargs):
+            w = watch()
+            if w is not None:
+                w.note(f"{prefix}.{name}")
+            return method(self, *args, **kwargs)
+
+        call.__name__ = name
+        return student_facing(call)
 
     ns: dict = {name: synced(name, base_win) for name in _SYNCS}
+    ns.update({name: noted(name, base_win, "win") for name in _RMA})
     ns.update({name: maker(name) for name in _MAKERS})
     win_cls = type("Win", (base_win,), ns)
 
     def comm_ns(base: type) -> dict:
         out = {name: synced(name, base) for name in ("Barrier", "barrier")}
+        out.update({name: noted(name, base, "cart") for name in _MOVES if hasattr(base, name)})
 
         def wrapping(name: str) -> Callable:
             method = getattr(base, name)
@@ -115,7 +151,7 @@ def _classes() -> dict[str, type]:
                 return _CLASSES["Intracomm"](new) if type(new) is base_intra else new
 
             call.__name__ = name
-            return call
+            return student_facing(call)
 
         out.update({name: wrapping(name) for name in ("Split_type", "Split", "Dup")})
         return out
@@ -241,7 +277,9 @@ def onesided_harness(comm, kind: str, setup: Callable | None, exchange: Callable
     -------
     dict
         ``{"probe": u after one exchange of the numbered grid, "field": this rank's block
-        (no frame) after `steps` steps, "problems": [what this rank saw wrong, in words]}``.
+        (no frame) after `steps` steps, "problems": [what this rank saw wrong, in words],
+        "calls": [the communicator's and windows' calls the student's own code made that
+        move data or synchronise ("cart.Sendrecv", "win.Put", "MPI.Win.Create")]}``.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -313,7 +351,7 @@ def onesided_harness(comm, kind: str, setup: Callable | None, exchange: Callable
                                 f"{left[0]}): every call must free the windows it makes")
             watch.free_unfreed(first)
             field = old[1:-1, 1:-1].copy()
-        return {"probe": probe, "field": field, "problems": problems}
+        return {"probe": probe, "field": field, "problems": problems, "calls": watch.calls}
     finally:
         from mpi4py import MPI
 

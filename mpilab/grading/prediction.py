@@ -38,8 +38,8 @@ from ..autograder.failures import fail as _fail
 from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
-__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "guessed", "where",
-           "shown"]
+__all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
+           "ab_related", "guessed", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -133,6 +133,70 @@ def expect_model(func: Callable, name: str, cases, reference: Callable,
         got = call_local(func, *args, timeout=10)
         expect_close(got, reference(*args), rtol=1e-9,
                      what=f"{name}({', '.join(map(repr, args))})", hint=hint(got, *args))
+
+
+def expect_related(func: Callable, name: str, related: Iterable[tuple[tuple, float, str]],
+                   returned: Callable[[Any], Any] = lambda got: got) -> None:
+    """`func` predicts what a model must from related arguments: each ``(args, want,
+    why)`` of `related` to 1e-6 (relative); a miss says the call, both numbers and `why`.
+
+    Parameters
+    ----------
+    func : callable
+        The student's prediction, called under a 10 s timer (:func:`call_local`).
+    name : str
+        Its name, as the message writes the call.
+    related : iterable of (tuple, float, str)
+        Arguments, what the prediction must be for them, and what a miss means.
+    returned : callable, optional
+        What the function returned, as it is graded (the identity by default).
+
+    Raises
+    ------
+    CheckFailed
+        On the first miss, or when `func` times out or raises.
+    """
+    __tracebackhide__ = True
+    for args, want, why in related:
+        got = returned(call_local(func, *args, timeout=10))
+        expect_close(got, want, rtol=1e-6, what=f"{name}({', '.join(map(_arg, args))})",
+                     hint=why)
+
+
+def ab_related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
+    """What any α + n/β-shaped prediction ``f(n, α, β)`` must give beside ``got = f(*args)``
+    (a :class:`Prediction`'s ``related``, for a check without made-up cases: lab 01's
+    held-out message): a message twice as large takes n / β longer, and twice α with half
+    β twice as long. A number that ignores the size, or α and β (a fixed number, a
+    measurement made when called), misses one of them.
+
+    Parameters
+    ----------
+    args : (float, float, float)
+        The size (bytes), α (µs) and β (MB/s) the prediction was made from.
+    got : object
+        What it predicted for them.
+
+    Returns
+    -------
+    list of (tuple, float, str)
+        The related arguments, what they must give and what a miss means; none when
+        `got` is not a number (the measured comparison says what is wrong with it).
+    """
+    n, a, b = args
+    if not _is_num(got) or isinstance(got, (bool, complex)):
+        return []
+    return [((2 * n, a, b), float(got) + n / b,
+             "a message twice as large must take n / β longer: the prediction must grow "
+             "with the size (a number that ignores the size is no model of the message)"),
+            ((n, 2 * a, b / 2), 2 * float(got),
+             "twice α and half β must double a time made of α and n / β: the prediction "
+             "must come from the α and β it is given, not from a fixed number or a "
+             "measurement")]
+
+
+def _arg(x: Any) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else _fmt(x, 40)
 
 
 def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> str:
@@ -268,6 +332,13 @@ class Prediction:
         What the function returned, as it is graded (lab 01 accepts a one-element array).
     shows : callable, optional
         ``shows(func, m, ranks)``: prints the try-it cell's lines (:meth:`show`).
+    related : callable, optional
+        ``related(args, got) -> [(args2, want, why), ...]``: for a part's arguments and
+        the prediction made from them, other arguments and what any model of the lab's
+        shape must predict from them (twice α and half β: twice the time). A prediction
+        that ignores its arguments (a fixed number, a measurement made when called)
+        misses them, and `why` says so; where a check takes no made-up cases, these
+        are what keeps it a model's.
     """
 
     name: str
@@ -281,6 +352,7 @@ class Prediction:
     expect_cases: Callable[[Callable, Iterable], None] | None = None
     returned: Callable[[Any], Any] = _as_returned
     shows: Callable[[Callable, dict, int], None] | None = None
+    related: Callable[[tuple, Any], Iterable[tuple[tuple, float, str]]] | None = None
 
     def check(self, func: Callable, cases: Iterable = (), *, ranks: int) -> dict:
         """`func` equals the model on `cases`, and its predictions hold against the
@@ -326,6 +398,9 @@ class Prediction:
             if part.pick is not None:
                 got = part.pick(got)
             out[part.predicted] = got
+            if self.related is not None and part.pick is None:
+                # a model of its arguments first, whatever the (noisy) measurement says
+                expect_related(func, self.name, self.related(part.args, got), self.returned)
             out[part.ratio] = expect_prediction(got, part.measured_us, tolerance=self.tolerance,
                                                 what=part.what, model=model)
         return out

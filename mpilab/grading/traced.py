@@ -25,8 +25,8 @@ from typing import Any
 from mpilab import grading, tracing
 
 __all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explained", "label_of",
-           "check_traced", "parse_cases", "run_traced", "expect_sendbuf_kept", "traced_steps",
-           "show_trace"]
+           "check_traced", "parse_cases", "run_traced", "expect_sendbuf_kept",
+           "expect_own_messages", "traced_steps", "show_trace"]
 
 
 def log_steps(ranks: int) -> int:
@@ -250,6 +250,53 @@ def run_traced(harness: Callable, func: Callable, *args: Any, ranks: int, name: 
     with explained(name):
         return grading.run_on_ranks(harness, func, *args, ranks=ranks, timeout=timeout,
                                     blame=func)
+
+
+def expect_own_messages(outs: Sequence[dict], label: str, receivers: Iterable[int],
+                        library: str) -> None:
+    """A right result made by the student's messages: no library collective was called,
+    and each of `receivers` received a message through the communicator it was given.
+
+    A result that is right while a rank received nothing through it came another way:
+    the library's collective on the communicator underneath, or on another one.
+
+    Parameters
+    ----------
+    outs : sequence of dict
+        The harness's output of each rank, with ``schedule`` (every rank's messages, as
+        :func:`mpilab.tracing.trace` gives them; None when they do not pair up),
+        ``error`` and ``untraced``.
+    label : str
+        What the message calls the run.
+    receivers : iterable of int
+        The ranks that cannot hold the right result without receiving a message.
+    library : str
+        The library's collective that would have done it ("comm.Bcast").
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        Naming the library call, messages that do not pair up, or the ranks that
+        received nothing.
+    """
+    __tracebackhide__ = True
+    info = outs[0]
+    calls = sorted({name for _, name in info.get("untraced") or []})
+    grading.expect(not calls, f"{label} called comm.{', comm.'.join(calls)}: the library's "
+                   f"collective, not yours. Write it from sends and receives (the result of "
+                   f"{library} is what the check compares with, not what it grades).")
+    receivers = list(receivers)
+    sched = info.get("schedule")
+    grading.expect(sched is not None or not receivers,
+                   f"{label}: the result is right, but the messages do not pair up: "
+                   f"{info.get('error')}")
+    got = {m["dst"] for m in sched or []}
+    silent = [r for r in receivers if r not in got]
+    grading.expect(not silent, f"{label}: rank{'s' * (len(silent) > 1)} {ranks_text(silent)} "
+                   "ended with the right data but received no message through the "
+                   "communicator it was given: the data came another way (the library's "
+                   f"{library} on the communicator underneath, or on another one). Refused: "
+                   "the lab grades the messages you send.")
 
 
 def expect_sendbuf_kept(outs: Sequence[dict], label: str, leave: str) -> None:
