@@ -102,3 +102,9 @@ def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments
         held.check(lambda n, a, b: a + (1 << 20) / b, ranks=2)
     with pytest.raises(CheckFailed, match="from the α and β it is given"):
         held.check(lambda n, a, b: 2.0 + n / 1000.0, ranks=2)  # M's α and β, hard-coded
+    # a prediction that is no time at all is told so first, before any relation
+    for nonsense, said in ((lambda n, a, b: 0.0, "a time must be positive"),
+                           (lambda n, a, b: -5.0, "a time must be positive"),
+                           (lambda n, a, b: "fast", "should be a number")):
+        with pytest.raises(CheckFailed, match=said):
+            held.check(nonsense, ranks=2)

@@ -163,6 +163,13 @@ def expect_related(func: Callable, name: str, related: Iterable[tuple[tuple, flo
                      hint=why)
 
 
+def _a_time(got: Any) -> bool:
+    """Whether `got` is a positive finite number (what a predicted time must be)."""
+    value, why = _trusted(got)
+    return (not why and _is_num(value) and not isinstance(value, (complex, bool))
+            and math.isfinite(float(value)) and float(value) > 0)
+
+
 def ab_related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
     """What any α + n/β-shaped prediction ``f(n, α, β)`` must give beside ``got = f(*args)``
     (a :class:`Prediction`'s ``related``, for a check without made-up cases: lab 01's
@@ -398,8 +405,9 @@ class Prediction:
             if part.pick is not None:
                 got = part.pick(got)
             out[part.predicted] = got
-            if self.related is not None and part.pick is None:
+            if self.related is not None and part.pick is None and _a_time(got):
                 # a model of its arguments first, whatever the (noisy) measurement says
+                # (a prediction that is no time at all is told so by expect_prediction)
                 expect_related(func, self.name, self.related(part.args, got), self.returned)
             out[part.ratio] = expect_prediction(got, part.measured_us, tolerance=self.tolerance,
                                                 what=part.what, model=model)
