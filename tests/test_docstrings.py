@@ -29,7 +29,7 @@ DOCUMENTED = [
     "mpilab.collectives", "mpilab.halo", "mpilab.tuning", "mpilab.sim", "mpilab.netlab",
     "mpilab.runtime", "mpilab.jobs", "mpilab.notebooks", "mpilab.coarrays",
     "mpilab.buffers", "mpilab.paths", "mpilab.papers", "mpilab.plots",
-    "mpilab.grading", "mpilab.autograder", "mpilab.bench.grading_errors",
+    "mpilab.grading", "mpilab.autograder", "mpilab.bench.grading_errors", "mpilab.bench.han",
 ]
 
 

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "matching": "mpilab.bench.matching",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
+    "han": "mpilab.bench.han",
     "cluster": "mpilab.bench.cluster",
     "coarray": "mpilab.bench.coarray",
     "autograde": "mpilab.autograder.bench",  # the grader's costs live with the grader
