@@ -80,11 +80,16 @@ def _hint(got, want, schedule, hosts, root) -> str:
     if got[0] == len(schedule) and flat != len(schedule):
         return ("The flat count is every message of the bcast; only those between ranks on "
                 "different nodes cross the link.")
-    if got[1] == others and two != others:
-        return ("That is one message per rank on another node: in two levels, one leader "
-                "per node receives across the link and passes it on inside its node.")
-    if got[1] == len(set(hosts)) and two != got[1]:
-        return "The two-level bcast sends no message across to the root's own node."
+    if got[1] != two:
+        nodes = len(set(hosts))
+        if got[1] == others != nodes:
+            return ("That is one message per rank on another node: in two levels, one "
+                    "leader per node receives across the link and passes it on inside its "
+                    "node.")
+        if got[1] == nodes != others:
+            return "The two-level bcast sends no message across to the root's own node."
+        return ("In two levels, one leader on each node other than the root's receives "
+                "across the link; everything else stays inside a node.")
     if got[0] != flat:
         return ("Binomial tree relative to the root: vr = (rank - root) mod p; in stage k "
                 "every vr < 2^k sends to vr + 2^k (when it exists).")
