@@ -82,6 +82,12 @@ class _Pvar:
         self._ok(self.lib.MPI_T_pvar_read(self.session, self.handle, buf), "read")
         return list(buf)
 
+    def close(self) -> None:
+        self.lib.MPI_T_pvar_stop(self.session, self.handle)
+        self.lib.MPI_T_pvar_handle_free(self.session, ctypes.byref(self.handle))
+        self.lib.MPI_T_pvar_session_free(ctypes.byref(self.session))
+        self.lib.MPI_T_finalize()
+
 
 def _worker(args_path: str, out_path: str) -> int:
     import numpy as np
@@ -129,6 +135,8 @@ def _worker(args_path: str, out_path: str) -> int:
                     what: [(b - c) / COUNTED_CALLS for b, c in zip(after[what], before[what],
                                                             strict=True)]
                     for what in counters}
+    for c in counters.values():
+        c.close()
     iters = {}
     times: dict[str, list[float]] = {}
     for op in a["ops"]:
