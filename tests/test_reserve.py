@@ -1,0 +1,188 @@
+"""mpilab.autograder.reserve: a grader's measurement holds a class's servers back.
+
+Real cgroups (root): a "student" is a busy process in a user's group of a class made by
+mpilab.autograder.limits, as the hub makes one; whether it runs is read from its CPU time
+(/proc/PID/stat), whether its group is frozen from cgroup.events.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpilab.autograder import quiet, reserve
+from mpilab.autograder.limits import Group, Limits, end_class, preexec
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+CTX = mp.get_context("fork")
+
+
+def _ticks(pid: int) -> int:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _runs(pid: int, seconds: float = 1.0) -> bool:
+    """Whether the process got CPU time within `seconds` (it spins: it gets some)."""
+    start = _ticks(pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if _ticks(pid) > start:
+            return True
+    return False
+
+
+def _frozen(group: Group) -> bool:
+    d = group.dirs()["unified"]
+    return "frozen 1" in open(os.path.join(d, "cgroup.events")).read()
+
+
+@pytest.fixture
+def klass():
+    name = f"mpilab-reserve-{os.getpid()}"
+    yield name
+    end_class(name)
+
+
+@pytest.fixture
+def student(klass):
+    """A busy process in the user's group `student` of the class."""
+    group = Group(klass, "student")
+    if "unified" not in group.where or "cpu" not in group.where:
+        pytest.skip("no cgroup v2 hierarchy or no cpu controller here")
+    group.create(Limits(cpus=1))
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=preexec(group, Limits()))
+    try:
+        assert _runs(proc.pid, 10)
+        yield group, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_modes_from_the_environment():
+    assert reserve.mode({}) == "freeze"
+    assert reserve.mode({reserve.ENV: "Weight"}) == "weight"
+    with pytest.raises(ValueError, match="MPILAB_CLASSROOM_GRADER"):
+        reserve.mode({reserve.ENV: "fifo"})
+    assert reserve.class_name({"MPILAB_CLASSROOM_DIR": "/srv/mpilab-fall/"}) == "mpilab-fall"
+    assert reserve.plan("freeze", "no-such-class-here") == []
+
+
+def test_a_busy_student_is_frozen_while_held_and_runs_after(student, klass):
+    group, proc = student
+    with reserve.reserved("freeze", klass) as held:
+        assert [os.path.dirname(e[0]) for e in held] == [group.dirs()["unified"]]
+        assert _frozen(group) and not _runs(proc.pid)
+    assert not _frozen(group) and _runs(proc.pid, 10)
+
+
+def test_thawed_when_the_measurement_raises(student, klass):
+    group, proc = student
+    with pytest.raises(ValueError, match="a failed measurement"), reserve.reserved("freeze", klass):
+        assert _frozen(group)
+        raise ValueError("a failed measurement")
+    assert not _frozen(group) and _runs(proc.pid, 10)
+
+
+def test_off_holds_nothing_back(student, klass):
+    group, proc = student
+    with reserve.reserved("off", klass) as held:
+        assert held == [] and not _frozen(group) and _runs(proc.pid, 10)
+
+
+def test_every_measurement_of_the_grading_lock_freezes_the_class(student, klass, tmp_path,
+                                                                   monkeypatch):
+    group, proc = student
+    monkeypatch.setenv("MPILAB_CLASSROOM_DIR", f"/srv/{klass}")
+    monkeypatch.delenv(reserve.ENV, raising=False)
+    with quiet.measuring(tmp_path):
+        assert _frozen(group) and not _runs(proc.pid)
+        with quiet.measuring(tmp_path):  # nested: held already
+            assert _frozen(group)
+        assert _frozen(group)
+    assert not _frozen(group)
+    with quiet.working(tmp_path):  # a grading's work holds nobody back
+        assert not _frozen(group)
+    monkeypatch.setenv(reserve.ENV, "off")
+    with quiet.measuring(tmp_path):
+        assert not _frozen(group)
+
+
+def test_weight_lowers_the_students_and_puts_it_back(student, klass):
+    group, _ = student
+    version, _ = group.where["cpu"]
+    name, lowest = reserve.LOWEST[version]
+    path = os.path.join(group.dirs()["cpu"], name)
+    before = open(path).read().strip()
+    with pytest.raises(RuntimeError), reserve.reserved("weight", klass):
+        assert open(path).read().strip() == lowest != before
+        raise RuntimeError("a measurement that fails")
+    assert open(path).read().strip() == before
+
+
+def _grader(klass: str, ready, max_s: float) -> None:
+    with reserve.reserved("freeze", klass, max_s=max_s):
+        ready.set()
+        time.sleep(3600)
+
+
+def test_the_watchdog_thaws_when_the_grader_dies(student, klass):
+    group, proc = student
+    ready = CTX.Event()
+    grader = CTX.Process(target=_grader, args=(klass, ready, 3600))
+    grader.start()
+    try:
+        assert ready.wait(60) and _frozen(group)
+        os.kill(grader.pid, signal.SIGKILL)  # no finally runs in the grader
+        grader.join()
+        deadline = time.monotonic() + 30
+        while _frozen(group) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _frozen(group) and _runs(proc.pid, 10)
+    finally:
+        grader.kill()
+        grader.join()
+
+
+def test_the_watchdog_thaws_after_the_longest_hold(student, klass):
+    group, proc = student
+    ready = CTX.Event()
+    grader = CTX.Process(target=_grader, args=(klass, ready, 1.0))
+    grader.start()
+    try:
+        assert ready.wait(60)
+        deadline = time.monotonic() + 30
+        while _frozen(group) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert grader.is_alive()  # still "measuring", yet the students run again
+        assert not _frozen(group) and _runs(proc.pid, 10)
+    finally:
+        grader.kill()
+        grader.join()
+
+
+def _plan_from(group: Group, klass: str, out) -> None:
+    group.join()
+    out.send(reserve.plan("freeze", klass))
+
+
+def test_the_graders_own_server_is_left_alone(student, klass):
+    group, _ = student
+    own = Group(klass, "instructor", group.where)
+    own.create(Limits())
+    recv, send = CTX.Pipe(duplex=False)
+    p = CTX.Process(target=_plan_from, args=(own, klass, send))
+    p.start()
+    got = recv.recv()
+    p.join()
+    assert [os.path.dirname(e[0]) for e in got] == [group.dirs()["unified"]]
+    own.end()
