@@ -186,3 +186,49 @@ def test_the_graders_own_server_is_left_alone(student, klass):
     p.join()
     assert [os.path.dirname(e[0]) for e in got] == [group.dirs()["unified"]]
     own.end()
+
+
+def test_an_instructor_not_root_may_freeze_when_the_group_says_so(klass):
+    """limits' ``graders``: the instructors' group may write each server's cgroup.freeze."""
+    student = Group(klass, "student")
+    if "unified" not in student.where:
+        pytest.skip("no cgroup v2 hierarchy here")
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 for the user nobody")
+    nobody = 65534
+    code = ("import sys; from mpilab.autograder import reserve\n"
+            "with reserve.reserved('freeze', sys.argv[1]) as held:\n"
+            "    print(len(held), open(held[0][0].replace('freeze', 'events')).read().split()[3]"
+            " if held else '-')\n")
+    as_nobody = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                 "/usr/bin/python3", "-c", code, klass]  # (the venv: under /root)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(reserve.__file__)),
+           "TMPDIR": "/tmp"}
+    student.create(Limits())
+    got = subprocess.run(as_nobody, capture_output=True, text=True, env=env, timeout=120)
+    assert "could not hold" in got.stderr  # root's file: refused, and said
+    student.create(Limits(), graders=nobody)
+    got = subprocess.run(as_nobody, capture_output=True, text=True, env=env, timeout=120)
+    assert got.stdout.split() == ["1", "1"], got.stderr  # one group held, frozen meanwhile
+    assert not _frozen(student)
+
+
+def test_the_benchs_students_spin_in_a_class_of_their_own_and_leave_nothing():
+    """grading-errors --load-as students: K busy students, each in a group of the class
+    that the grader's measurement then finds and freezes."""
+    from mpilab.bench import class_load
+
+    before = os.environ.get("MPILAB_CLASSROOM_DIR")
+    with class_load.students(2) as meta:
+        klass = meta["load_class"]
+        groups = [Group(klass, f"student-{i}") for i in range(2)]
+        pids = [g.pids() for g in groups]
+        assert all(len(p) == 1 for p in pids) and meta["load_processes"] == 2
+        assert reserve.class_name() == klass
+        with reserve.reserved("freeze") as held:
+            assert len(held) == 2 and all(_frozen(g) for g in groups)
+            assert not any(_runs(next(iter(p))) for p in pids)
+        assert all(_runs(next(iter(p)), 10) for p in pids)
+    assert not any(g.exists() for g in groups)
+    assert not any(os.path.exists(f"/proc/{next(iter(p))}") for p in pids)
+    assert os.environ.get("MPILAB_CLASSROOM_DIR") == before
