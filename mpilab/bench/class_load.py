@@ -96,7 +96,9 @@ def compare(labs: list[str], cells: dict[str, dict[str, str]], repeats: int,
     Returns
     -------
     meta : dict
-        The sandbox's facts and ``graders`` (the modes).
+        The sandbox's facts, ``graders`` (the modes) and ``holds``: per mode that held
+        the students back, how many holds, their median and longest seconds, and the
+        most groups held at once (:data:`mpilab.autograder.reserve.HOLDS`).
     records : list of dict
         :func:`mpilab.grading.error_rates.grade`'s records, then each mode's
         :func:`mpilab.grading.error_rates.rates`; every record has ``grader``, its mode.
@@ -121,4 +123,10 @@ def compare(labs: list[str], cells: dict[str, dict[str, str]], repeats: int,
             os.environ[reserve.ENV] = before
     records = [r for m in modes for r in by[m]]
     records += [dict(r, grader=m) for m in modes for r in error_rates.rates(by[m])]
-    return {**facts, "graders": modes}, records
+    holds = {}
+    for m in modes:
+        s = sorted(sec for how, sec, _ in reserve.HOLDS if how == m)
+        if s:
+            holds[m] = {"holds": len(s), "median_s": s[len(s) // 2], "max_s": s[-1],
+                        "groups": max(n for how, _, n in reserve.HOLDS if how == m)}
+    return {**facts, "graders": modes, "holds": holds}, records

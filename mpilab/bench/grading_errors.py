@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                 "measurement; rate = false-fail (correct) or false-pass (wrong), "
                 "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: the "
                 "student's time / the course's)\n"
+                + "".join(f"# {how}: {h['holds']} holds of up to {h['groups']} students' "
+                          f"servers, median {h['median_s']:.2f} s, longest {h['max_s']:.2f} s\n"
+                          for how, h in m.get("holds", {}).items())
                 + "\n".join((f"# the students during a measurement: {how} "
                              f"($MPILAB_CLASSROOM_GRADER={how})\n" if how else "")
                              + error_rates.table(rs) + _ungradable(rs)
