@@ -232,3 +232,31 @@ def test_the_benchs_students_spin_in_a_class_of_their_own_and_leave_nothing():
     assert not any(g.exists() for g in groups)
     assert not any(os.path.exists(f"/proc/{next(iter(p))}") for p in pids)
     assert os.environ.get("MPILAB_CLASSROOM_DIR") == before
+
+
+def test_where_on_a_pure_v2_and_a_hybrid_machine(tmp_path):
+    """The files a hold writes, on a v2-only layout (as Debian 12's default) and on the
+    hybrid one (v1 cpu beside a controller-less v2), from their mount tables."""
+    v2 = tmp_path / "v2"
+    (v2 / "klass" / "alice").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    for name, value in [("cgroup.freeze", "0"), ("cpu.weight", "100")]:
+        (v2 / "klass" / "alice" / name).write_text(value + "\n")
+    pure = tmp_path / "pure"
+    pure.write_text(f"30 25 0:26 / {v2} rw - cgroup2 cgroup2 rw\n")
+    alice = str(v2 / "klass" / "alice")
+    assert reserve.plan("freeze", "klass", str(pure)) == [
+        [f"{alice}/cgroup.freeze", "1", "0"]]
+    assert reserve.plan("weight", "klass", str(pure)) == [[f"{alice}/cpu.weight", "1", "100"]]
+    v1 = tmp_path / "v1"
+    (v1 / "klass" / "alice").mkdir(parents=True)
+    (v1 / "klass" / "alice" / "cpu.shares").write_text("1024\n")
+    hybrid = tmp_path / "hybrid"
+    hybrid.write_text(f"30 25 0:26 / {v2} rw - cgroup2 cgroup2 rw\n"
+                      f"31 25 0:27 / {v1} rw - cgroup cgroup rw,cpu,cpuacct\n")
+    assert reserve.plan("weight", "klass", str(hybrid)) == [
+        [str(v1 / "klass" / "alice" / "cpu.shares"), "2", "1024"]]
+    assert reserve.plan("off", "klass", str(pure)) == []
+    entries = reserve.plan("weight", "klass", str(pure))
+    assert reserve.apply(entries, 1) == [] and (v2 / "klass/alice/cpu.weight").read_text() == "1"
+    assert reserve.restore(entries) == [] and (v2 / "klass/alice/cpu.weight").read_text() == "100"

@@ -136,7 +136,8 @@ def _own(point: str) -> set[str]:
     return out
 
 
-def plan(how: str | None = None, klass: str | None = None) -> list[list[str]]:
+def plan(how: str | None = None, klass: str | None = None,
+         mountinfo: str = "/proc/self/mountinfo") -> list[list[str]]:
     """What :func:`reserved` would write: ``[file, value while held, value to restore]``.
 
     Parameters
@@ -145,6 +146,8 @@ def plan(how: str | None = None, klass: str | None = None) -> list[list[str]]:
         One of :data:`MODES` (default :func:`mode`).
     klass : str, optional
         The class's folder name (default :func:`class_name`).
+    mountinfo : str, optional
+        The mount table that says where the hierarchies are (default this process's).
 
     Returns
     -------
@@ -156,7 +159,7 @@ def plan(how: str | None = None, klass: str | None = None) -> list[list[str]]:
     klass = class_name() if klass is None else klass
     if how == "off":
         return []
-    where = _mounts()
+    where = _mounts(mountinfo)
     key = "unified" if how == "freeze" else "cpu"
     if key not in where:
         return []
