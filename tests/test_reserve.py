@@ -123,10 +123,12 @@ def test_weight_lowers_the_students_and_puts_it_back(student, klass):
     name, lowest = reserve.LOWEST[version]
     path = os.path.join(group.dirs()["cpu"], name)
     before = open(path).read().strip()
+    top = os.path.join(os.path.dirname(group.dirs()["cpu"]), name)
     with pytest.raises(RuntimeError), reserve.reserved("weight", klass):
         assert open(path).read().strip() == lowest != before
+        assert open(top).read().strip() == lowest  # this grader is outside the class
         raise RuntimeError("a measurement that fails")
-    assert open(path).read().strip() == before
+    assert open(path).read().strip() == before == open(top).read().strip()
 
 
 def _grader(klass: str, ready, max_s: float) -> None:
@@ -247,7 +249,9 @@ def test_where_on_a_pure_v2_and_a_hybrid_machine(tmp_path):
     alice = str(v2 / "klass" / "alice")
     assert reserve.plan("freeze", "klass", str(pure)) == [
         [f"{alice}/cgroup.freeze", "1", "0"]]
-    assert reserve.plan("weight", "klass", str(pure)) == [[f"{alice}/cpu.weight", "1", "100"]]
+    (v2 / "klass" / "cpu.weight").write_text("100\n")  # the class's own: lowered too
+    assert reserve.plan("weight", "klass", str(pure)) == [[f"{alice}/cpu.weight", "1", "100"],
+                                                          [f"{v2}/klass/cpu.weight", "1", "100"]]
     v1 = tmp_path / "v1"
     (v1 / "klass" / "alice").mkdir(parents=True)
     (v1 / "klass" / "alice" / "cpu.shares").write_text("1024\n")
@@ -255,7 +259,7 @@ def test_where_on_a_pure_v2_and_a_hybrid_machine(tmp_path):
     hybrid.write_text(f"30 25 0:26 / {v2} rw - cgroup2 cgroup2 rw\n"
                       f"31 25 0:27 / {v1} rw - cgroup cgroup rw,cpu,cpuacct\n")
     assert reserve.plan("weight", "klass", str(hybrid)) == [
-        [str(v1 / "klass" / "alice" / "cpu.shares"), "2", "1024"]]
+        [str(v1 / "klass" / "alice" / "cpu.shares"), "2", "1024"]]  # (no class's file here)
     assert reserve.plan("off", "klass", str(pure)) == []
     entries = reserve.plan("weight", "klass", str(pure))
     assert reserve.apply(entries, 1) == [] and (v2 / "klass/alice/cpu.weight").read_text() == "1"

@@ -17,7 +17,9 @@ measurement lasts. :func:`reserved` does, as ``$MPILAB_CLASSROOM_GRADER`` says:
     them whatever the grader does. Nothing is lost: the processes carry on where they were.
 ``weight``
     Every user's group gets the lowest CPU weight (v2 ``cpu.weight`` 1, v1 ``cpu.shares``
-    2) until the measurement ends, beside the grader's 100 / 1024: the students keep
+    2) until the measurement ends, and so does the class's folder where the grader is
+    outside the class (a weight counts among siblings), beside the grader's 100 / 1024:
+    the students keep
     running on what the grader leaves idle. Weaker: a student's busy process still gets a
     core whenever a measuring rank sleeps or waits, and the scheduler's wake-up
     preemption is not bought by weight alone.
@@ -169,10 +171,16 @@ def plan(how: str | None = None, klass: str | None = None,
         return []
     name, value = ("cgroup.freeze", "1") if how == "freeze" else LOWEST[version]
     own = _own(point)
+    folders = [e.path for e in sorted(os.scandir(top), key=lambda e: e.name)
+               if e.is_dir() and e.path not in own]
+    if how == "weight" and top not in own:
+        # a weight counts among siblings: the users' groups are each other's, and the
+        # class's folder is the grader's (a grader outside the class: lowered too)
+        folders.append(top)
     out = []
-    for e in sorted(os.scandir(top), key=lambda e: e.name):
-        path = os.path.join(e.path, name)
-        if e.is_dir() and e.path not in own and os.path.exists(path):
+    for d in folders:
+        path = os.path.join(d, name)
+        if os.path.exists(path):
             with open(path) as f:
                 was = f.read().strip()
             out.append([path, value, "0" if how == "freeze" else was])
