@@ -30,7 +30,8 @@ Real-time priority for the measuring ranks (SCHED_FIFO) is not offered: a rank t
 while it waits for a message (MPI's shared-memory transport polls) would take its core
 from everything else on it, the grader's other rank and the kernel's own threads
 included, and a measurement that hangs would hang the machine's core until its timeout;
-the kernel's real-time throttling (95 % of each second) then decides the timing instead.
+the kernel's real-time throttling (95 % of each second) then decides the timing instead;
+and it needs CAP_SYS_NICE, which an instructor's grading, run as the instructor, has not.
 
 The group that holds the grader itself (an instructor grading from their own server) is
 left alone. What undoes a freeze or a weight: the block's end (also when it raises); a
