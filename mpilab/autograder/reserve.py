@@ -155,8 +155,9 @@ def plan(how: str | None = None, klass: str | None = None,
     Returns
     -------
     list of list of str
-        One entry per user's group of the class but the grader's own; empty for ``off``,
-        where the class has no folder (no class server) or the mode's file is missing.
+        One entry per user's group of the class but the grader's own whose file this
+        process may write; empty for ``off``, where the class has no folder (no class
+        server), or where it may write none (a student's measured self-check).
     """
     how = mode() if how is None else how
     klass = class_name() if klass is None else klass
@@ -181,7 +182,7 @@ def plan(how: str | None = None, klass: str | None = None,
     out = []
     for d in folders:
         path = os.path.join(d, name)
-        if os.path.exists(path):
+        if os.access(path, os.W_OK):  # (a student's own self-check: none, and silent)
             with open(path) as f:
                 was = f.read().strip()
             out.append([path, value, "0" if how == "freeze" else was])
@@ -300,9 +301,10 @@ def reserved(how: str | None = None, klass: str | None = None,
                   "during this measurement", file=sys.stderr)
             entries = []
         bad = apply(entries, 1)
-        if bad:  # measured all the same, as without a class server; said where it is read
-            print("mpilab: the measurement could not hold these students' servers back "
-                  f"(${ENV}={how}): " + "; ".join(bad), file=sys.stderr)
+        if bad:  # measured all the same, as without a class server; said, without names
+            print(f"mpilab: the measurement could not hold {len(bad)} of the class's "
+                  f"servers back (${ENV}={how}; {bad[0].rpartition(': ')[2]})",
+                  file=sys.stderr)
         if how == "freeze":
             _frozen(entries)
         yield entries
