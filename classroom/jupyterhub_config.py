@@ -12,7 +12,10 @@ rest of the state folder and starts the hub with this file.
 Each user's server runs in a cgroup of its own with the class's limits and a /dev/shm of
 its own (``mpilab.autograder.limits``; ``$MPILAB_CLASSROOM_CPUS``, ``_MEM``, ``_PIDS``,
 ``_SHM``): everything it starts stays in that cgroup, and the whole group is killed when
-the server stops, is culled or dies.
+the server stops, is culled or dies. While an instructor's grading measures, the
+servers are frozen (``$MPILAB_CLASSROOM_GRADER``: ``freeze``, ``weight`` or ``off``;
+``mpilab.autograder.reserve``): each group's ``cgroup.freeze`` is writable by the
+instructors' group.
 
 Ports: the proxy serves the class on ``$MPILAB_CLASSROOM_PORT`` (8000), its API on the
 next port, the hub's own API on the one after (all three on this host).
@@ -26,6 +29,7 @@ import pwd
 
 from jupyterhub.spawner import LocalProcessSpawner
 
+from mpilab.autograder import reserve
 from mpilab.autograder.limits import Group, Limits, preexec
 
 c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
@@ -39,6 +43,7 @@ GROUPS = os.environ.get("MPILAB_CLASSROOM_GROUPS", "mpilab")  # classroom.sh's p
 STUDENTS, INSTRUCTORS = f"{GROUPS}-students", f"{GROUPS}-instructors"
 KLASS = os.path.basename(STATE.rstrip("/"))  # the class's cgroups: <mount>/<KLASS>/<user>
 LIMITS = Limits.from_env()  # a malformed MPILAB_CLASSROOM_* stops the hub here, named
+GRADER = reserve.mode()  # freeze, weight or off: what the instructors' measurements do
 
 # --- where it listens, what it keeps ---------------------------------------------------------
 c.JupyterHub.ip = os.environ.get("MPILAB_CLASSROOM_IP", "")  # "" = every interface
@@ -87,7 +92,7 @@ class ClassroomSpawner(LocalProcessSpawner):
         return Group(KLASS, self.user.name)
 
     async def start(self):
-        await asyncio.to_thread(self._group().create, LIMITS)
+        await asyncio.to_thread(self._group().create, LIMITS, graders_gid())
         return await super().start()
 
     def make_preexec_fn(self, name):
@@ -111,6 +116,14 @@ c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 
 
+def graders_gid() -> int | None:
+    """The instructors' group: they may freeze the servers while a grading measures."""
+    try:
+        return grp.getgrnam(INSTRUCTORS).gr_gid
+    except KeyError:
+        return None
+
+
 def is_instructor(name: str) -> bool:
     try:
         group = grp.getgrnam(INSTRUCTORS)
@@ -130,6 +143,12 @@ def pre_spawn_hook(spawner):
     if is_instructor(name):
         course = os.path.join(home, "mpilab")
         env["JUPYTER_CONFIG_PATH"] = os.path.join(course, "jupyter", "instructor")
+        # their gradings find the class's cgroups and hold them back while they measure
+        # (mpilab.autograder.reserve; the instructors' group may write cgroup.freeze)
+        env["MPILAB_CLASSROOM_DIR"] = STATE
+        env["MPILAB_CLASSROOM_GRADER"] = GRADER
+        if "MPILAB_CLASSROOM_FREEZE_MAX" in os.environ:
+            env["MPILAB_CLASSROOM_FREEZE_MAX"] = os.environ["MPILAB_CLASSROOM_FREEZE_MAX"]
         spawner.notebook_dir = course
     else:
         env["JUPYTER_CONFIG_PATH"] = ":".join([os.path.join(JUPYTER, "classroom-student"),

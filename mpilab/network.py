@@ -59,6 +59,9 @@ def _worker(args_path: str, out_path: str) -> int:
     if a["what"] == "pingpong":
         out = pingpong.measure_pingpong(world, a["sizes"], impls=("kernel",), reps=a["reps"],
                                       min_time=a["min_time"])
+    elif a["what"] == "trace-bcast":  # the binomial bcast from each root, 1-byte messages
+        out = {str(root): collectives.trace(world, "bcast", "binomial", 1, root=root)
+               for root in a["roots"]}
     else:
         out = {alg: collectives.trace(world, "allgather", alg, a["block"]) for alg in a["algs"]}
     if world.rank == 0:
@@ -144,6 +147,34 @@ def schedules(ranks: int, block: int, algs=None, *, timeout: float = 120) -> dic
     launch = runtime.launch(ranks, "shm")
     return jobs.python_worker(launch, MODULE, {"what": "trace", "algs": algs,
                                                "block": int(block)}, timeout)["out"]
+
+
+def bcast_schedules(ranks: int, roots=(0,), *, timeout: float = 120) -> dict:
+    """The traced messages of the course's binomial bcast on `ranks` ranks, in one MPI job.
+
+    Parameters
+    ----------
+    ranks : int
+        Number of ranks.
+    roots : sequence of int, optional
+        The roots to trace a bcast from (default rank 0 only).
+    timeout : float, optional
+        Seconds the job may run before it is killed (default 120).
+
+    Returns
+    -------
+    dict
+        ``{root: [{"step", "src", "dst", "bytes"}, ...]}`` (1-byte messages), from
+        :func:`mpilab.collectives.trace` in a job on this host.
+    """
+    roots = [int(r) for r in roots]
+    bad = [r for r in roots if not 0 <= r < ranks]
+    if bad:
+        raise ValueError(f"roots {bad} are not ranks of {ranks}")
+    launch = runtime.launch(ranks, "shm")
+    out = jobs.python_worker(launch, MODULE, {"what": "trace-bcast", "roots": roots},
+                             timeout)["out"]
+    return {int(root): sched for root, sched in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

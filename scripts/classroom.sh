@@ -35,7 +35,9 @@
 #   MPILAB_CLASSROOM_CPUS  CPUs' worth of time (default 2)  MPILAB_CLASSROOM_PIDS  tasks (1024)
 #   MPILAB_CLASSROOM_MEM   memory, no swap (2G)             MPILAB_CLASSROOM_SHM   /dev/shm (512M)
 # `none` turns one off. `start` tries them before anything else and refuses (2) where
-# they cannot be set.
+# they cannot be set. While an instructor's grading measures, the servers are frozen
+# (MPILAB_CLASSROOM_GRADER=freeze, the default; weight or off), for at most
+# MPILAB_CLASSROOM_FREEZE_MAX seconds (30; mpilab.autograder.reserve).
 #
 # Root on Debian/Ubuntu only (accounts, PAM, ports); the proxy is Debian's
 # node-configurable-http-proxy (scripts/setup.sh --classroom installs it). No systemd:

@@ -20,6 +20,7 @@ Debian/Ubuntu with Debian's proxy, as tests/test_classroom.py (whose class venv,
 from __future__ import annotations
 
 import asyncio
+import grp
 import json
 import os
 import pwd
@@ -268,6 +269,9 @@ def test_a_server_and_its_kernel_run_in_the_students_cgroup_with_its_limits(kern
     assert seen["mem"][0] == WANT.memory and seen["mem"][1].startswith("cgroup "), seen
     assert seen["shm"] == WANT.shm, seen
     assert f"/{KLASS}/{A}" in seen["cgroup"], seen["cgroup"]
+    if "unified" in dirs:  # the instructors' gradings may freeze A's server while measuring
+        st = Path(dirs["unified"], "cgroup.freeze").stat()
+        assert st.st_gid == grp.getgrnam(f"mlg{TAG}-instructors").gr_gid and st.st_mode & 0o020
 
 
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec (Open MPI) here")

@@ -30,7 +30,7 @@ DOCUMENTED = [
     "mpilab.runtime", "mpilab.jobs", "mpilab.notebooks", "mpilab.coarrays",
     "mpilab.buffers", "mpilab.paths", "mpilab.papers", "mpilab.plots",
     "mpilab.grading", "mpilab.autograder", "mpilab.bench.grading_errors",
-    "mpilab.bench.classroom", "mpilab.bench.hub_client",
+    "mpilab.bench.classroom", "mpilab.bench.hub_client", "mpilab.bench.han",
 ]
 
 

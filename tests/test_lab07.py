@@ -102,6 +102,19 @@ def best_placement(schedule, nodes):
         pass
 '''
 
+ALL_MESSAGES = '''
+def bcast_crossings(hosts, root):
+    return len(hosts) - 1, len(set(hosts)) - 1
+'''
+
+ONE_PER_RANK = '''
+def bcast_crossings(hosts, root):
+    p = len(hosts)
+    flat = sum(1 for vr in range(1, p) if hosts[(vr + root) % p]
+               != hosts[(vr - (1 << (vr.bit_length() - 1)) + root) % p])
+    return flat, sum(1 for h in hosts if h != hosts[root])
+'''
+
 # patches what the student's kernel holds; the grader's kernel never sees it
 HOSTILE = '''
 import mpilab.grading.network as _n
@@ -140,6 +153,11 @@ def cases() -> dict:
         "cheater": ({**ok, "predict_ms": lab07_predict_hard_coded(),
                      "best_placement": LAB07_BEST_PLACEMENT_LOOKUP},
                     score(test_predict=0, test_predict_measured=0, test_best_placement=0)),
+        "all-messages": ({**ok, "bcast_crossings": ALL_MESSAGES},
+                         score(test_bcast_crossings=0)),
+        # one message per rank on another node: wrong wherever a node holds two ranks
+        "one-per-rank": ({**ok, "bcast_crossings": ONE_PER_RANK},
+                         score(test_bcast_crossings=0)),
         "hostile": ({**ok, "fit_link": FIT_ONE_LINE + HOSTILE,
                      "link_loads": LOADS_BOTH_DIRECTIONS},
                     score(test_fit_link=0, test_link_loads=0, test_predict=0,
@@ -167,6 +185,8 @@ def test_lab07_grades_right_wrong_and_hostile_submissions(course):
     assert "latency" in errors_of(graded_notebook(course, LAB7, "no-alpha"), "test_predict")
     assert "did not return" in errors_of(graded_notebook(course, LAB7, "endless"),
                                          "test_best_placement")
+    every = errors_of(graded_notebook(course, LAB7, "all-messages"), "test_bcast_crossings")
+    assert "only those between ranks on different nodes" in every, every
     measured = errors_of(graded_notebook(course, LAB7, "microseconds"), "test_predict_measured")
     assert "measured on this machine" in measured, measured
     cheat = graded_notebook(course, LAB7, "cheater")

@@ -421,6 +421,38 @@ def test_lecture_07_hybrid_quotes_net_halo_gige_node_json():
     assert min(small) > 1  # "mostly *won* for small and middle subdomains"
 
 
+def test_lecture_07_han_quotes_the_han_files():
+    """han against tuned (2core-xeon-openmpi5-pypi): the counts the prose explains and the
+    block-placement ratio it quotes."""
+    text = prose("07-crossing-the-network")
+    by = {(link, m): {(r["op"], r["impl"], r["size_bytes"]): r for r in
+                      records("2core-xeon-openmpi5-pypi", f"han-{link}-{m}.json")}
+          for link in ("fast-ethernet", "gige") for m in ("node", "slot")}
+    mib = 2**20
+    for link in ("fast-ethernet", "gige"):
+        cyc, blk = by[(link, "node")], by[(link, "slot")]
+        # "each byte crossed three times, where han's leader sent each byte across once
+        # (in 16 segments of 64 KiB)"; "its chain then crosses the link once"
+        assert cyc[("bcast", "tuned", mib)]["bytes_across"] == 3 * mib
+        assert cyc[("bcast", "han", mib)]["bytes_across"] == mib
+        assert cyc[("bcast", "han", mib)]["messages_across"] == mib // 65536
+        assert blk[("bcast", "tuned", mib)]["bytes_across"] == mib
+        # "a small allreduce by tuned sent every one of its messages across, han two"
+        small = cyc[("allreduce", "tuned", 8)]
+        assert small["messages"] == small["messages_across"]
+        assert cyc[("allreduce", "han", 8)]["messages_across"] == 2
+        # "eight 8 KiB messages" per 64 KiB segment, plus the leaders' bcast: "many more
+        # messages across than tuned, and half the bytes"
+        big_h, big_t = cyc[("allreduce", "han", mib)], cyc[("allreduce", "tuned", mib)]
+        assert big_h["messages_across"] == 16 * (8 + 1) > big_t["messages_across"]
+        assert 2 * big_h["bytes_across"] == big_t["bytes_across"]
+    blk = by[("fast-ethernet", "slot")]
+    ratio = blk[("bcast", "tuned", mib)]["t_us_median"] / blk[("bcast", "han", mib)]["t_us_median"]
+    says(text, "in the reference run `tuned` was the faster (`tuned / han` "
+               f"{ratio:.2f} at 1 MiB over Fast Ethernet)", "han, block placement")
+    assert ratio < 1
+
+
 def test_lecture_07_wire_arithmetic():
     """Not measurements, but the figures the link's checks rest on: 1448 / 1514 and
     1448 / 1538, and the emulated link's lead over a real wire."""

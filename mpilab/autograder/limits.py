@@ -243,7 +243,7 @@ class Group:
                 out.append(d)
         return out
 
-    def create(self, limits: Limits) -> None:
+    def create(self, limits: Limits, graders: int | None = None) -> None:
         """Make the group (ending one left from before) and set `limits` on it.
 
         Parameters
@@ -251,6 +251,10 @@ class Group:
         limits : Limits
             What the server and its descendants may use (``shm`` is not a cgroup's: see
             :func:`private_shm`).
+        graders : int, optional
+            A Unix group id whose members may hold this group back while they measure
+            (:mod:`mpilab.autograder.reserve`): its v2 ``cgroup.freeze`` and its CPU
+            weight (``cpu.weight`` or ``cpu.shares``) become writable by that group.
 
         Returns
         -------
@@ -293,6 +297,15 @@ class Group:
                     _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limits.memory))
         if limits.pids is not None:
             _write(os.path.join(dirs["pids"], "pids.max"), str(limits.pids))
+        if graders is not None:
+            files = [os.path.join(dirs.get("unified", ""), "cgroup.freeze")]
+            if "cpu" in dirs:
+                files.append(os.path.join(dirs["cpu"], "cpu.weight" if self.where["cpu"][0] == 2
+                                          else "cpu.shares"))
+            for path in files:
+                if os.path.exists(path):
+                    os.chown(path, 0, graders)
+                    os.chmod(path, 0o664)
 
     def join(self, pid: int = 0) -> None:
         """Move process `pid` (0: the caller) into every folder of the group.

@@ -23,6 +23,10 @@ of a second that a measurement's best-of-repetitions rides out. Beside two other
 modules' gradings, a grader's ping-pong once measured three times slow while kernels
 started unheld; their start is held since (and lab 01's 4 MiB message once measured 2.7
 times its prediction beside two other modules all the same: the Makefile's phase 2).
+
+Nor does the lock see the students' own work on a class server: once the cores are held,
+a measurement also holds the students' servers back (:func:`mpilab.autograder.reserve.reserved`:
+frozen by default, ``$MPILAB_CLASSROOM_GRADER``), and lets them go before the cores.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from . import reserve
 
 __all__ = ["folder", "measuring", "working"]
 
@@ -127,7 +133,8 @@ def measuring(where: str | os.PathLike | None = None) -> Iterator[None]:
         if gate is not None:  # (without a private folder there is nobody to share with)
             fcntl.flock(gate, fcntl.LOCK_EX)  # new work waits behind us from here on
             fcntl.flock(cores, fcntl.LOCK_EX)  # running work has ended
-        yield
+        with reserve.reserved():  # on a class server: the students' servers held back
+            yield
 
 
 @contextlib.contextmanager

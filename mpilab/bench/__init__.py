@@ -27,6 +27,7 @@ BENCHMARKS = {
     "matching": "mpilab.bench.matching",
     "stencil-sweep": "mpilab.bench.stencil_sweep",
     "allgather": "mpilab.bench.allgather",
+    "han": "mpilab.bench.han",
     "cluster": "mpilab.bench.cluster",
     "coarray": "mpilab.bench.coarray",
     "classroom": "mpilab.bench.classroom",

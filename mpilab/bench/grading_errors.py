@@ -1,7 +1,8 @@
 """Error rates of the labs' measured checks: ``python -m mpilab.bench grading-errors``.
 
     python -m mpilab.bench grading-errors [--labs lab00-mpi-basics,lab02-halo]
-        [--repeats 30] [--load K] [--note TEXT] [--json OUT]
+        [--repeats 30] [--load K] [--load-as job|students] [--graders off,freeze]
+        [--note TEXT] [--json OUT]
 
 For each lab's measured checks (its graded prediction; lab 01's ping-pong timing too),
 the lab's correct model (its solution, read from the instructors' source notebook) and
@@ -12,7 +13,11 @@ grader makes it: in a process set up as the grader's kernel, on the grader's san
 MPI ranks, under the grading lock (:mod:`mpilab.grading.error_rates` says what it
 exercises and what not: not nbgrader, whose cost ``python -m mpilab.bench autograde``
 measures). ``--load K`` grades beside a second job of K busy processes, which the grading
-lock does not hold back. Per check and model the table and the JSON give the pass count,
+lock does not hold back; with ``--load-as students`` the K processes are a class server's
+students instead, each in a cgroup of their own (root; :mod:`mpilab.bench.class_load`),
+and ``--graders off,freeze`` (or ``weight``) grades each repetition once with each way a
+grader's measurement holds the students back (``$MPILAB_CLASSROOM_GRADER``,
+:mod:`mpilab.autograder.reserve`), a table for each. Per check and model the table and the JSON give the pass count,
 the false-fail rate of the correct model and the false-pass rate of each wrong one with
 95 % Clopper-Pearson bounds, for the measured part alone and for the check with its
 made-up cases, and the spread of the ratio each tolerance is applied to (measured /
@@ -30,6 +35,7 @@ from __future__ import annotations
 import sys
 
 from .. import validate
+from ..autograder import reserve
 from . import finish, parser
 
 DEFAULT_LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
@@ -75,7 +81,8 @@ def cells(lab: str) -> dict[str, str]:
     return out
 
 
-def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple[dict, list]:
+def measure(labs: list[str], repeats: int, busy: int, note: str | None,
+            load_as: str = "job", graders: list[str] | None = None) -> tuple[dict, list]:
     """Run :func:`mpilab.grading.error_rates.run` on the labs; meta and records.
 
     Parameters
@@ -88,6 +95,12 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
         Busy processes beside the gradings (0: none).
     note : str or None
         How loaded the machine was besides, in words (e.g. "under unknown load").
+    load_as : str, optional
+        ``job`` (default: a second job, :func:`mpilab.grading.error_rates.load`) or
+        ``students`` (:func:`mpilab.bench.class_load.students`).
+    graders : list of str, optional
+        Modes of :mod:`mpilab.autograder.reserve` to grade each repetition with
+        (:func:`mpilab.bench.class_load.compare`; default: the grader as it is set).
 
     Returns
     -------
@@ -105,9 +118,20 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
     code = {lab: cells(lab) for lab in labs}
     for g in error_models.graded(labs):
         error_models.models(g, code[g.lab])  # no solution (students' edition): say so now
-    facts, records = error_rates.run(
-        labs, code, repeats, busy,
-        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    def progress(line):
+        print(line, file=sys.stderr, flush=True)
+
+    if load_as == "students" or graders:
+        from . import class_load
+
+        loading = (class_load.students(busy) if load_as == "students"
+                   else error_rates.load(busy))
+        with loading as loaded:
+            facts, records = class_load.compare(labs, code, repeats,
+                                                graders or [reserve.mode()], progress)
+        facts.update(loaded)
+    else:
+        facts, records = error_rates.run(labs, code, repeats, busy, progress=progress)
     made = [v for r in records if r["kind"] == "measurement" for v in r["values"].values()
             if isinstance(v, dict)]
     meta = context(library=_library())
@@ -115,7 +139,7 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None) -> tuple
     meta["oversubscribed"] = any(v.get("oversubscribed") for v in made)
     meta["measuring_ranks"] = sorted({v["ranks"] for v in made if "ranks" in v})
     meta["load_note"] = note
-    meta["settings"] = {"labs": labs, "repeats": repeats, "load": busy,
+    meta["settings"] = {"labs": labs, "repeats": repeats, "load": busy, "load_as": load_as,
                         "tolerances": {f"{g.lab} {g.part}": list(error_models.tolerance(g))
                                        for g in error_models.graded(labs)}}
     meta["command"] = " ".join(["python", "-m", "mpilab.bench", "grading-errors",
@@ -131,6 +155,12 @@ def _ungradable(records: list[dict]) -> str:
         return ""
     why = (bad[0]["why"]["measured"] or bad[0]["why"]["with_cases"] or "?").splitlines()[0]
     return f"\n# {len(bad)} gradings ungradable (left out of the rates); the first: {why}"
+
+
+def _by_grader(records: list[dict]) -> list[tuple[str | None, list[dict]]]:
+    """The records by ``grader`` (:func:`mpilab.bench.class_load.compare`), in order."""
+    modes = list(dict.fromkeys(r.get("grader") for r in records))
+    return [(m, [r for r in records if r.get("grader") == m]) for m in modes]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,22 +188,45 @@ def main(argv: list[str] | None = None) -> int:
                    help="gradings of each model per lab, each against a fresh measurement")
     p.add_argument("--load", type=int, default=0,
                    help="grade beside a second job of this many busy processes")
+    p.add_argument("--load-as", choices=["job", "students"], default="job",
+                   help="the busy processes as a second job (default) or as a class "
+                        "server's students, each in a cgroup of their own (root)")
+    p.add_argument("--graders", default=None,
+                   help="grade each repetition with each of these ways of holding a "
+                        "class's students back during a measurement (comma-separated of "
+                        f"{', '.join(reserve.MODES)}; default: $MPILAB_CLASSROOM_GRADER)")
     p.add_argument("--note", default=None,
                    help="the machine's load besides, in words, kept in the JSON "
                         "(e.g. 'under unknown load')")
     a = p.parse_args(argv)
+
+    def graders(text):
+        if text is None:
+            return None
+        modes = [m.strip().lower() for m in text.split(",") if m.strip()]
+        for m in modes:
+            reserve.mode({reserve.ENV: m})  # ValueError naming the variable: exit 2
+        return modes
 
     def show(m, records):
         load = (f", beside {m['load_processes']} busy processes" if m["load_processes"]
                 else "")
         return (f"# graded on {m.get('cores')} cores, sandbox: {m.get('sandbox')}{load}"
                 f"{', measuring ranks oversubscribed' if m['oversubscribed'] else ''}"
+                f"{' as students in cgroups' if m['settings']['load_as'] == 'students' else ''}"
+                f"{', measuring ranks oversubscribed' if m['oversubscribed'] else ''}"
                 f"{'; ' + m['load_note'] if m['load_note'] else ''}\n"
                 f"# {m['settings']['repeats']} gradings per model, each against a fresh "
                 "measurement; rate = false-fail (correct) or false-pass (wrong), "
                 "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: the "
                 "student's time / the course's)\n"
-                + error_rates.table(records) + _ungradable(records))
+                + "".join(f"# {how}: {h['holds']} holds of up to {h['groups']} students' "
+                          f"servers, median {h['median_s']:.2f} s, longest {h['max_s']:.2f} s\n"
+                          for how, h in m.get("holds", {}).items())
+                + "\n".join((f"# the students during a measurement: {how} "
+                             f"($MPILAB_CLASSROOM_GRADER={how})\n" if how else "")
+                             + error_rates.table(rs) + _ungradable(rs)
+                             for how, rs in _by_grader(records)))
 
     def ok(records):
         return all(r["with_cases"]["ungradable"] == 0 and r["with_cases"]["passes"]
@@ -182,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
 
     return finish("grading-errors", a.json,
                   lambda: measure(validate.names(a.labs, error_models.LABS, "lab"),
-                                  a.repeats, a.load, a.note), show, ok=ok)
+                                  a.repeats, a.load, a.note, a.load_as,
+                                  graders(a.graders)), show, ok=ok)
 
 
 if __name__ == "__main__":
