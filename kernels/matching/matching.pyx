@@ -53,26 +53,8 @@ def matching(MPI.Comm comm not None, sbuf, rbuf, int depth, nbytes=None, *,
         raise ValueError(f"queue {queue!r} queues nothing: depth must be 0, got {depth}")
     if not delay_us >= 0 or delay_us > 1e7:
         raise ValueError(f"delay_us must be between 0 and 1e7 µs, got {delay_us}")
-    sv = _as_bytes(sbuf, "sbuf", False)
-    rv = _as_bytes(rbuf, "rbuf", True)
-    if nbytes is None:
-        nbytes = len(sv)
-    _check_count(nbytes, "nbytes", 0)
-    if nbytes > len(sv) or nbytes > len(rv):
-        raise ValueError(f"nbytes={nbytes} is larger than sbuf ({len(sv)} B) "
-                         f"or rbuf ({len(rv)} B)")
-    size = comm.Get_size()
-    if size < 2:
-        raise ValueError(f"matching needs a communicator of at least 2 ranks, got {size}")
-    for name, v in (("rank_a", rank_a), ("rank_b", rank_b)):
-        _check_count(v, name, 0)
-        if v >= size:
-            raise ValueError(f"{name}={v} is not a rank of a {size}-rank communicator")
-    if rank_a == rank_b:
-        raise ValueError("rank_a and rank_b must differ")
-    _check_count(warmup, "warmup", 0)
-    _check_count(iters, "iters", 1)
-    _check_count(reps, "reps", 1)
+    sv, rv, nbytes = _pair_args(comm, sbuf, rbuf, nbytes, rank_a, rank_b, warmup, iters,
+                                reps, "matching")
 
     times = np.empty(reps, dtype=np.float64)
     t = times
