@@ -1,6 +1,7 @@
-"""What the classroom test modules share (tests/test_classroom.py, tests/test_classroom_term.py):
-free ports for a hub, a command as one of the class's accounts that must be refused, and a
-class of real accounts started for a module and removed after it, leaving nothing behind.
+"""What the classroom test modules share (tests/test_classroom.py, test_classroom_limits.py,
+test_classroom_term.py): free ports for a hub, the hub's REST API, a login that starts a
+server, a command as one of the class's accounts that must be refused, and a class of real
+accounts started for a module and removed after it, leaving nothing behind.
 
 The class itself is :class:`mpilab.bench.class_server.Classroom` (``scripts/classroom.sh``
 with a generated roster), the one ``python -m mpilab.bench classroom`` runs.
@@ -9,10 +10,14 @@ with a generated roster), the one ``python -m mpilab.bench classroom`` runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +25,40 @@ import pytest
 
 from mpilab.bench.class_server import Classroom, NoClass, free_ports, settle
 
-__all__ = ["free_ports", "refused", "a_class", "ports_closed"]
+__all__ = ["free_ports", "refused", "a_class", "ports_closed", "api", "log_in_and_start"]
+
+
+def api(port: int, path: str, method: str = "GET", token: str | None = None,
+        body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+    """A request to the hub on `port` (its REST API or a user's server): status and JSON."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    if token:
+        req.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            text = r.read().decode()
+            return r.status, (json.loads(text) if text.strip().startswith(("{", "[")) else {})
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+def log_in_and_start(port: int, login: str, password: str, wait: float = 180) -> str:
+    """A token from the hub for `login`'s password (PAM), and their server started (ready
+    within `wait` seconds)."""
+    code, made = api(port, f"/hub/api/users/{login}/tokens", "POST",
+                     body={"auth": {"username": login, "password": password}})
+    assert code in (200, 201), code
+    token = made["token"]
+    code, _ = api(port, f"/hub/api/users/{login}/server", "POST", token=token)
+    assert code in (201, 202), code
+    deadline = time.monotonic() + wait
+    while True:
+        code, user = api(port, f"/hub/api/users/{login}", token=token)
+        if ((user.get("servers") or {}).get("", {})).get("ready"):
+            return token
+        assert time.monotonic() < deadline, f"{login}'s server not ready in {wait:g} s: {user}"
+        time.sleep(1)
 
 
 def refused(as_user: Callable[..., subprocess.CompletedProcess], login: str, *cmd: str) -> str:

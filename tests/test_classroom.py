@@ -17,7 +17,6 @@ the compiled kernels: nothing here runs MPI) and takes minutes the first time.
 from __future__ import annotations
 
 import grp
-import json
 import os
 import pwd
 import shutil
@@ -25,9 +24,6 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import classroom_hub
@@ -83,16 +79,7 @@ def refused(login: str, *cmd: str) -> str:
 
 def api(path: str, method: str = "GET", token: str | None = None,
         body: dict | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method,
-                                 data=None if body is None else json.dumps(body).encode())
-    if token:
-        req.add_header("Authorization", f"token {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read().decode()
-            return r.status, (json.loads(text) if text.strip().startswith(("{", "[")) else {})
-    except urllib.error.HTTPError as e:
-        return e.code, {}
+    return classroom_hub.api(PORT, path, method, token, body)
 
 
 # --- without a hub -----------------------------------------------------------------------------
@@ -226,19 +213,7 @@ def test_the_instructor_gets_the_formgrader(classroom):
 
 def log_in_and_start(login: str, password: str) -> str:
     """A token from the hub for `login`'s password (PAM), and their server started."""
-    code, made = api(f"/hub/api/users/{login}/tokens", "POST",
-                     body={"auth": {"username": login, "password": password}})
-    assert code in (200, 201), code
-    token = made["token"]
-    code, _ = api(f"/hub/api/users/{login}/server", "POST", token=token)
-    assert code in (201, 202), code
-    deadline = time.monotonic() + 120
-    while True:
-        code, user = api(f"/hub/api/users/{login}", token=token)
-        if ((user.get("servers") or {}).get("", {})).get("ready"):
-            return token
-        assert time.monotonic() < deadline, f"{login}'s server not ready in 120 s: {user}"
-        time.sleep(1)
+    return classroom_hub.log_in_and_start(PORT, login, password)
 
 
 def _course_of_the_instructor() -> Path:

@@ -24,18 +24,16 @@ import grp
 import json
 import os
 import pwd
-import random
 import shutil
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
+import classroom_hub
 import psutil
 import pytest
+from classroom_hub import free_ports
 from conftest import ROOT
 
 from mpilab.autograder.limits import Group, Limits, hierarchies
@@ -53,26 +51,7 @@ WANT = Limits.from_env({f"MPILAB_CLASSROOM_{k}": v for k, v in LIMITS.items()})
 pytestmark = pytest.mark.slow
 
 
-def _free_ports() -> int:
-    """A port whose next two are free too (the proxy's API and the hub's)."""
-    for _ in range(50):
-        base = random.randrange(20000, 40000)
-        socks = []
-        try:
-            for p in range(base, base + 3):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no three free ports in a row")
-
-
-PORT = _free_ports()
+PORT = free_ports()
 ENV = {**os.environ, "MPILAB_CLASSROOM_DIR": str(STATE), "MPILAB_CLASSROOM_PORT": str(PORT),
        "MPILAB_CLASSROOM_VENV": str(VENV), "MPILAB_KERNELS": "none",
        "MPILAB_CLASSROOM_IP": "127.0.0.1", "MPILAB_CLASSROOM_GROUPS": f"mlg{TAG}",
@@ -86,16 +65,7 @@ def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 def api(path: str, method: str = "GET", token: str | None = None,
         body: dict | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method,
-                                 data=None if body is None else json.dumps(body).encode())
-    if token:
-        req.add_header("Authorization", f"token {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            text = r.read().decode()
-            return r.status, (json.loads(text) if text.strip().startswith(("{", "[")) else {})
-    except urllib.error.HTTPError as e:
-        return e.code, {}
+    return classroom_hub.api(PORT, path, method, token, body)
 
 
 def _mine(login: str) -> list[psutil.Process]:
@@ -165,19 +135,8 @@ def kernels(hub) -> dict[str, tuple[str, str]]:
 
 
 def log_in_and_start(login: str, password: str) -> str:
-    code, made = api(f"/hub/api/users/{login}/tokens", "POST",
-                     body={"auth": {"username": login, "password": password}})
-    assert code in (200, 201), code
-    token = made["token"]
-    code, _ = api(f"/hub/api/users/{login}/server", "POST", token=token)
-    assert code in (201, 202), code
-    deadline = time.monotonic() + 180
-    while True:
-        code, user = api(f"/hub/api/users/{login}", token=token)
-        if ((user.get("servers") or {}).get("", {})).get("ready"):
-            return token
-        assert time.monotonic() < deadline, f"{login}'s server not ready in 180 s: {user}"
-        time.sleep(1)
+    """A token from the hub for `login`'s password (PAM), and their server started."""
+    return classroom_hub.log_in_and_start(PORT, login, password)
 
 
 def start_kernel(login: str, token: str) -> str:
