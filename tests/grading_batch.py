@@ -73,7 +73,27 @@ def check_run(request, course: Path, expected: dict[str, float]):
                              f"{expected}\n" + why_scored(course, lab, student, expected,
                                                          run.scores[student]))
     assert not run.left, f"an MPI cluster or sandbox outlived the autograde: {run.left}"
-    return graded_notebook(course, lab, student), run.seconds.get(student, float("nan"))
+    nb = graded_notebook(course, lab, student)
+    if student == "correct":
+        assert_locked_cells_ran(nb, lab)
+    return nb, run.seconds.get(student, float("nan"))
+
+
+def assert_locked_cells_ran(nb: dict, lab: str) -> None:
+    """The lab's own (locked, untested) cells ran without an error in the student's
+    sandboxed kernel: a set-up cell that fails there leaves every name after the failing
+    line undefined, which only a test that reads one of them would show (lab 07's set-up
+    could not find the course's reference/ in the sandbox, and Part F's test read its
+    placements)."""
+    failed = []
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell["cell_type"] == "code" and meta.get("locked") and not meta.get("grade"):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    failed.append(f"{meta.get('grade_id')}: {out['ename']}: "
+                                  f"{out['evalue'][:300]}")
+    assert not failed, f"{lab}: the lab's own cells failed in the sandbox: {failed}"
 
 
 def _grade(request, course: Path, lab: str) -> Run:

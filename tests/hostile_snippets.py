@@ -47,9 +47,12 @@ def {name}({params}):
 
 def reads_the_graders_files(code: str, name: str) -> str:
     """`code` (a correct function `name`) that first tries to read the grader's files
-    from the ranks: the course's folders, the grader's measurements kept under /tmp, the
-    reference data. What it can read, it reports by raising (so the part fails naming
-    it, and an honest grader's full marks for the part show it read nothing)."""
+    from the ranks: the labs' sources, the grader's measurements kept under /tmp, the
+    gradebook, the instructors' side (autograder/, its hidden cases' saved simulations).
+    What it can read, it reports by raising (so the part fails naming it, and an honest
+    grader's full marks for the part show it read nothing). The course's reference/ is
+    not among them: it is every student's (the students' edition), and the sandbox binds
+    it for the labs' own cells."""
     head = f"def {name}("
     assert head in code, name
     probe = '''
@@ -57,8 +60,8 @@ def reads_the_graders_files(code: str, name: str) -> str:
 
     _read = []
     for _pattern in ("/work/*/labs/*/*.ipynb", "/tmp/mpilab-grading-*/*", "/root/*",
-                     "/home/*/*", "/srv/*/autograder/gradebook.db", "/work/*/reference/*/*.json",
-                     "/work/*/autograder/*"):
+                     "/home/*/*", "/srv/*/autograder/gradebook.db", "/work/*/autograder/*",
+                     "/work/*/autograder/reference/*"):
         for _path in _glob.glob(_pattern):
             try:
                 with open(_path, "rb") as _f:

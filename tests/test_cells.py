@@ -55,3 +55,48 @@ def test_the_source_of_a_definition_is_what_the_notebook_shows():
     assert got["f"] == "def f(x):\n    # the last definition counts\n    return 2"
     assert got["g"] == got["h"] == ""  # bound, but not by a def: no code to read
     assert "missing" not in got
+
+
+def _bound(source: str) -> set[str]:
+    """Every name `source` binds itself: assignments, loop and comprehension targets,
+    arguments, imports, definitions, ``except ... as``."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+    return out
+
+
+def test_every_name_a_labs_test_cell_reads_is_defined_before_it():
+    """A name a test cell reads (hidden tests included) comes from the grader's kernel (the
+    locked cells' imports, functions and classes; what earlier test cells defined) or from
+    the student's kernel (the student's cells, the locked cells' other lines: which the
+    correct submission's autograde checks ran there, tests/grading_batch.py); a name
+    defined nowhere before the test is a NameError for every student, right or wrong."""
+    from pathlib import Path
+
+    missing = []
+    for path in sorted(Path(__file__).parents[1].glob("labs/*/*.ipynb")):
+        nb = nbformat.read(path, 4)
+        known: set[str] = set()
+        for cell in nb.cells:
+            kind = classify(cell)
+            if kind == "test":
+                gid = cell.metadata["nbgrader"]["grade_id"]
+                mine = _bound(cell.source)
+                missing += [f"{path.name} {gid}: {name}"
+                            for name in sorted(set(free_names(cell.source)) - mine - known)]
+                known |= mine
+            elif kind in ("locked", "student"):
+                known |= _bound(cell.source)
+    assert not missing, missing

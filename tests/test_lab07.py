@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from grading_batch import graded_notebook
+from grading_batch import assert_locked_cells_ran, graded_notebook
 from hostile_snippets import LAB07_BEST_PLACEMENT_LOOKUP, lab07_predict_hard_coded
 from lab_grading import (
     assert_source_validates,
@@ -176,6 +176,7 @@ def test_lab07_grades_right_wrong_and_hostile_submissions(course):
              if got["scores"][s] != want}
     assert not wrong, f"scores (got, expected): {wrong}"
     nb = graded_notebook(course, LAB7, "correct")
+    assert_locked_cells_ran(nb, LAB7)
     said = printed_by(nb, "test_predict_measured")
     assert "within the tolerance" in said and "measured" in said, said
     assert "bucket" in errors_of(graded_notebook(course, LAB7, "one-line"), "test_fit_link")

@@ -91,7 +91,8 @@ def available() -> str | None:
 
 
 def _package_dirs() -> list[str]:
-    """Directories the sandboxed Python needs to read: interpreter, environment, mpilab."""
+    """Directories the sandboxed Python needs to read: interpreter, environment, mpilab
+    (and, in a checkout, the kernels' sources and the course's reference data)."""
     import mpilab
 
     pkg = Path(mpilab.__file__).resolve().parent
@@ -100,6 +101,12 @@ def _package_dirs() -> list[str]:
     kernels = pkg.parent / "kernels"  # C sources and headers of a checkout (build.cython)
     if (pkg.parent / "pyproject.toml").exists() and kernels.is_dir():
         dirs.add(str(kernels))
+    # the labelled reference data the labs' own cells read where they cannot measure
+    # (lab 07's link without emulated nodes): what every student has (the students'
+    # edition holds it; hidden cases live in autograder/reference/, never bound)
+    reference = pkg.parent / "reference"
+    if (pkg.parent / "pyproject.toml").exists() and reference.is_dir():
+        dirs.add(str(reference))
     return sorted(os.path.realpath(d) for d in dirs)
 
 
