@@ -15,7 +15,8 @@
 # 45 s of a cell timeout that does not depend on the MPI, nor nbgrader's validate runs,
 # which the main run makes), the grading tests and tests/test_mpi_libraries.py; with
 # openmpi also tests/test_packaging.py (the installed package's data, kernels and run-time
-# builds, from a folder outside every tree: they need the non-editable install made here).
+# builds, from a folder outside every tree: they need the non-editable install made here)
+# and tests/test_bench_han.py (coll/han: only Open MPI 5 has it).
 #
 # TEST_MPI_PART (make test-mpi PART=...) splits it as make test's phases are split:
 #   all           set-up, then every selected test in one process (the default);
@@ -112,7 +113,8 @@ if [[ $# -eq 0 ]]; then
     tests/test_labs.py -k "not lab01 and not endless_loops and not notebook_validates and not stubs_fail" \
     tests/test_grading.py \
     tests/test_mpi_libraries.py
-  if [[ $MPI == openmpi ]]; then set -- "$@" tests/test_packaging.py; fi
+  # Open MPI 5's coll/han (lecture 07, python -m mpilab.bench han) exists only here
+  if [[ $MPI == openmpi ]]; then set -- "$@" tests/test_packaging.py tests/test_bench_han.py; fi
 fi
 case "$PART" in
   side-by-side) set -- "$@" -m "not measures and not graded_timing"
