@@ -22,16 +22,31 @@ class NoClass(RuntimeError):
     """No class can run here (not root, no proxy, ...): the reason."""
 
 
+def _ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The lowest port the kernel hands out on its own (32768 on Linux by default)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports() -> int:
     """A port whose next two are free too (the class's, its proxy's API, its hub's).
+
+    Taken below the kernel's ephemeral range: a port from inside it, free when chosen,
+    can be handed to any other program's socket in the minutes before the hub binds it
+    (the class's environment is installed in between), and once was, to an ipyparallel
+    controller of a test beside it.
 
     Returns
     -------
     int
         The first of the three.
     """
+    top = max(_ephemeral_low() - 3, 10003)
     for _ in range(50):
-        base = random.randrange(20000, 40000)
+        base = random.randrange(10000, top)
         socks = []
         try:
             for p in range(base, base + 3):
