@@ -146,3 +146,15 @@ def test_measure_on_real_ranks_grades_agreeing_rounds_and_refuses_disagreeing_on
         assert json.loads(path.read_text()) == [{"t_us": 1.0}]
         [kept] = made.values()
         assert "could not be made stable" in kept[M.UNGRADABLE]
+
+
+def test_iteration_counts_calibrated_per_round_are_no_quantity():
+    """Lab 01's matching measurement reports the iterations each round calibrated (489 in
+    one round, 2280 in the next, as measured): how a round measured, not what; only the
+    times must agree."""
+    rounds = [{"t_us": [0.25, 15.0 + k / 10], "iters": [5000, it]}
+              for k, it in enumerate((2270, 489, 2280, 2240, 1650))]
+    one_round, calls = planted(rounds)
+    got = S.steady("matching on 2 ranks", one_round)
+    assert got["t_us"] == [0.25, 15.0] and len(calls) == S.ROUNDS
+    assert "iters[1]" not in S.quantities(rounds[0])

@@ -60,6 +60,12 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+#: keys of a round's result that say how it measured (calibrated per round, so they differ
+#: between rounds by design: lab 01's matching measurement reports its ``iters``), not a
+#: measured quantity; left out of the agreement rule and kept as the first round has them
+CALIBRATION = frozenset({"iters", "reps", "warmup"})
+
+
 def quantities(result: Any, prefix: str = "") -> dict[str, float]:
     """The numbers of one round's result, by where they sit in it.
 
@@ -73,11 +79,14 @@ def quantities(result: Any, prefix: str = "") -> dict[str, float]:
     Returns
     -------
     dict of str to float
-        Each finite number (not a bool) by its path: ``"lap_us"``, ``"t_us[2]"``.
+        Each finite number (not a bool) by its path: ``"lap_us"``, ``"t_us[2]"``; none
+        under a :data:`CALIBRATION` key.
     """
     if isinstance(result, dict):
         out: dict[str, float] = {}
         for k, v in result.items():
+            if k in CALIBRATION:  # how the round measured, not what: free to differ
+                continue
             out.update(quantities(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     if isinstance(result, (list, tuple)):
