@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mpi4py import MPI
@@ -52,8 +53,14 @@ def main(argv=None) -> int:
                     print(f"{op:22s} {alg:20s} {r['size_bytes']:>9d} B "
                           f"{r['t_us_median']:12.2f} us", flush=True)
     library = discovery.library_info()
+    # Under `--bind-to core` each rank's own affinity is one core: the job's cores are the
+    # union of the ranks' masks (rank 0's alone made a first run say "1 core, oversubscribed").
+    job_cores = set().union(*comm.allgather(sorted(os.sched_getaffinity(0))))
     if me == 0:
         meta = timing.context(ranks=ranks, transport="shm", library=library)
+        meta["cores"] = len(job_cores)
+        meta["cores_are"] = "the union of the ranks' CPU affinity masks"
+        meta["oversubscribed"] = ranks > len(job_cores)
         meta["settings"] = {"ops": a.ops.split(","), "sizes": sizes, "reps": a.reps,
                             "min_time": a.min_time, "ranks": ranks,
                             "sizes_are": "blocks per rank, bytes"}
