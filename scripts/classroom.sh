@@ -146,21 +146,32 @@ make_accounts() {  # make_accounts ROSTER
 
 # --- the class's Python ---------------------------------------------------------------------
 make_venv() {
-  local want have
+  local want have lock src
   # what decides it: the pins, and the package's tracked files as they are now
   want="$({ cat pyproject.toml constraints.txt; git ls-files -z mpilab kernels setup.py |
             xargs -0 cat; } | sha1sum | cut -c1-12)-${MPILAB_KERNELS:-all}"
+  # One install into a venv at a time: a second `start` (another class sharing the venv,
+  # a test beside it) waits here, then finds the stamp and returns.
+  mkdir -p "$(dirname "$VENV")"
+  exec {lock}> "$VENV.lock"
+  flock "$lock"
   have=$(cat "$VENV/.mpilab-classroom" 2>/dev/null || true)
-  [[ $want == "$have" ]] && return 0
+  if [[ $want == "$have" ]]; then exec {lock}>&-; return 0; fi
   say "installing the class's Python environment into $VENV (a few minutes)"
   [[ -x $VENV/bin/python ]] || /usr/bin/python3 -m venv "$VENV" ||
     cannot "/usr/bin/python3 -m venv failed (Debian: apt-get install python3-venv)"
   local pip=("$VENV/bin/python" -m pip install -q -c constraints.txt)
   "${pip[@]}" pip "setuptools>=77" wheel "cython>=3.0" "mpi4py>=4.0" "numpy>=1.26"
-  # not editable: the package is copied into the environment, the checkout stays private
-  "${pip[@]}" --no-build-isolation "$ROOT[classroom]"
+  # Not editable: the package is copied into the environment, the checkout stays private.
+  # Built from a private copy of the tracked files as they are now: pip builds a folder
+  # in place, and two builds in one checkout's build/ collide ("File exists").
+  src=$(mktemp -d /var/tmp/mpilab-classroom-src.XXXXXX)
+  git ls-files -z | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$src"
+  "${pip[@]}" --no-build-isolation "$src[classroom]" || { rm -rf "$src"; exit 1; }
+  rm -rf "$src"
   install -D -m 644 binder/overrides.json "$VENV/share/jupyter/lab/settings/overrides.json"
   echo "$want" > "$VENV/.mpilab-classroom"
+  exec {lock}>&-
 }
 
 # --- nbgrader's exchange --------------------------------------------------------------------
