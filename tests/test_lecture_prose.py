@@ -362,7 +362,8 @@ def test_lecture_06_16_core_alltoall_prose_quotes_the_h200_files():
     says(part, "first by less than a rerun moves (so these data place the switch only "
                "somewhere between 128 B and 64 KiB), then by a widening margin", "switch")
     assert sum(bin(i).count("1") for i in range(16)) == 32  # "32 blocks per rank against 15"
-    says(part, "(32 blocks per rank against 15)", "Bruck's bytes")
+    says(part, "(its extra bytes, 32 blocks per rank against 15, it does count)",
+         "Bruck's bytes")
     # recursive halving ahead up to 8 KiB, behind from 64 KiB (the model: never behind)
     assert all((rsb[n] > 1) == (n >= 64 * kib) for n in sizes), rsb
     says(part, "Recursive halving beats the ring up to 8 KiB and loses from 64 KiB on",
