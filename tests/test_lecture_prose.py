@@ -325,6 +325,78 @@ def test_lecture_06_16_core_prose_points_at_the_printed_ratios():
     assert not re.search(r"\d\.\d\dx?", part), part
 
 
+def test_lecture_06_16_core_alltoall_prose_quotes_the_h200_files():
+    """The alltoall and reduce-scatter section's 16-core reference data: every order, margin
+    and noise verdict the prose states holds in alltoall16-sweep.json (beside the run a
+    minute earlier, alltoall16.json, and the 8-rank run, alltoall8.json), and the figures
+    the summary quotes are theirs. The cells print the rest (test_lectures checks them)."""
+    text = prose("06-allgather")
+    part = text[text.index("### The same on 16 cores: reference data"):
+                text.index("## What you saw")]
+    # the prose types no measured figure of its own: those are printed by the cells
+    assert not re.search(r"\d\.\d+ ?(?:×|x\b|µs|ms)", part), part
+
+    def load(name):
+        return {(r["op"], r["alg"], r["size_bytes"]): r["t_us_median"]
+                for r in records(H200, name)}
+
+    t, before, eight = load("alltoall16-sweep.json"), load("alltoall16.json"), load(
+        "alltoall8.json")
+    moved = {k: t[k] / v for k, v in before.items()}
+    ours = [v for k, v in moved.items() if k[1] != "library"]
+    rerun = max(max(ours), 1 / min(ours))
+    kib = 1024
+    sizes = [8, 128, kib, 8 * kib, 64 * kib, 256 * kib, kib * kib]
+    a2a = {n: t["alltoall", "bruck", n] / t["alltoall", "pairwise", n] for n in sizes}
+    rsb = {n: t["reduce_scatter_block", "recursive_halving", n]
+           / t["reduce_scatter_block", "ring", n] for n in sizes}
+    # "Bruck's alltoall is fastest at the two smallest blocks, by more than any rerun moved"
+    assert all(1 / a2a[n] > rerun for n in sizes[:2]), a2a
+    says(part, "Bruck's alltoall is fastest at the two smallest blocks, by more than any rerun "
+               "moved a median", "Bruck small")
+    # "from 1 KiB pairwise is, first by less than a rerun moves (... between 128 B and
+    # 64 KiB), then by a widening margin"; beyond 32/15 (the model's largest) from 64 KiB
+    assert all(1 < a2a[n] < rerun for n in (kib, 8 * kib)) and a2a[64 * kib] > rerun, a2a
+    assert all(a2a[m] < a2a[n] for m, n in zip(sizes[2:], sizes[3:], strict=False)), a2a
+    assert all((a2a[n] > 32 / 15) == (n >= 64 * kib) for n in sizes), a2a
+    says(part, "first by less than a rerun moves (so these data place the switch only "
+               "somewhere between 128 B and 64 KiB), then by a widening margin", "switch")
+    assert sum(bin(i).count("1") for i in range(16)) == 32  # "32 blocks per rank against 15"
+    says(part, "(its extra bytes, 32 blocks per rank against 15, it does count)",
+         "Bruck's bytes")
+    # recursive halving ahead up to 8 KiB, behind from 64 KiB (the model: never behind)
+    assert all((rsb[n] > 1) == (n >= 64 * kib) for n in sizes), rsb
+    says(part, "Recursive halving beats the ring up to 8 KiB and loses from 64 KiB on",
+         "halving")
+    # where the rule runs recursive halving (128 B - 256 KiB), the library is within 10 %
+    like = [t["reduce_scatter_block", "library", n]
+            / t["reduce_scatter_block", "recursive_halving", n] for n in sizes[1:-1]]
+    assert all(0.9 < r < 1.1 for r in like), like
+    says(part, "Open MPI's recursive halving reduce-scatter takes about the time of ours",
+         "library's halving")
+    lib_bruck = [t["alltoall", "library", n] / t["alltoall", "bruck", n] for n in sizes[:2]]
+    assert min(lib_bruck) > 1, lib_bruck
+    assert max(moved, key=moved.get) == ("alltoall", "library", 8)
+    says(part, "at 8 B it is also the median that moved most between the two runs",
+         "library's Bruck")
+    assert all(t["alltoall", "library", n] < t["alltoall", "pairwise", n] for n in sizes[2:])
+    says(part, "and they are faster than our pairwise exchange", "library's linear")
+    mib = kib * kib
+    over = {p: r["reduce_scatter_block", "library", mib] / r["reduce_scatter_block", "ring", mib]
+            for p, r in ((16, t), (8, eight))}
+    assert over[16] / over[8] > 2, over
+    says(part, "why the gap is more than twice as wide at 16 ranks", "16 against 8")
+    earlier = before["reduce_scatter_block", "library", mib] / t["reduce_scatter_block",
+                                                                   "library", mib]
+    assert 0.95 < earlier < 1.05, earlier
+    says(part, "The earlier 16-rank run measured the same time", "earlier run")
+    saw = text[text.index("## What you saw"):]
+    says(saw, "from 64 KiB Bruck's alltoall and recursive halving lost by more than the "
+              "Hockney costs allow for any `α` and `β`", "summary, model")
+    says(saw, f"took {over[16]:.1f}× the ring's time on 16 ranks and {over[8]:.1f}× on 8",
+         "summary, library's reduce-scatter")
+
+
 def test_lecture_06_simulated_allgather_quotes_allgather_paper_json():
     """At 512 KB blocks, simulated / the paper's Table 1 (its x 10 µs read as printed):
     Bruck and recursive doubling below a tenth, ring and neighbor exchange as quoted; the

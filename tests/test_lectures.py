@@ -531,6 +531,99 @@ def test_lecture_01_shows_the_gpu_reference_labelled_and_its_prose_matches_it():
         assert q in out or q in label, f"the prose quotes {q}, which no cell printed"
 
 
+def test_lecture_06_shows_the_16_core_alltoall_reference_labelled_and_computed_from_its_files():
+    """Alltoall and reduce-scatter on 16 cores: the lecture's two reference-data cells, run
+    here on their own (they read reference/h200-16core-openmpi5 and start no MPI), print
+    the machine's label and figures that this test computes again from the JSON: the
+    run-to-run range, each size's fastest algorithm and margin with both noise verdicts,
+    the model's range (its latency and bandwidth terms on 16 ranks, worked out by hand),
+    the rule Open MPI 5.0 runs (read from its coll_tuned_decision_fixed.c by hand), and the
+    library's reduce-scatter at 1 MiB blocks on 16 and 8 ranks."""
+    import contextlib
+    import io
+
+    import pandas as pd
+
+    from mpilab import collectives, paths, plots, tuning
+
+    src = (ROOT / "lectures" / "06-allgather.md").read_text()
+    cells = [c for c in re.findall(r"^```\{code-cell\} ipython3\n(.*?)^```$", src, re.M | re.S)
+             if "alltoall16-sweep.json" in c or 'alltoall8.json"' in c]
+    assert len(cells) == 2, cells
+    out = io.StringIO()
+    ns = {"pd": pd, "collectives": collectives, "paths": paths, "plots": plots,
+          "tuning": tuning}
+    with contextlib.redirect_stdout(out):
+        for cell in cells:
+            exec(compile(cell, "06-allgather.md", "exec"), ns)  # noqa: S102 - the lecture's own
+    text = out.getvalue()
+    label = ("REFERENCE DATA from reference/h200-16core-openmpi5 (16 cores of an Intel(R) "
+             "Xeon(R) Processor, Open MPI 5.0.11, measured 2026-11-28), NOT this machine")
+    assert f"{label}: 16 ranks on 16 cores (not oversubscribed), median µs of 7 repetitions" \
+        in text, text
+    assert f"{label}: MPI_Reduce_scatter_block of 1 MiB blocks" in text, text
+
+    def load(name):
+        doc = json.loads((ROOT / "reference" / "h200-16core-openmpi5" / name).read_text())
+        return {(r["op"], r["alg"], r["size_bytes"]): r for r in doc["records"]}
+
+    sweep, before, eight = (load(f"alltoall{n}.json") for n in ("16-sweep", "16", "8"))
+    moved = {k: sweep[k]["t_us_median"] / before[k]["t_us_median"] for k in before}
+    ours = [v for k, v in moved.items() if k[1] != "library"]
+    lib = [v for k, v in moved.items() if k[1] == "library"]
+    assert len(ours) == 16 and len(lib) == 8
+    rerun = max(max(ours), 1 / min(ours))
+    assert (f"at 8 B, 1 KiB, 64 KiB, 1 MiB: ours {min(ours):.2f}x to {max(ours):.2f}x, the "
+            f"library's {min(lib):.2f}x to {max(lib):.2f}x") in text, text
+    sizes = [8, 128, 1024, 8192, 65536, 262144, 1 << 20]
+    names = ["8 B", "128 B", "1 KiB", "8 KiB", "64 KiB", "256 KiB", "1 MiB"]
+    # (first, second, latency terms' ratio second/first, bandwidth terms' ratio) on 16
+    # ranks: pairwise 15α + 15n/β, Bruck 4α + 32n/β; ring 15α + 15n/β, halving 4α + 15n/β
+    model = {"alltoall": ("pairwise", "bruck", 4 / 15, 32 / 15),
+             "reduce_scatter_block": ("ring", "recursive_halving", 4 / 15, 15 / 15)}
+    rule16 = {"alltoall": ["modified_bruck"] * 2 + ["linear_sync", "linear"] * 2
+              + ["linear_sync"],
+              "reduce_scatter_block": ["basic_linear"] + ["recursive_halving"] * 5
+              + ["basic_linear"]}
+    for op, (one, other, lat, bw) in model.items():
+        block = text[text.index(f"\n{op}, 16 ranks"):]
+        rule_row = next(ln for ln in block.splitlines() if ln.startswith("Open MPI 5.0's rule"))
+        assert rule_row.split()[5:] == rule16[op], rule_row
+        lo, hi = sorted((lat, bw))
+        assert f"{other} / {one} between {lo:.2f} and {hi:.2f}" in block, block
+        best = {}
+        for n, name in zip(sizes, names, strict=True):
+            a, b = sweep[op, one, n], sweep[op, other, n]
+            f, s = (a, b) if a["t_us_median"] <= b["t_us_median"] else (b, a)
+            best[n] = f["alg"]
+            gap = s["t_us_median"] / f["t_us_median"]
+            ratio = b["t_us_median"] / a["t_us_median"]
+            line = (f"  {name}: fastest {f['alg']} ({f['t_us_median']:,.1f} µs), {s['alg']} "
+                    f"{gap:.2f}x: {'beyond' if f['t_us_q3'] < s['t_us_q1'] else 'within'} "
+                    f"the run's noise, {'beyond' if gap > rerun else 'within'} a rerun's "
+                    f"({rerun:.2f}x); {other} / {one} {ratio:.2f}, "
+                    f"{'inside' if lo <= ratio <= hi else 'OUTSIDE'} the model's range")
+            assert line in block, (line, block)
+        mine = next(ln for ln in block.splitlines() if ln.startswith("library / our fastest"))
+        assert mine.split()[4:] == [
+            f"{sweep[op, 'library', n]['t_us_median'] / sweep[op, best[n], n]['t_us_median']:.2f}"
+            for n in sizes], mine
+    assert "bruck fastest up to 128 B, pairwise from 1 KiB; the model puts its switch there if " \
+           f"α·β (the bytes one latency is worth) is {128 * 17 / 11:,.0f} to " \
+           f"{1024 * 17 / 11:,.0f} B" in text, text
+    assert "ring fastest from 64 KiB, where the model never puts it ahead" in text, text
+    mib = 1 << 20
+    for p, run in ((16, sweep), (8, eight)):
+        lib_t, ring, halving = (run["reduce_scatter_block", a, mib]["t_us_median"]
+                                for a in ("library", "ring", "recursive_halving"))
+        assert (f"  {p} ranks: Open MPI {lib_t / 1e3:.1f} ms, {lib_t / ring:.1f}x our ring "
+                f"({ring / 1e3:.1f} ms), {lib_t / halving:.1f}x our recursive halving "
+                f"({halving / 1e3:.1f} ms); Open MPI 5.0's rule runs basic_linear") in text, text
+    earlier = before["reduce_scatter_block", "library", mib]["t_us_median"]
+    assert f"16 ranks a minute earlier (alltoall16.json): Open MPI {earlier / 1e3:.1f} ms" \
+        in text, text
+
+
 def test_lecture_01_measures_message_matching_and_a_late_receiver():
     """The matching section: every queue and wildcard measured, nothing arrived wrong, the
     figure drawn; the verdicts printed are the ones the run's own numbers give."""
