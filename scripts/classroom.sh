@@ -18,7 +18,8 @@
 # x-students, x-instructors, for a second class on this machine); the passwords go to
 # $STATE/passwords (root's alone: rw-------) for the instructor to hand out. The
 # instructor also gets a copy of this course (the instructors' edition: solutions,
-# hidden tests) in ~/mpilab, where their JupyterLab and formgrader open.
+# hidden tests) in ~/mpilab, where their JupyterLab and formgrader open; each student a
+# copy of the students' edition (lectures, released labs, reference data) in ~/mpilab.
 #
 # State, all under $MPILAB_CLASSROOM_DIR (default /srv/mpilab), root-owned:
 #   venv/       the class's Python (Debian's python3; the course and JupyterHub at the
@@ -27,6 +28,7 @@
 #   exchange/   nbgrader's exchange (see `exchange` below for who may do what there)
 #   jupyter/    the students' JupyterLab configuration (jupyter/student + classroom/student)
 #   hub/        the hub's database, cookie secret, pid files and log (hub.log)
+#   student-edition/  what each new student's ~/mpilab is copied from (edition.log: its build)
 #   accounts    the class's logins and roles; passwords: their passwords
 #
 # Limits: each user's server and all it starts run in a cgroup of its own,
@@ -59,6 +61,7 @@ INSTRUCTORS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-instructors
 # the class's Python; another folder (MPILAB_CLASSROOM_VENV) outlives `remove`
 VENV=${MPILAB_CLASSROOM_VENV:-$STATE/venv}
 HUB=$STATE/hub
+EDITION=$STATE/student-edition
 EXCHANGE=$STATE/exchange
 KLASS=$(basename "$STATE")  # the class's cgroups: <mount>/$KLASS/<login>
 COURSE_ID=$(sed -nE 's/^c\.CourseDirectory\.course_id = "([^"]+)".*/\1/p' \
@@ -172,6 +175,37 @@ make_venv() {
   install -D -m 644 binder/overrides.json "$VENV/share/jupyter/lab/settings/overrides.json"
   echo "$want" > "$VENV/.mpilab-classroom"
   exec {lock}>&-
+}
+
+# --- the students' edition -----------------------------------------------------------------
+# What each student gets in their home: the course a student may see (lectures, the labs as
+# released, reference data; no solution, hidden test or hidden case: mpilab.autograder.edition
+# writes it and scans it), built once per version of the course into $STATE/student-edition,
+# then copied to ~/mpilab of every student who has none yet (their own copy, to run and
+# change; labs are fetched and submitted through the Assignment List as before).
+make_edition() {
+  local want have
+  want="$({ git ls-files -z lectures labs reference binder README.md mpilab | xargs -0 cat; } |
+          sha1sum | cut -c1-12)"
+  have=$(cat "$EDITION/.mpilab-edition" 2>/dev/null || true)
+  [[ $want == "$have" ]] && return 0
+  say "writing the students' edition of the course into $EDITION"
+  PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m mpilab.autograder.edition "$EDITION" --force \
+    > "$STATE/edition.log" 2>&1 || { cat "$STATE/edition.log" >&2; fail "the students' edition failed"; }
+  echo "$want" > "$EDITION/.mpilab-edition"
+  chmod -R go-w "$EDITION"
+}
+
+give_students_the_course() {
+  local login role home
+  while read -r login role; do
+    [[ $role == student ]] || continue
+    home=$(getent passwd "$login" | cut -d: -f6)
+    [[ -n $home && ! -e $home/mpilab ]] || continue
+    cp -a "$EDITION" "$home/mpilab"
+    rm -f "$home/mpilab/.mpilab-edition"
+    chown -R "$login:" "$home/mpilab"
+  done < "$STATE/accounts"
 }
 
 # --- nbgrader's exchange --------------------------------------------------------------------
@@ -320,6 +354,8 @@ case "${1:-}" in
     check_limits
     make_accounts "$2"
     make_venv
+    make_edition
+    give_students_the_course
     make_exchange
     make_jupyter_config
     start_hub
@@ -329,6 +365,9 @@ case "${1:-}" in
     need_root
     [[ -n ${2:-} ]] || cannot "usage: $0 add ROSTER"
     make_accounts "$2"
+    make_venv  # both return at once when the class's are current
+    make_edition
+    give_students_the_course
     ;;
   stop) need_root; stop_all ;;
   remove) need_root; remove_all ;;

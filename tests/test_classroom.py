@@ -34,6 +34,8 @@ from classroom_hub import free_ports
 from conftest import ROOT
 from nbgrader.utils import notebook_hash
 
+from mpilab.autograder import edition
+
 SCRIPT = ROOT / "scripts" / "classroom.sh"
 TAG = f"{os.getpid() % 100000}"
 STATE = Path(f"/srv/mpilab-pytest-{TAG}")  # world-searchable: the students reach the exchange
@@ -179,6 +181,15 @@ def test_accounts_homes_and_passwords(classroom):
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (pwd.getpwnam(login).pw_uid, 0o700)
     # the instructor's copy of the course, for the formgrader
     assert (Path(pwd.getpwnam(TEACHER).pw_dir) / "mpilab" / "autograder").is_dir()
+    # each student's own copy of the students' edition: the lectures, the labs as released,
+    # the reference data, and nothing a student must not see
+    for login in (A, B):
+        course = Path(pwd.getpwnam(login).pw_dir) / "mpilab"
+        assert (course / "lectures" / "00-mpi-in-a-notebook.md").is_file(), login
+        assert not (course / "autograder").exists() and not (course / "tests").exists()
+        owners = {p.stat().st_uid for p in course.rglob("*")}
+        assert owners == {pwd.getpwnam(login).pw_uid}, (login, owners)
+        assert not set(edition.leaks(course)) - set(edition.KNOWN), edition.leaks(course)
     modes = {d: stat.S_IMODE((EXCHANGE / d).stat().st_mode) for d in ("outbound", "inbound", "feedback")}
     assert modes == {"outbound": 0o2775, "inbound": 0o3773, "feedback": 0o2771}
     assert (EXCHANGE / "inbound").stat().st_uid == 0
