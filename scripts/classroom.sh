@@ -28,7 +28,7 @@
 #   exchange/   nbgrader's exchange (see `exchange` below for who may do what there)
 #   jupyter/    the students' JupyterLab configuration (jupyter/student + classroom/student)
 #   hub/        the hub's database, cookie secret, pid files and log (hub.log)
-#   student-edition/  what each new student's ~/mpilab is copied from (edition.log: its build)
+#   venv/share/mpilab/student-edition/  what each new student's ~/mpilab is copied from
 #   accounts    the class's logins and roles; passwords: their passwords
 #
 # Limits: each user's server and all it starts run in a cgroup of its own,
@@ -61,7 +61,9 @@ INSTRUCTORS=${MPILAB_CLASSROOM_GROUPS:-mpilab}-instructors
 # the class's Python; another folder (MPILAB_CLASSROOM_VENV) outlives `remove`
 VENV=${MPILAB_CLASSROOM_VENV:-$STATE/venv}
 HUB=$STATE/hub
-EDITION=$STATE/student-edition
+# the students' edition beside the class's Python: built once per version of the course
+# (classes and test runs that share a venv share it)
+EDITION=$VENV/share/mpilab/student-edition
 EXCHANGE=$STATE/exchange
 KLASS=$(basename "$STATE")  # the class's cgroups: <mount>/$KLASS/<login>
 COURSE_ID=$(sed -nE 's/^c\.CourseDirectory\.course_id = "([^"]+)".*/\1/p' \
@@ -180,20 +182,24 @@ make_venv() {
 # --- the students' edition -----------------------------------------------------------------
 # What each student gets in their home: the course a student may see (lectures, the labs as
 # released, reference data; no solution, hidden test or hidden case: mpilab.autograder.edition
-# writes it and scans it), built once per version of the course into $STATE/student-edition,
-# then copied to ~/mpilab of every student who has none yet (their own copy, to run and
-# change; labs are fetched and submitted through the Assignment List as before).
+# writes it and scans it), built once per version of the course into $EDITION, then
+# copied to ~/mpilab of every student who has none yet (their own copy, to run and change;
+# labs are fetched and submitted through the Assignment List as before).
 make_edition() {
-  local want have
+  local want have lock
   want="$({ git ls-files -z lectures labs reference binder README.md mpilab | xargs -0 cat; } |
           sha1sum | cut -c1-12)"
+  mkdir -p "$(dirname "$EDITION")"
+  exec {lock}> "$EDITION.lock"  # one build at a time; the others find it done
+  flock "$lock"
   have=$(cat "$EDITION/.mpilab-edition" 2>/dev/null || true)
-  [[ $want == "$have" ]] && return 0
+  if [[ $want == "$have" ]]; then exec {lock}>&-; return 0; fi
   say "writing the students' edition of the course into $EDITION"
   PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m mpilab.autograder.edition "$EDITION" --force \
-    > "$STATE/edition.log" 2>&1 || { cat "$STATE/edition.log" >&2; fail "the students' edition failed"; }
+    > "$EDITION.log" 2>&1 || { cat "$EDITION.log" >&2; fail "the students' edition failed"; }
   echo "$want" > "$EDITION/.mpilab-edition"
   chmod -R go-w "$EDITION"
+  exec {lock}>&-
 }
 
 give_students_the_course() {
