@@ -93,7 +93,7 @@ def class_name(environ: dict | None = None) -> str:
     Parameters
     ----------
     environ : dict, optional
-        Where to read it (default ``os.environ``).
+        As :func:`mode`.
 
     Returns
     -------
