@@ -57,10 +57,9 @@ def report(m: dict, records: list[dict]) -> str:
 
     Parameters
     ----------
-    m : dict
-        The run's meta.
-    records : list of dict
-        Its records.
+    m, records
+        The run's meta and records, as :func:`mpilab.tuning.hierarchical.measure` returned
+        them.
 
     Returns
     -------
