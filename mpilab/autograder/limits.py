@@ -156,14 +156,13 @@ def hierarchies(mountinfo: str = "/proc/self/mountinfo") -> dict[str, tuple[int,
     Parameters
     ----------
     mountinfo : str, optional
-        The mount table to read (default this process's).
+        As for :func:`mpilab.autograder.reserve.cgroup_mounts`.
 
     Returns
     -------
     dict
-        ``controller -> (version, mount point)`` for the controllers found (a v1
-        hierarchy that carries one wins over v2, where it cannot be enabled), and
-        ``"unified" -> (2, mount point)`` where a cgroup2 file system is mounted.
+        :func:`~mpilab.autograder.reserve.cgroup_mounts` of :data:`CONTROLLERS`: a v1
+        hierarchy that carries a controller wins over v2, where it cannot be enabled.
     """
     return cgroup_mounts(CONTROLLERS, mountinfo)
 
