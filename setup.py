@@ -137,7 +137,7 @@ setup(
     packages=[*PACKAGES, *(f"mpilab._kernel_src.{f}" for f in SOURCE_FOLDERS)],
     package_dir={"mpilab._kernel_src": "kernels"},
     package_data={
-        "mpilab": ["py.typed"],
+        "mpilab": ["py.typed", "papers.json"],
         "mpilab.kernels": ["*.pyi"],
         "mpilab.platforms": ["*.xml"],
         **{f"mpilab._kernel_src.{f}": KERNEL_SOURCES for f in SOURCE_FOLDERS},

@@ -382,10 +382,8 @@ def run(launch: runtime.Launch, program: Sequence[str], *, timeout: float,
 
     Raises
     ------
-    JobTimeout
-        The job ran past `timeout` (it has been killed).
-    JobFailed
-        With `check`, the job exited with a non-zero status.
+    JobTimeout, JobFailed
+        As :meth:`Job.wait` (the last try's).
     """
     for attempt in (1, 2):
         job = Job(launch, program, mpi_args=mpi_args, env=env, cwd=cwd)
@@ -399,6 +397,34 @@ def run(launch: runtime.Launch, program: Sequence[str], *, timeout: float,
                         f"{(res.stderr or res.stdout)[-3000:]}",
                         job.argv, res.returncode, res.stdout, res.stderr)
     return res
+
+
+def worker_main(worker: Callable[[str, str], Any], module: str,
+                argv: Sequence[str] | None = None) -> Any:
+    """The ``--worker ARGS.json OUT.json`` entry point of a module :func:`python_worker` runs.
+
+    A module's last lines: ``if __name__ == "__main__": sys.exit(worker_main(_worker,
+    "mpilab.halo.k1"))``.
+
+    Parameters
+    ----------
+    worker : callable
+        Called as ``worker(args_path, out_path)`` on every rank.
+    module : str
+        The module's name, for the usage line.
+    argv : sequence of str, optional
+        The command line (default ``sys.argv``).
+
+    Returns
+    -------
+    object
+        What `worker` returned (the exit status), or the usage line when the command line
+        is not ``--worker ARGS OUT``.
+    """
+    argv = sys.argv if argv is None else argv
+    if len(argv) == 4 and argv[1] == "--worker":
+        return worker(argv[2], argv[3])
+    return f"usage: python -m {module} --worker ARGS.json OUT.json"
 
 
 def python_worker(launch: runtime.Launch, module: str, args: dict, timeout: float) -> dict:

@@ -133,3 +133,16 @@ def test_process_grid_is_what_mpi_dims_create_gives():
     for bad in (0, -1, 2.0, True, "4"):
         with pytest.raises(ValueError, match="ranks must be a positive integer"):
             halo.process_grid(bad)
+
+
+def test_k_row_gives_times_ratios_to_blocking_and_invalid_marks():
+    """One row of a K table (halo.k1.table and bench.coarray.table print them)."""
+    from mpilab.halo.k1 import k_row
+
+    by = {("blocking", 16): {"t_us_median": 30.0, "t_us_min": 20.0, "valid": True},
+          ("overlap", 16): {"t_us_median": 20.0, "t_us_min": 16.0, "valid": False}}
+    row = k_row(by, 16, ["blocking", "nonblocking", "overlap"], ["nonblocking", "overlap"],
+                widths=(5, 7, 6))
+    # sub, then a time per mode (- where none), then per ratio mode: median and min ratio
+    assert row == (" 16^2" + "   30.00" + "       -" + "   20.00"
+                   + "      -      -" + "  1.500   1.25" + "  INVALID: overlap")

@@ -254,3 +254,28 @@ def test_a_launcher_that_failed_before_any_rank_started_is_tried_once_more(tmp_p
                  timeout=60)
     assert err.value.returncode == 3 and err.value.stdout.strip() == "ran"
     assert not jobs.launcher_did_not_start(subprocess.CompletedProcess([], 3, "", "boom"))
+
+
+def test_worker_main_runs_the_worker_or_says_how():
+    """A module's ``python -m ... --worker ARGS OUT`` entry point (jobs.worker_main)."""
+    called = []
+
+    def worker(args_path, out_path):
+        called.append((args_path, out_path))
+        return 3
+
+    assert jobs.worker_main(worker, "mpilab.x", ["m", "--worker", "a.json", "o.json"]) == 3
+    assert called == [("a.json", "o.json")]
+    for argv in (["m"], ["m", "--worker", "a.json"], ["m", "--work", "a.json", "o.json"]):
+        assert jobs.worker_main(worker, "mpilab.x", argv) == (
+            "usage: python -m mpilab.x --worker ARGS.json OUT.json")
+    assert len(called) == 1
+
+
+@pytest.mark.parametrize("module", ["mpilab.halo.k1", "mpilab.halo.progress",
+                                    "mpilab.halo.stencil_sweep", "mpilab.tuning.hierarchical"])
+def test_a_worker_module_without_worker_arguments_prints_its_usage(module):
+    got = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert got.returncode == 1
+    assert got.stderr.strip() == f"usage: python -m {module} --worker ARGS.json OUT.json"

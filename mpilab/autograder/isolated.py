@@ -34,21 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sources import SourceMap, describe_frame, parse_stack
-from . import quiet, wire
-from .failures import (
-    DEFAULT_TIMEOUT,
-    BadResult,
-    CheckFailed,
-    EngineDied,
-    RaisedError,
-    TimedOut,
-    Ungradable,
-    check_not_timed_out,
-    fail,
-    fingerprint,
-    name_of,
-    remember_timeout,
-)
+from . import failures, quiet, wire
 from .pool import Outcome, Pool, PoolError
 from .sandbox import Sandbox, read_untrusted
 from .worker import student_function
@@ -185,9 +171,9 @@ class StudentObject:
         self._name, self._what = name, what
 
     def _refuse(self, *args, **kwargs):
-        fail(CheckFailed(f"{self._name} is {self._what}: the checks can use only "
-                         "functions and plain data (numbers, strings, lists, arrays) from "
-                         "your notebook"))
+        failures.fail(failures.CheckFailed(
+            f"{self._name} is {self._what}: the checks can use only functions and plain "
+            "data (numbers, strings, lists, arrays) from your notebook"))
 
     __call__ = _refuse
 
@@ -413,7 +399,8 @@ def local(func: Any, args: tuple, kwargs: dict, timeout: float) -> Outcome:
     return _pool(1).local(payload(func, args, kwargs), timeout)
 
 
-def call(func: Any, *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any) -> Any:
+def call(func: Any, *args: Any, timeout: float = failures.DEFAULT_TIMEOUT,
+         **kwargs: Any) -> Any:
     """:func:`mpilab.grading.call_local` at autograde time: on one sandboxed rank, never
     in the grader; the plain result, or the :class:`~mpilab.autograder.failures.CheckFailed`
     that says what happened.
@@ -445,37 +432,40 @@ def call(func: Any, *args: Any, timeout: float = DEFAULT_TIMEOUT, **kwargs: Any)
         When the sandboxed process could not start.
     """
     __tracebackhide__ = True
-    name = name_of(func)
-    keys = [fingerprint(func)]
-    check_not_timed_out(keys, name)
+    name = failures.name_of(func)
+    keys = [failures.fingerprint(func)]
+    failures.check_not_timed_out(keys, name)
     smap = SourceMap.of(func, *args, *kwargs.values())
     smap.files = False
     try:
         out = local(func, args, kwargs, timeout)
     except PoolError as exc:
-        fail(Ungradable(f"{name} could not run: the grader's process did not start ({exc})"))
+        failures.fail(failures.Ungradable(
+            f"{name} could not run: the grader's process did not start ({exc})"))
     except Exception as exc:  # the grader's pickle of the arguments
-        fail(RaisedError(f"{name} could not be sent to the grader's process: "
-                         f"{type(exc).__name__}: {exc}"))
+        failures.fail(failures.RaisedError(f"{name} could not be sent to the grader's "
+                                           f"process: {type(exc).__name__}: {exc}"))
     if out.died:
-        fail(EngineDied(f"{name} crashed: {out.died}"))
+        failures.fail(failures.EngineDied(f"{name} crashed: {out.died}"))
     if out.timed_out:
         where = describe_frame(parse_stack(out.stacks.get(0, "")), smap)
         msg = (f"{name} did not return within {timeout:g} s"
                + (f"; it was at {where}" if where else "") + ". An endless loop?")
-        remember_timeout(keys, msg)
-        fail(TimedOut(msg))
+        failures.remember_timeout(keys, msg)
+        failures.fail(failures.TimedOut(msg))
     if out.bad:
-        fail(BadResult(f"{name} sent back {out.bad[0]}"))
+        failures.fail(failures.BadResult(f"{name} sent back {out.bad[0]}"))
     reply = out.replies.get(0, ())
     if reply[:1] == ("raised",) and len(reply) == 4:
         _tag, ename, emsg, frames = reply
         where = describe_frame(frames, smap)
-        fail(RaisedError(f"{name} raised {ename}: {emsg}" + (f"\n    at {where}" if where else "")))
+        failures.fail(failures.RaisedError(f"{name} raised {ename}: {emsg}"
+                                           + (f"\n    at {where}" if where else "")))
     if reply[:1] == ("bad",) and len(reply) == 2:
-        fail(BadResult(str(reply[1]).replace("the value", f"the value {name} returned", 1)))
+        failures.fail(failures.BadResult(
+            str(reply[1]).replace("the value", f"the value {name} returned", 1)))
     if reply[:1] != ("ok",) or len(reply) != 2 or not wire.verify_plain(reply[1]):
-        fail(BadResult(f"{name} sent back an unexpected reply"))
+        failures.fail(failures.BadResult(f"{name} sent back an unexpected reply"))
     return reply[1]
 
 

@@ -40,6 +40,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from .reserve import cgroup_mounts
+
 CONTROLLERS = ("cpu", "memory", "pids")
 PERIOD_US = 100_000  # the CPU quota's period (the kernel's default)
 DEFAULTS = {"CPUS": "2", "MEM": "2G", "PIDS": "1024", "SHM": "512M"}
@@ -154,38 +156,15 @@ def hierarchies(mountinfo: str = "/proc/self/mountinfo") -> dict[str, tuple[int,
     Parameters
     ----------
     mountinfo : str, optional
-        The mount table to read (default this process's).
+        As for :func:`mpilab.autograder.reserve.cgroup_mounts`.
 
     Returns
     -------
     dict
-        ``controller -> (version, mount point)`` for the controllers found (a v1
-        hierarchy that carries one wins over v2, where it cannot be enabled), and
-        ``"unified" -> (2, mount point)`` where a cgroup2 file system is mounted.
+        :func:`~mpilab.autograder.reserve.cgroup_mounts` of :data:`CONTROLLERS`: a v1
+        hierarchy that carries a controller wins over v2, where it cannot be enabled.
     """
-    found: dict[str, tuple[int, str]] = {}
-    with open(mountinfo) as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            fstype, point = fields[sep + 1], fields[4]
-            if fstype == "cgroup2" and "unified" not in found:
-                found["unified"] = (2, point)
-            elif fstype == "cgroup":
-                opts = fields[sep + 3].split(",")
-                for c in CONTROLLERS:
-                    if c in opts and c not in found:
-                        found[c] = (1, point)
-    if "unified" in found:
-        try:
-            with open(os.path.join(found["unified"][1], "cgroup.controllers")) as f:
-                there = f.read().split()
-        except OSError:
-            there = []
-        for c in CONTROLLERS:
-            if c in there and c not in found:
-                found[c] = (2, found["unified"][1])
-    return found
+    return cgroup_mounts(CONTROLLERS, mountinfo)
 
 
 def _write(path: str, text: str) -> None:

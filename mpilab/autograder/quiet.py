@@ -147,8 +147,7 @@ def working(where: str | os.PathLike | None = None) -> Iterator[None]:
     Parameters
     ----------
     where : str or os.PathLike, optional
-        The folder of the lock files (default: this user's grading folder,
-        :func:`folder`; without one, nothing is locked).
+        As for :func:`measuring`.
 
     Yields
     ------

@@ -54,9 +54,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-__all__ = ["MODES", "class_name", "mode", "plan", "reserved", "restore", "apply"]
+__all__ = ["MODES", "class_name", "mode", "plan", "reserved", "restore", "apply", "cgroup_mounts"]
 
 MODES = ("freeze", "weight", "off")
 ENV, MAX_ENV = "MPILAB_CLASSROOM_GRADER", "MPILAB_CLASSROOM_FREEZE_MAX"
@@ -73,7 +73,7 @@ def mode(environ: dict | None = None) -> str:
     Parameters
     ----------
     environ : dict, optional
-        Where to read it (default ``os.environ``).
+        The environment that holds the variable (default ``os.environ``).
 
     Returns
     -------
@@ -93,7 +93,7 @@ def class_name(environ: dict | None = None) -> str:
     Parameters
     ----------
     environ : dict, optional
-        Where to read it (default ``os.environ``).
+        As :func:`mode`.
 
     Returns
     -------
@@ -104,25 +104,50 @@ def class_name(environ: dict | None = None) -> str:
     return os.path.basename(env.get("MPILAB_CLASSROOM_DIR", "/srv/mpilab").rstrip("/"))
 
 
-def _mounts(mountinfo: str = "/proc/self/mountinfo") -> dict[str, tuple[int, str]]:
-    """``"unified" -> (2, point)`` for a cgroup2 mount, ``"cpu" -> (version, point)``."""
+def cgroup_mounts(controllers: Sequence[str],
+                  mountinfo: str = "/proc/self/mountinfo") -> dict[str, tuple[int, str]]:
+    """Where each of `controllers` is mounted, and the cgroup2 hierarchy.
+
+    Here rather than in :mod:`mpilab.autograder.limits` (which calls it for its
+    :func:`~mpilab.autograder.limits.hierarchies`): this module stays standard library
+    only, for its watchdog, which runs this file alone.
+
+    Parameters
+    ----------
+    controllers : sequence of str
+        The controllers wanted (``"cpu"``, ``"memory"``, ``"pids"``).
+    mountinfo : str, optional
+        The mount table to read (default this process's).
+
+    Returns
+    -------
+    dict
+        ``controller -> (version, mount point)`` for the controllers found (a v1
+        hierarchy that carries one wins over v2), and ``"unified" -> (2, mount point)``
+        where a cgroup2 file system is mounted.
+    """
     found: dict[str, tuple[int, str]] = {}
     with open(mountinfo) as f:
         for line in f:
             fields = line.split()
             sep = fields.index("-")
             fstype, point = fields[sep + 1], fields[4]
-            if fstype == "cgroup2":
-                found.setdefault("unified", (2, point))
-            elif fstype == "cgroup" and "cpu" in fields[sep + 3].split(","):
-                found.setdefault("cpu", (1, point))
-    if "cpu" not in found and "unified" in found:
+            if fstype == "cgroup2" and "unified" not in found:
+                found["unified"] = (2, point)
+            elif fstype == "cgroup":
+                opts = fields[sep + 3].split(",")
+                for c in controllers:
+                    if c in opts and c not in found:
+                        found[c] = (1, point)
+    if "unified" in found:
         try:
             with open(os.path.join(found["unified"][1], "cgroup.controllers")) as f:
-                if "cpu" in f.read().split():
-                    found["cpu"] = found["unified"]
+                there = f.read().split()
         except OSError:
-            pass
+            there = []
+        for c in controllers:
+            if c in there and c not in found:
+                found[c] = (2, found["unified"][1])
     return found
 
 
@@ -163,7 +188,7 @@ def plan(how: str | None = None, klass: str | None = None,
     klass = class_name() if klass is None else klass
     if how == "off":
         return []
-    where = _mounts(mountinfo)
+    where = cgroup_mounts(("cpu",), mountinfo)
     key = "unified" if how == "freeze" else "cpu"
     if key not in where:
         return []

@@ -60,7 +60,7 @@ def student_function(payload: bytes):
     Parameters
     ----------
     payload : bytes
-        A pickle made in the student's kernel (untrusted).
+        A pickle from the student's kernel (untrusted), as :func:`student_object` takes.
 
     Returns
     -------

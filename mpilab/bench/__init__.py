@@ -47,7 +47,8 @@ ERRORS = (ValueError, TypeError, RuntimeError, TimeoutError, runtime.MPINotFound
 def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
            reps: int | None = None, rounds: int | None = None,
            min_time: float | None = None, timeout: bool = True,
-           nodes: bool = False, simulate: bool = False) -> argparse.ArgumentParser:
+           nodes: bool = False, simulate: bool = False, sizes: str | None = None,
+           blocks: bool = False) -> argparse.ArgumentParser:
     """The arguments every benchmark shares, with the same names, help and defaults.
 
     ``--json OUT`` always; ``--transport``, ``--timeout`` (:data:`TIMEOUT`) unless turned
@@ -55,7 +56,8 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
     ``--worker`` (hidden) for a benchmark whose ranks run ``python -m <module> --worker``;
     with `nodes`, ``--nodes N --link PROFILE --map-by node|slot`` (emulated nodes, see
     :func:`mpilab.netlab.placed`); with `simulate`, ``--simulate PLATFORM`` (a SimGrid SMPI run of the
-    same C kernel on a simulated platform, :mod:`mpilab.sim`).
+    same C kernel on a simulated platform, :mod:`mpilab.sim`); with `sizes`, ``--sizes``
+    with that default (message sizes, or with `blocks` block sizes per rank, in bytes).
     """
     p = argparse.ArgumentParser(prog=f"python -m mpilab.bench {name}",
                                 description=doc.split("\n\n")[0])
@@ -90,6 +92,10 @@ def parser(name: str, doc: str, *, worker: bool = False, transport: bool = True,
         p.add_argument("--simulate", metavar="PLATFORM", default=None, choices=sim.platforms(),
                        help="run the same C kernel on a simulated platform (SimGrid SMPI): "
                             + ", ".join(sim.platforms()))
+    if sizes is not None:
+        p.add_argument("--sizes", default=sizes,
+                       help=("block sizes per rank" if blocks else "message sizes")
+                       + " in bytes, comma-separated (K/M suffixes allowed)")
     p.add_argument("--json", metavar="OUT", help="write {meta, records} JSON here")
     return p
 

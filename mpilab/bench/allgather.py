@@ -172,10 +172,8 @@ def sim_report(m: dict, records: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = parser("allgather", __doc__, reps=7, rounds=2, min_time=0.005, nodes=True,
-               simulate=True)
+               simulate=True, sizes=DEFAULT_SIZES, blocks=True)
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
-                   help="block sizes per rank in bytes, comma-separated (K/M suffixes)")
     p.add_argument("--algs", default="",
                    help="algorithms, comma-separated (default: all admissible at --ranks)")
     p.add_argument("--passes", type=int, default=1,

@@ -32,10 +32,8 @@ from . import finish, parser
 
 
 def main(argv=None) -> int:
-    p = parser("buffers", __doc__, transport=False, reps=5, rounds=3,
-               min_time=0.01)
-    p.add_argument("--sizes", default="1M,4M,16M",
-                   help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
+    p = parser("buffers", __doc__, transport=False, reps=5, rounds=3, min_time=0.01,
+               sizes="1M,4M,16M")
     p.add_argument("--kinds", default=",".join(BUFFER_KINDS),
                    help="buffer kinds: " + ", ".join(BUFFER_KINDS))
     p.add_argument("--mechanisms", default=",".join(pingpong.MECHANISMS),

@@ -149,7 +149,7 @@ class Classroom:
         Returns
         -------
         subprocess.CompletedProcess
-            What it did and said.
+            Its exit status and output, as :meth:`script`'s.
         """
         home = pwd.getpwnam(login).pw_dir
         env = ["env", "-i", f"HOME={home}", f"USER={login}", "LANG=C.UTF-8",

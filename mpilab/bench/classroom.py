@@ -82,7 +82,7 @@ def lecture_notebook(root: Path) -> dict:
     Parameters
     ----------
     root : Path
-        The course's checkout.
+        The course's checkout (the folder that holds ``lectures/``).
 
     Returns
     -------
@@ -242,7 +242,7 @@ def mpi_of(venv: str) -> dict:
     Parameters
     ----------
     venv : str
-        The class's environment.
+        The class's environment (its folder, as ``--venv`` names it).
 
     Returns
     -------
@@ -363,7 +363,7 @@ def ok(records: list[dict]) -> bool:
     Parameters
     ----------
     records : list of dict
-        What :func:`run` returned.
+        The students' records, as :func:`run` returned them.
 
     Returns
     -------

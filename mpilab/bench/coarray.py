@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 from .. import coarrays, runtime, validate
+from ..halo.k1 import k_row
 from ..timing import run_meta
 from . import TIMEOUT, finish, parser, sub_sizes
 
@@ -100,21 +101,8 @@ def table(records: list[dict]) -> str:
              "K1 = T_blocking / T_nonblocking, K2 = T_blocking / T_coarray",
              f"{'sub':>8} " + " ".join(f"{'T_' + m:>17}" for m in modes)
              + "".join(f" {name:>7} {'(min)':>6}" for name, _ in ks)]
-    for sub in sorted({r["sub"] for r in records}):
-        line = f"{str(sub) + '^2':>8} " + " ".join(
-            f"{by[(m, sub)]['t_us_median']:>17.2f}" if (m, sub) in by else f"{'-':>17}"
-            for m in modes)
-        for _, m in ks:
-            if ("blocking", sub) in by and (m, sub) in by:
-                b, r = by[("blocking", sub)], by[(m, sub)]
-                line += (f" {b['t_us_median'] / r['t_us_median']:>7.3f}"
-                         f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
-            else:
-                line += f" {'-':>7} {'-':>6}"
-        bad = [m for m in modes if (m, sub) in by and not by[(m, sub)].get("valid", False)]
-        if bad:
-            line += "  INVALID: " + ",".join(bad)
-        lines.append(line)
+    lines += [k_row(by, sub, modes, [m for _, m in ks], widths=(8, 17, 7))
+              for sub in sorted({r["sub"] for r in records})]
     return "\n".join(lines)
 
 

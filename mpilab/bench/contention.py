@@ -39,8 +39,7 @@ from . import finish, parser
 
 def main(argv=None) -> int:
     p = parser("contention", __doc__, transport=False, reps=5, rounds=3,
-               min_time=0.01, nodes=True)
-    p.add_argument("--sizes", default="8,65536,1048576", help="message sizes in bytes")
+               min_time=0.01, nodes=True, sizes="8,65536,1048576")
     p.add_argument("--mode", choices=pingpong.MODES, default="oneway",
                    help="oneway: each pair streams rank 2i -> 2i+1 (default); roundtrip: "
                         "ping-pong; window: osu_bw's windows")

@@ -34,8 +34,8 @@ from . import finish, parser
 
 
 def main(argv=None) -> int:
-    p = parser("forwarding", __doc__, transport=False, reps=15, rounds=5)
-    p.add_argument("--sizes", default="65536,1048576,16777216", help="message sizes in bytes")
+    p = parser("forwarding", __doc__, transport=False, reps=15, rounds=5,
+               sizes="65536,1048576,16777216")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between rounds")
     a = p.parse_args(argv)
 

@@ -57,10 +57,9 @@ def report(m: dict, records: list[dict]) -> str:
 
     Parameters
     ----------
-    m : dict
-        The run's meta.
-    records : list of dict
-        Its records.
+    m, records
+        The run's meta and records, as :func:`mpilab.tuning.hierarchical.measure` returned
+        them.
 
     Returns
     -------
@@ -88,10 +87,9 @@ def main(argv=None) -> int:
     int
         0 when measured, 2 with a one-line message for bad arguments or a failed job.
     """
-    p = parser("han", __doc__, reps=5, rounds=2, min_time=0.005, nodes=True)
+    p = parser("han", __doc__, reps=5, rounds=2, min_time=0.005, nodes=True,
+               sizes=DEFAULT_SIZES)
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
-                   help="message sizes in bytes, comma-separated (K/M suffixes)")
     p.add_argument("--ops", default=",".join(hierarchical.OPS),
                    help="collectives, comma-separated: " + ", ".join(hierarchical.OPS))
     a = p.parse_args(argv)

@@ -164,17 +164,9 @@ class Student:
         float
             From the request to the hub's ``ready``.
         """
-        t0 = time.perf_counter()
-        self.must(f"/hub/api/users/{self.name}/server", "POST", ok=(201, 202, 400))
-        while True:
-            user = self.must(f"/hub/api/users/{self.name}")
-            server = (user.get("servers") or {}).get("", {})
-            if server.get("ready"):
-                break
-            if time.perf_counter() - t0 > timeout:
-                raise HubError(f"{self.name}'s server not ready in {timeout:g} s: {server}")
-            time.sleep(0.5)
-        took = time.perf_counter() - t0
+        took = self._until("POST", (201, 202, 400), timeout,
+                           lambda servers: servers.get("", {}).get("ready"),
+                           lambda servers: f"not ready in {timeout:g} s: {servers.get('', {})}")
         # the _xsrf cookie a browser gets with its first page, for the POSTs that check it
         self.call(f"/user/{self.name}/lab", timeout=self.timeout)
         return took
@@ -185,20 +177,29 @@ class Student:
         Parameters
         ----------
         timeout : float
-            Seconds to wait for it.
+            As for :meth:`start_server`.
 
         Returns
         -------
         float
             From the request to the hub listing no server for the student.
         """
+        return self._until("DELETE", (202, 204, 400), timeout, lambda servers: not servers,
+                           lambda servers: f"still there after {timeout:g} s")
+
+    def _until(self, method: str, ok: tuple, timeout: float, settled, unsettled) -> float:
+        """Send `method` for the student's server, then poll the hub's record of the student
+        every 0.5 s until ``settled(servers)``; the seconds that took (HubError after
+        `timeout`, saying "NAME's server " + ``unsettled(servers)``)."""
         t0 = time.perf_counter()
-        self.must(f"/hub/api/users/{self.name}/server", "DELETE", ok=(202, 204, 400))
-        while (self.must(f"/hub/api/users/{self.name}").get("servers") or {}):
+        self.must(f"/hub/api/users/{self.name}/server", method, ok=ok)
+        while True:
+            servers = self.must(f"/hub/api/users/{self.name}").get("servers") or {}
+            if settled(servers):
+                return time.perf_counter() - t0
             if time.perf_counter() - t0 > timeout:
-                raise HubError(f"{self.name}'s server still there after {timeout:g} s")
+                raise HubError(f"{self.name}'s server {unsettled(servers)}")
             time.sleep(0.5)
-        return time.perf_counter() - t0
 
     # --- the student's server ---------------------------------------------------------------
     def server(self, path: str, method: str = "GET", body: dict | None = None,
@@ -457,7 +458,7 @@ def expected_to_fail(nb: dict) -> set[int]:
     Parameters
     ----------
     nb : dict
-        The notebook.
+        The notebook, as for :func:`code_cells`.
 
     Returns
     -------

@@ -82,9 +82,7 @@ def sim_table(m: dict, recs: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = parser("pingpong", __doc__, reps=7, rounds=2, min_time=0.01, nodes=True,
-               simulate=True)
-    p.add_argument("--sizes", default="8,1024,65536,1048576,4194304",
-                   help="message sizes in bytes, comma-separated (K/M suffixes allowed)")
+               simulate=True, sizes="8,1024,65536,1048576,4194304")
     p.add_argument("--impls", default=",".join(pingpong.JOB_IMPLS))
     p.add_argument("--mode", choices=pingpong.MODES, default="roundtrip",
                    help="roundtrip: half a round trip (IMB PingPong, osu_latency); oneway: "

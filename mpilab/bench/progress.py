@@ -31,13 +31,13 @@ def main(argv=None) -> int:
     Parameters
     ----------
     argv : list of str, optional
-        The arguments after ``progress`` (None: the process's).
+        The arguments after ``progress``; None, the process's own, as
+        :func:`mpilab.bench.halo.main` takes them.
 
     Returns
     -------
     int
-        The exit status: 0, 1 when a result failed its check, 2 for bad arguments or a
-        failed job (:func:`mpilab.bench.finish`).
+        The exit status, as :func:`mpilab.bench.halo.main`'s.
     """
     p = parser("progress", __doc__, transport=False, reps=None, rounds=3,
                min_time=None, nodes=True)

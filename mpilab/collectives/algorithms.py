@@ -160,7 +160,7 @@ class Algorithm:
         Parameters
         ----------
         ranks : int
-            Number of processes (ranks).
+            Number of processes (ranks) the schedule runs on.
 
         Returns
         -------
@@ -448,10 +448,8 @@ def predict_table(op: str, ranks: int, sizes: Iterable[int], alpha_us: float | N
 
     Parameters
     ----------
-    op : str
-        One of :data:`OPS`.
-    ranks : int
-        Number of processes (ranks).
+    op, ranks
+        As for :func:`admissible`.
     sizes : iterable of int
         Message sizes, or per-rank blocks (scatter, gather, allgather, alltoall,
         reduce_scatter_block), in bytes.

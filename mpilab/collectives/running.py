@@ -116,16 +116,8 @@ def trace(comm, op: str, alg: str, nbytes: int, *, root: int = 0) -> list[dict]:
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm or None
-        Communicator (None: ``COMM_WORLD``); every rank calls this.
-    op : str
-        One of :data:`OPS`.
-    alg : str
-        An algorithm of ``ALGORITHMS[op]``.
-    nbytes : int
-        Message size, or per-rank block (scatter, gather, allgather), in bytes.
-    root : int, optional
-        Root rank of bcast, reduce, scatter and gather (default 0).
+    comm, op, alg, nbytes, root
+        As :func:`events`.
 
     Returns
     -------
@@ -162,20 +154,14 @@ def calibrate(comm, op: str, alg: str, nbytes: int, *, min_time: float = 0.005,
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm or None
-        Communicator (None: ``COMM_WORLD``); every rank calls this.
-    op : str
-        One of :data:`OPS`.
+    comm, op, nbytes, root
+        As :func:`events`.
     alg : str
-        An algorithm of ``ALGORITHMS[op]``, or ``"library"``.
-    nbytes : int
-        Message size, or per-rank block (scatter, gather, allgather), in bytes.
+        An algorithm of ``ALGORITHMS[op]``, or ``"library"`` for MPI's own.
     min_time : float, optional
         Seconds one repetition should last (default 0.005).
     max_iters : int, optional
         The most calls returned (default 100,000).
-    root : int, optional
-        Root rank of bcast, reduce, scatter and gather (default 0).
 
     Returns
     -------
@@ -210,12 +196,8 @@ def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm or None
-        Communicator (None: ``COMM_WORLD``); every rank calls this.
-    op : str
-        One of :data:`OPS`.
-    alg : str
-        An algorithm of ``ALGORITHMS[op]``, or ``"library"`` for MPI's own.
+    comm, op, alg
+        As :func:`calibrate`.
     sizes : iterable of int
         Message sizes, or per-rank blocks (scatter, gather, allgather), in bytes.
     reps : int, optional
@@ -228,7 +210,7 @@ def time_alg(comm, op: str, alg: str, sizes: Iterable[int], *, reps: int = 7,
     min_time : float, optional
         Seconds one repetition should last when calibrated (default 0.005).
     root : int, optional
-        Root rank of bcast, reduce, scatter and gather (default 0).
+        As :func:`events`.
     impl : str, optional
         The records' ``impl`` label instead of the one described below.
     separated : bool, optional

@@ -28,23 +28,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
 from .. import runtime, validate
-from ..jobs import python_worker
+from ..jobs import python_worker, worker_main
 from ..netlab import placed
 from ..timing import run_meta
+from . import problem
 from .parallel import gather, run_heat, run_wave, time_halo
 from .problem import (
     ALL_MODES,
-    CLASSIC_MODES,
-    HYBRID_MODES,
     MODE_GROUPS,
     MODES,
-    ONESIDED_MODES,
     PACKS,
-    SHARED_WINDOW_MODES,
     boundary_loss,
     check_onesided,
     serial_heat,
@@ -171,7 +169,7 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     if not subs:
         raise ValueError("no sub sizes given")
     subs = [validate.count(n, "sub") for n in subs]
-    shared = [m for m in modes if m in SHARED_WINDOW_MODES]
+    shared = [m for m in modes if m in problem.SHARED_WINDOW_MODES]
     if nodes is not None and nodes > 1 and shared:
         raise ValueError(f"modes {', '.join(shared)} share one window among all ranks, "
                          "which needs every rank on one node; across nodes use the "
@@ -187,6 +185,46 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
         r.update(where)
     settings = {**args, "check_steps": CHECK_STEPS, **where}
     return run_meta(launch, settings, doc["library"]), records
+
+
+def k_row(by: dict, sub: int, modes: Sequence[str], ks: Sequence[str],
+          widths: tuple[int, int, int] = (10, 18, 12)) -> str:
+    """One row of a K table: subdomain `sub`'s time per mode, then T_blocking / T_mode.
+
+    Parameters
+    ----------
+    by : dict
+        The records by ``(mode, sub)``; a record has ``t_us_median``, ``t_us_min`` and
+        ``valid``.
+    sub : int
+        The subdomain edge of the row.
+    modes : sequence of str
+        The time columns, in order (``-`` where a mode has no record).
+    ks : sequence of str
+        The modes whose ratio to ``blocking`` follows, from the medians and the minima.
+    widths : (int, int, int), optional
+        Widths of the ``sub`` column, of a time and of a median ratio.
+
+    Returns
+    -------
+    str
+        The row, ``INVALID: modes`` at its end where a record failed its check.
+    """
+    w_sub, w_t, w_k = widths
+    line = f"{str(sub) + '^2':>{w_sub}} " + " ".join(
+        f"{by[(m, sub)]['t_us_median']:>{w_t}.2f}" if (m, sub) in by else f"{'-':>{w_t}}"
+        for m in modes)
+    for m in ks:
+        if ("blocking", sub) in by and (m, sub) in by:
+            b, r = by[("blocking", sub)], by[(m, sub)]
+            line += (f" {b['t_us_median'] / r['t_us_median']:>{w_k}.3f}"
+                     f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
+        else:
+            line += f" {'-':>{w_k}} {'-':>6}"
+    bad = [m for m in modes if (m, sub) in by and not by[(m, sub)].get("valid", False)]
+    if bad:
+        line += "  INVALID: " + ",".join(bad)
+    return line
 
 
 def table(records: list[dict]) -> str:
@@ -221,21 +259,7 @@ def table(records: list[dict]) -> str:
         lines += [f"# {rows[0]['app']}, pack={pack}, {rows[0]['ranks']} ranks, "
                   "time per step (median)" + ("; K1 = T_blocking / T_mode" if ks else ""),
                   head]
-        for sub in sorted({r["sub"] for r in rows}):
-            line = f"{str(sub) + '^2':>10} " + " ".join(
-                f"{by[(m, sub)]['t_us_median']:>18.2f}" if (m, sub) in by else f"{'-':>18}"
-                for m in modes)
-            for m in ks:
-                if ("blocking", sub) in by and (m, sub) in by:
-                    b, r = by[("blocking", sub)], by[(m, sub)]
-                    line += (f" {b['t_us_median'] / r['t_us_median']:>12.3f}"
-                             f" {b['t_us_min'] / r['t_us_min']:>6.2f}")
-                else:
-                    line += f" {'-':>12} {'-':>6}"
-            bad = [m for m in modes if (m, sub) in by and not by[(m, sub)]["valid"]]
-            if bad:
-                line += "  INVALID: " + ",".join(bad)
-            lines.append(line)
+        lines += [k_row(by, sub, modes, ks) for sub in sorted({r["sub"] for r in rows})]
         lines += _onesided_ratios(rows, modes, by)
     return "\n".join(lines)
 
@@ -243,7 +267,7 @@ def table(records: list[dict]) -> str:
 def _onesided_ratios(rows: list[dict], modes: list[str], by: dict) -> list[str]:
     """T_S/R / T_mode for each one-sided or hybrid mode, median and (min), by subdomain;
     S/R is ``sendrecv`` if measured, else ``blocking``."""
-    one = [m for m in modes if m in ONESIDED_MODES + HYBRID_MODES]
+    one = [m for m in modes if m in problem.ONESIDED_MODES + problem.HYBRID_MODES]
     sr = next((m for m in ("sendrecv", "blocking") if m in modes), None)
     if sr is None or not one:
         return []
@@ -299,7 +323,7 @@ def simulate(subs, platform: str, *, app: str = "heat", modes="all", ranks: int 
 
     t0 = time.perf_counter()
     modes = (list(sim.SIMULATED_HALO_MODES) if modes == "all"
-             else validate.names(modes, MODES, "mode", {"classic": CLASSIC_MODES}))
+             else validate.names(modes, MODES, "mode", {"classic": problem.CLASSIC_MODES}))
     recs = []
     for sub in subs:
         for r in sim.halo(app, modes, ranks=ranks, platform=platform, sub=sub, map_by=map_by,
@@ -319,6 +343,4 @@ def simulate(subs, platform: str, *, app: str = "heat", modes="all", ranks: int 
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        sys.exit(_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m mpilab.halo.k1 --worker ARGS.json OUT.json")
+    sys.exit(worker_main(_worker, "mpilab.halo.k1"))

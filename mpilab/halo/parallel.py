@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import validate
+from . import problem as _problem
 from .problem import (
     ALL_MODES,
     HYBRID_MODES,
-    MODE_GROUPS,
     MODES,
     ONESIDED_MODES,
     PACKS,
@@ -276,7 +276,7 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     from ..timing import record
 
     app = _check_app(app)
-    modes = validate.names(mode, ALL_MODES, "mode", MODE_GROUPS)
+    modes = validate.names(mode, ALL_MODES, "mode", _problem.MODE_GROUPS)
     packs = validate.names(pack, PACKS, "pack")
     check_onesided(app, modes, packs)
     validate.count(reps, "reps")

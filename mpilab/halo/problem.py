@@ -349,10 +349,8 @@ def halo_bytes(app: str, nx: int, ny: int, dims: tuple[int, int]) -> int:
     ----------
     app : {"heat", "wave"}
         The problem.
-    nx, ny : int
-        Global grid points along x (columns) and y (rows).
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`blocks`.
 
     Returns
     -------

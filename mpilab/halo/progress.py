@@ -53,7 +53,7 @@ import sys
 import numpy as np
 
 from .. import runtime, validate
-from ..jobs import python_worker
+from ..jobs import python_worker, worker_main
 from ..netlab import placed
 from ..timing import record, run_meta
 from .parallel import gather, run_heat, timeline
@@ -177,9 +177,7 @@ def hidden_share(mpi_s: float, exchange_alone_s: float) -> float:
     ValueError
         If `exchange_alone_s` is not positive.
     """
-    if exchange_alone_s <= 0:
-        raise ValueError(f"the exchange alone must take some time, got {exchange_alone_s}")
-    return _clip(1.0 - mpi_s / exchange_alone_s)
+    return _share_hidden(mpi_s, exchange_alone_s)
 
 
 def osu_overlap(step_s: float, compute_alone_s: float, exchange_alone_s: float) -> float:
@@ -203,11 +201,17 @@ def osu_overlap(step_s: float, compute_alone_s: float, exchange_alone_s: float) 
     Raises
     ------
     ValueError
-        If `exchange_alone_s` is not positive.
+        As :func:`hidden_share`.
     """
+    return _share_hidden(step_s - compute_alone_s, exchange_alone_s)
+
+
+def _share_hidden(exposed_s: float, exchange_alone_s: float) -> float:
+    """``1 - exposed_s / exchange_alone_s`` clipped to 0..1: the share of the exchange alone
+    that did not show; ValueError if `exchange_alone_s` is not positive."""
     if exchange_alone_s <= 0:
         raise ValueError(f"the exchange alone must take some time, got {exchange_alone_s}")
-    return _clip(1.0 - (step_s - compute_alone_s) / exchange_alone_s)
+    return _clip(1.0 - exposed_s / exchange_alone_s)
 
 
 def run(*, case: str = "halo", nx: int = 131072, ny: int = 16, n: int = 16384,
@@ -315,6 +319,4 @@ def table(records: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        sys.exit(_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m mpilab.halo.progress --worker ARGS.json OUT.json")
+    sys.exit(worker_main(_worker, "mpilab.halo.progress"))

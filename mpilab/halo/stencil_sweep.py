@@ -33,7 +33,7 @@ import sys
 
 from .. import runtime, validate
 from ..buffers import message_buffer
-from ..jobs import python_worker
+from ..jobs import python_worker, worker_main
 from ..timing import record, run_meta
 
 IMPLS = ("stencil", "memcopy", "store-copy")
@@ -155,7 +155,7 @@ def table(records: list[dict]) -> str:
     Parameters
     ----------
     records : list of dict
-        What :func:`run` returned.
+        One per implementation (:func:`run`).
 
     Returns
     -------
@@ -177,6 +177,4 @@ def table(records: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        sys.exit(_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m mpilab.halo.stencil_sweep --worker ARGS.json OUT.json")
+    sys.exit(worker_main(_worker, "mpilab.halo.stencil_sweep"))

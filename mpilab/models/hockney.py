@@ -263,10 +263,8 @@ def fit_piecewise(sizes_bytes, times_us, *, min_points: int = 3) -> PiecewiseHoc
 
     Parameters
     ----------
-    sizes_bytes : array_like
-        Message sizes in bytes (>= 0); sizes may repeat.
-    times_us : array_like
-        One-way times in µs (> 0), one per size.
+    sizes_bytes, times_us : array_like
+        As for :func:`fit_hockney`.
     min_points : int, optional
         Fewest distinct sizes a segment may have (at least 2).
 

@@ -71,9 +71,7 @@ class LogGP:
         float or numpy.ndarray
             ``L + 2o + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
         """
-        n = np.maximum(np.asarray(n, dtype=float), 1.0)
-        t = self.L_2o_us + (n - 1.0) * self.G_us_per_byte
-        return float(t) if t.ndim == 0 else t
+        return self._first_then_per_byte(self.L_2o_us, n)
 
     def stream_us(self, n):
         """Predicted time per message of a long stream of `n`-byte messages, µs.
@@ -81,15 +79,19 @@ class LogGP:
         Parameters
         ----------
         n : float or array_like
-            Message size(s), in bytes (below 1 counts as 1).
+            As for :meth:`pingpong_us`.
 
         Returns
         -------
         float or numpy.ndarray
             ``g + (n - 1) G``, in µs: a float for a scalar, an array otherwise.
         """
+        return self._first_then_per_byte(self.g_us, n)
+
+    def _first_then_per_byte(self, first_us: float, n):
+        """``first_us + (n - 1) G`` for sizes `n` (below 1 counts as 1): float or array."""
         n = np.maximum(np.asarray(n, dtype=float), 1.0)
-        t = self.g_us + (n - 1.0) * self.G_us_per_byte
+        t = first_us + (n - 1.0) * self.G_us_per_byte
         return float(t) if t.ndim == 0 else t
 
 

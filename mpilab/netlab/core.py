@@ -108,10 +108,8 @@ class Fabric:
 
         Parameters
         ----------
-        which : int or str
-            The node (see :meth:`node`).
-        argv : list of str
-            The command and its arguments.
+        which, argv
+            As for :meth:`exec_argv`.
         timeout : float, optional
             Seconds before it is killed and ``subprocess.TimeoutExpired`` raised
             (default 60).

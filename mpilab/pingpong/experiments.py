@@ -258,7 +258,7 @@ def pingpong_table(records: list[dict]) -> str:
     Parameters
     ----------
     records : list of dict
-        The records.
+        What :func:`run_pingpong` returned (its second item).
 
     Returns
     -------

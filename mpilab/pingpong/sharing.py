@@ -31,7 +31,7 @@ def default_pairs(cores: int) -> list[int]:
     Parameters
     ----------
     cores : int
-        Usable cores.
+        Usable cores; the largest pair count puts one rank on each.
 
     Returns
     -------
@@ -174,7 +174,7 @@ def contention_table(records: list[dict]) -> str:
     Parameters
     ----------
     records : list of dict
-        :func:`run_contention`'s records.
+        :func:`run_contention`'s records, one per size and pair count.
 
     Returns
     -------
@@ -288,7 +288,7 @@ def forwarding_table(records: list[dict]) -> str:
     Parameters
     ----------
     records : list of dict
-        :func:`run_forwarding`'s records.
+        The records of :func:`run_forwarding` (every round's).
 
     Returns
     -------

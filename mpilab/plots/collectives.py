@@ -249,6 +249,7 @@ def predicted_vs_measured(measured: pd.DataFrame, predicted: pd.DataFrame, *, x:
     Returns
     -------
     matplotlib.figure.Figure
+        Measured medians (solid) and predictions (dashed), one colour per `by` value.
 
     Raises
     ------

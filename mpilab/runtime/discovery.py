@@ -110,7 +110,7 @@ def mpiexec(lib: str | None = None) -> str:
     Parameters
     ----------
     lib : {"openmpi", "mpich"}, optional
-        The library whose launcher is wanted (default :func:`selected_library`).
+        The library whose launcher is wanted; the default as for :func:`mpicc`.
 
     Returns
     -------

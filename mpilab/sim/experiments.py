@@ -513,10 +513,9 @@ def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform
         Timed steps per repetition (default 3).
     reps : int, optional
         Timed repetitions (default 3).
-    timeout : float, optional
-        Seconds of real time each simulated job may take (default 900).
-    progress : bool or callable, optional
-        As :func:`collective`.
+    timeout, progress : optional
+        As for :func:`allgather`: seconds of real time each simulated job may take
+        (default 900), and where progress is reported.
 
     Returns
     -------

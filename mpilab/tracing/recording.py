@@ -128,23 +128,9 @@ class TracingComm:
 
     # -- identity ------------------------------------------------------------------------
     def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
-        """This rank in the wrapped communicator.
-
-        Returns
-        -------
-        int
-            ``comm.Get_rank()``.
-        """
         return self._comm.Get_rank()
 
     def Get_size(self) -> int:  # noqa: N802
-        """Number of ranks of the wrapped communicator.
-
-        Returns
-        -------
-        int
-            ``comm.Get_size()``.
-        """
         return self._comm.Get_size()
 
     @property
@@ -165,335 +151,168 @@ class TracingComm:
     def __repr__(self) -> str:
         return f"<TracingComm rank {self.rank} of {self.size}: {len(self._events)} events>"
 
-    # -- buffers (uppercase) -------------------------------------------------------------
-    def Send(self, buf, dest, tag=0):  # noqa: N802
-        """``comm.Send``, recorded as a send of `buf`'s bytes to `dest`.
+    # -- the shapes every wrapper below is one of ------------------------------------------
+    def _sending(self, nbytes: int, call: Callable, buf: Any, dest: int, *rest: Any) -> Any:
+        """A send of `nbytes` to `dest` recorded, then ``call(buf, dest, *rest)``."""
+        self._send(dest, nbytes)
+        return call(buf, dest, *rest)
 
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...).
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
+    def _receiving(self, call: Callable, args: tuple, source: int, status: Any) -> Any:
+        """``call(*args, status)``, then the receive it completed recorded from `status`."""
+        st = status if status is not None else self._MPI.Status()
+        out = call(*args, st)
+        self._recv(st, source)
+        return out
 
-        Returns
-        -------
-        None
-            What ``comm.Send`` returns.
-        """
-        self._send(dest, _nbytes(buf))
-        return self._comm.Send(buf, dest, tag)
-
-    def Ssend(self, buf, dest, tag=0):  # noqa: N802
-        """``comm.Ssend`` (synchronous), recorded as a send of `buf`'s bytes to `dest`.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...).
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
-
-        Returns
-        -------
-        None
-            What ``comm.Ssend`` returns.
-        """
-        self._send(dest, _nbytes(buf))
-        return self._comm.Ssend(buf, dest, tag)
-
-    def Recv(self, buf, source=-1, tag=-1, status=None):  # noqa: N802 - -1: ANY_*
-        """``comm.Recv``, recorded as a receive of the bytes that arrived, from their sender.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        tag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-        status : mpi4py.MPI.Status, optional
-            Filled as mpi4py fills it; None: a status of its own is used.
-
-        Returns
-        -------
-        None
-            What ``comm.Recv`` returns.
-        """
+    def _posting(self, call: Callable, buf: Any, source: int, tag: int, nbytes: int) -> Any:
+        """A nonblocking receive posted; recorded when its request completes."""
         self._flush()
-        st = status if status is not None else self._MPI.Status()
-        out = self._comm.Recv(buf, source, tag, st)
-        self._recv(st, source)
-        return out
+        return self._wrap(call(buf, source, tag), source, nbytes)
 
-    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=-1, recvtag=-1,  # noqa: N802
-                 status=None):
-        """``comm.Sendrecv``, recorded as a send to `dest`, then a receive from the sender.
-
-        Parameters
-        ----------
-        sendbuf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Sent.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        sendtag : int, optional
-            The message tag (default 0).
-        recvbuf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        recvtag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-        status : mpi4py.MPI.Status, optional
-            Filled as mpi4py fills it; None: a status of its own is used.
-
-        Returns
-        -------
-        None
-            What ``comm.Sendrecv`` returns.
-        """
-        self._send(dest, _nbytes(sendbuf))
-        st = status if status is not None else self._MPI.Status()
-        out = self._comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
-        self._recv(st, source)
-        return out
-
-    def Sendrecv_replace(self, buf, dest, sendtag=0, source=-1, recvtag=-1,  # noqa: N802
-                         status=None):
-        """``comm.Sendrecv_replace``, recorded as a send to `dest`, then a receive from the sender.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Sent, then received into.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        sendtag : int, optional
-            The message tag (default 0).
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        recvtag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-        status : mpi4py.MPI.Status, optional
-            Filled as mpi4py fills it; None: a status of its own is used.
-
-        Returns
-        -------
-        None
-            What ``comm.Sendrecv_replace`` returns.
-        """
-        self._send(dest, _nbytes(buf))
-        st = status if status is not None else self._MPI.Status()
-        out = self._comm.Sendrecv_replace(buf, dest, sendtag, source, recvtag, st)
-        self._recv(st, source)
-        return out
-
-    def Isend(self, buf, dest, tag=0):  # noqa: N802
-        """``comm.Isend``, recorded as a send when posted.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Not to be changed before the request completes.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
-
-        Returns
-        -------
-        TracedRequest
-            The request, an ``MPI.Request``.
-        """
-        self._send(dest, _nbytes(buf))
-        return self._wrap(self._comm.Isend(buf, dest, tag))
-
-    def Issend(self, buf, dest, tag=0):  # noqa: N802
-        """``comm.Issend`` (synchronous), recorded as a send when posted.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Not to be changed before the request completes.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
-
-        Returns
-        -------
-        TracedRequest
-            The request, an ``MPI.Request``.
-        """
-        self._send(dest, _nbytes(buf))
-        return self._wrap(self._comm.Issend(buf, dest, tag))
-
-    def Irecv(self, buf, source=-1, tag=-1):  # noqa: N802
-        """``comm.Irecv``; the receive is recorded when the request completes.
-
-        Parameters
-        ----------
-        buf : buffer or list
-            An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...). Received into.
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        tag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-
-        Returns
-        -------
-        TracedRequest
-            The request, an ``MPI.Request`` that records the receive when waited on or tested complete.
-        """
-        self._flush()
-        return self._wrap(self._comm.Irecv(buf, source, tag), source, _nbytes(buf))
-
-    # -- objects (lowercase, pickled) ----------------------------------------------------
     def _pickled(self, obj) -> int:
         return len(self._MPI.pickle.dumps(obj)) if hasattr(self._MPI, "pickle") else len(
             pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
 
+    # -- buffers (uppercase) and objects (lowercase, pickled); docstrings: _WRAPPERS -------
+    def Send(self, buf, dest, tag=0):  # noqa: N802
+        return self._sending(_nbytes(buf), self._comm.Send, buf, dest, tag)
+
+    def Ssend(self, buf, dest, tag=0):  # noqa: N802
+        return self._sending(_nbytes(buf), self._comm.Ssend, buf, dest, tag)
+
+    def Isend(self, buf, dest, tag=0):  # noqa: N802
+        return self._wrap(self._sending(_nbytes(buf), self._comm.Isend, buf, dest, tag))
+
+    def Issend(self, buf, dest, tag=0):  # noqa: N802
+        return self._wrap(self._sending(_nbytes(buf), self._comm.Issend, buf, dest, tag))
+
+    def Recv(self, buf, source=-1, tag=-1, status=None):  # noqa: N802 - -1: ANY_*
+        self._flush()
+        return self._receiving(self._comm.Recv, (buf, source, tag), source, status)
+
+    def Irecv(self, buf, source=-1, tag=-1):  # noqa: N802
+        return self._posting(self._comm.Irecv, buf, source, tag, _nbytes(buf))
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=-1, recvtag=-1,  # noqa: N802
+                 status=None):
+        self._send(dest, _nbytes(sendbuf))
+        return self._receiving(self._comm.Sendrecv,
+                               (sendbuf, dest, sendtag, recvbuf, source, recvtag), source, status)
+
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=-1, recvtag=-1,  # noqa: N802
+                         status=None):
+        self._send(dest, _nbytes(buf))
+        return self._receiving(self._comm.Sendrecv_replace,
+                               (buf, dest, sendtag, source, recvtag), source, status)
+
     def send(self, obj, dest, tag=0):
-        """``comm.send`` (pickled), recorded as a send of the pickle's bytes to `dest`.
-
-        Parameters
-        ----------
-        obj : object
-            Any picklable object.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
-
-        Returns
-        -------
-        None
-            What ``comm.send`` returns.
-        """
-        self._send(dest, self._pickled(obj))
-        return self._comm.send(obj, dest, tag)
+        return self._sending(self._pickled(obj), self._comm.send, obj, dest, tag)
 
     def ssend(self, obj, dest, tag=0):
-        """``comm.ssend`` (pickled, synchronous), recorded as a send of the pickle's bytes.
+        return self._sending(self._pickled(obj), self._comm.ssend, obj, dest, tag)
 
-        Parameters
-        ----------
-        obj : object
-            Any picklable object.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
-
-        Returns
-        -------
-        None
-            What ``comm.ssend`` returns.
-        """
-        self._send(dest, self._pickled(obj))
-        return self._comm.ssend(obj, dest, tag)
+    def isend(self, obj, dest, tag=0):
+        return self._wrap(self._sending(self._pickled(obj), self._comm.isend, obj, dest, tag))
 
     def recv(self, buf=None, source=-1, tag=-1, status=None):
-        """``comm.recv`` (pickled), recorded as a receive of the pickle's bytes, from its sender.
-
-        Parameters
-        ----------
-        buf : buffer, optional
-            Where mpi4py may receive the pickle (None: memory of its own).
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        tag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-        status : mpi4py.MPI.Status, optional
-            Filled as mpi4py fills it; None: a status of its own is used.
-
-        Returns
-        -------
-        object
-            The object received.
-        """
         self._flush()
-        st = status if status is not None else self._MPI.Status()
-        out = self._comm.recv(buf, source, tag, st)
-        self._recv(st, source)
-        return out
+        return self._receiving(self._comm.recv, (buf, source, tag), source, status)
+
+    def irecv(self, buf=None, source=-1, tag=-1):
+        return self._posting(self._comm.irecv, buf, source, tag, 0)
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=-1, recvtag=-1,
                  status=None):
-        """``comm.sendrecv`` (pickled), recorded as a send to `dest`, then a receive from the sender.
-
-        Parameters
-        ----------
-        sendobj : object
-            Any picklable object, sent.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        sendtag : int, optional
-            The message tag (default 0).
-        recvbuf : buffer, optional
-            Where mpi4py may receive the pickle (None: memory of its own).
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        recvtag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
-        status : mpi4py.MPI.Status, optional
-            Filled as mpi4py fills it; None: a status of its own is used.
-
-        Returns
-        -------
-        object
-            The object received.
-        """
         self._send(dest, self._pickled(sendobj))
-        st = status if status is not None else self._MPI.Status()
-        out = self._comm.sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, st)
-        self._recv(st, source)
-        return out
+        return self._receiving(self._comm.sendrecv,
+                               (sendobj, dest, sendtag, recvbuf, source, recvtag), source, status)
 
-    def isend(self, obj, dest, tag=0):
-        """``comm.isend`` (pickled), recorded as a send of the pickle's bytes when posted.
 
-        Parameters
-        ----------
-        obj : object
-            Any picklable object.
-        dest : int
-            The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded).
-        tag : int, optional
-            The message tag (default 0).
+# ---------------------------------------------------------------------------------------
+# the wrappers' docstrings, from one template
 
-        Returns
-        -------
-        TracedRequest
-            The request, an ``MPI.Request``.
-        """
-        self._send(dest, self._pickled(obj))
-        return self._wrap(self._comm.isend(obj, dest, tag))
+_SPEC = "An mpi4py buffer specification (``arr``, ``[arr, MPI.INT]``, ...)."
+_PICKLE_BUF = ("buffer, optional", "Where mpi4py may receive the pickle (None: memory of its own).")
+#: A parameter's entry in a wrapper's docstring: key -> (name, type, description).
+_PARAMS = {
+    "buf": ("buf", "buffer or list", _SPEC),
+    "buf<": ("buf", "buffer or list", _SPEC + " Received into."),
+    "buf>": ("buf", "buffer or list",
+             _SPEC + " Not to be changed before the request completes."),
+    "buf<>": ("buf", "buffer or list", _SPEC + " Sent, then received into."),
+    "sendbuf": ("sendbuf", "buffer or list", _SPEC + " Sent."),
+    "recvbuf": ("recvbuf", "buffer or list", _SPEC + " Received into."),
+    "pbuf": ("buf",) + _PICKLE_BUF,
+    "precvbuf": ("recvbuf",) + _PICKLE_BUF,
+    "obj": ("obj", "object", "Any picklable object."),
+    "sendobj": ("sendobj", "object", "Any picklable object, sent."),
+    "dest": ("dest", "int", "The receiving rank (``MPI.PROC_NULL``: nothing is sent or recorded)."),
+    "tag": ("tag", "int, optional", "The message tag (default 0)."),
+    "sendtag": ("sendtag", "int, optional", "The message tag (default 0)."),
+    "source": ("source", "int, optional",
+               "The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one."),
+    "tag?": ("tag", "int, optional", "The tag to match (default -1, ``MPI.ANY_TAG``)."),
+    "recvtag": ("recvtag", "int, optional", "The tag to match (default -1, ``MPI.ANY_TAG``)."),
+    "status": ("status", "mpi4py.MPI.Status, optional",
+               "Filled as mpi4py fills it; None: a status of its own is used."),
+}
+_REQUEST = ("TracedRequest", "The request, an ``MPI.Request``.")
+_OBJECT = ("object", "The object received.")
+_SENT = "recorded as a send of `buf`'s bytes to `dest`."
+_PAIRED = "recorded as a send to `dest`, then a receive from the sender."
+#: Each wrapper's docstring: name -> (what it records, parameters, (returned type, what)).
+#: None as the returned pair: ``None``, what the mpi4py call returns.
+_WRAPPERS = {
+    "Get_rank": ("This rank in the wrapped communicator.", "", ("int", "``comm.Get_rank()``.")),
+    "Get_size": ("Number of ranks of the wrapped communicator.", "",
+                 ("int", "``comm.Get_size()``.")),
+    "Send": ("``comm.Send``, " + _SENT, "buf dest tag", None),
+    "Ssend": ("``comm.Ssend`` (synchronous), " + _SENT, "buf dest tag", None),
+    "Recv": ("``comm.Recv``, recorded as a receive of the bytes that arrived, from their sender.",
+             "buf< source tag? status", None),
+    "Sendrecv": ("``comm.Sendrecv``, " + _PAIRED,
+                 "sendbuf dest sendtag recvbuf source recvtag status", None),
+    "Sendrecv_replace": ("``comm.Sendrecv_replace``, " + _PAIRED,
+                         "buf<> dest sendtag source recvtag status", None),
+    "Isend": ("``comm.Isend``, recorded as a send when posted.", "buf> dest tag", _REQUEST),
+    "Issend": ("``comm.Issend`` (synchronous), recorded as a send when posted.",
+               "buf> dest tag", _REQUEST),
+    "Irecv": ("``comm.Irecv``; the receive is recorded when the request completes.",
+              "buf< source tag?", ("TracedRequest", "The request, an ``MPI.Request`` that "
+                                   "records the receive when waited on or tested complete.")),
+    "send": ("``comm.send`` (pickled), recorded as a send of the pickle's bytes to `dest`.",
+             "obj dest tag", None),
+    "ssend": ("``comm.ssend`` (pickled, synchronous), recorded as a send of the pickle's bytes.",
+              "obj dest tag", None),
+    "recv": ("``comm.recv`` (pickled), recorded as a receive of the pickle's bytes, from its "
+             "sender.", "pbuf source tag? status", _OBJECT),
+    "sendrecv": ("``comm.sendrecv`` (pickled), " + _PAIRED,
+                 "sendobj dest sendtag precvbuf source recvtag status", _OBJECT),
+    "isend": ("``comm.isend`` (pickled), recorded as a send of the pickle's bytes when posted.",
+              "obj dest tag", _REQUEST),
+    "irecv": ("``comm.irecv`` (pickled); the receive is recorded when the request completes.",
+              "pbuf source tag?", ("TracedRequest",
+                                   "The request; its ``wait`` returns the object received.")),
+}
 
-    def irecv(self, buf=None, source=-1, tag=-1):
-        """``comm.irecv`` (pickled); the receive is recorded when the request completes.
 
-        Parameters
-        ----------
-        buf : buffer, optional
-            Where mpi4py may receive the pickle (None: memory of its own).
-        source : int, optional
-            The sending rank (default -1, ``MPI.ANY_SOURCE``); the record names the actual one.
-        tag : int, optional
-            The tag to match (default -1, ``MPI.ANY_TAG``).
+def _wrapper_doc(name: str, summary: str, params: str, returns: tuple | None) -> str:
+    """A numpydoc docstring of wrapper `name` from its row of :data:`_WRAPPERS`."""
+    lines = [summary, ""]
+    if params:
+        lines += ["Parameters", "----------"]
+        for key in params.split():
+            pname, ptype, desc = _PARAMS[key]
+            lines += [f"{pname} : {ptype}", f"    {desc}"]
+        lines.append("")
+    rtype, rdesc = returns or ("None", f"What ``comm.{name}`` returns.")
+    lines += ["Returns", "-------", rtype, f"    {rdesc}"]
+    return "\n".join(lines)
 
-        Returns
-        -------
-        TracedRequest
-            The request; its ``wait`` returns the object received.
-        """
-        self._flush()
-        return self._wrap(self._comm.irecv(buf, source, tag), source, 0)
+
+for _name, _row in _WRAPPERS.items():
+    getattr(TracingComm, _name).__doc__ = _wrapper_doc(_name, *_row)
+del _name, _row
 
 
 # ---------------------------------------------------------------------------------------

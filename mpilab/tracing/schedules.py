@@ -191,7 +191,7 @@ def senders_by_step(sched: Sequence[Mapping]) -> dict[int, list[tuple[int, int]]
     Parameters
     ----------
     sched : sequence of mapping
-        A schedule, as :func:`schedule` returns it.
+        A schedule (:func:`schedule`'s ``{"step", "src", "dst", "bytes"}`` per message).
 
     Returns
     -------

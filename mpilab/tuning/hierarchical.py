@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .. import runtime
 from ..collectives import LIBRARY, calibrate, kernel_module
-from ..jobs import python_worker
+from ..jobs import python_worker, worker_main
 from ..timing import record, run_meta
 
 #: The collectives measured: both components implement them (han's bcast and allreduce).
@@ -265,6 +265,4 @@ def measure(ranks: int, sizes, *, ops=OPS, reps: int = 5, rounds: int = 2,
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        sys.exit(_worker(sys.argv[2], sys.argv[3]))
-    sys.exit("usage: python -m mpilab.tuning.hierarchical --worker ARGS.json OUT.json")
+    sys.exit(worker_main(_worker, "mpilab.tuning.hierarchical"))

@@ -16,14 +16,8 @@ from .. import runtime
 from ..collectives import ALGORITHMS, admissible, calibrate
 from ..jobs import python_worker
 from ..timing import record, run_meta
-from .decisions import (
-    decision_table,
-    library_default,
-    library_env,
-    library_has,
-    rules_env,
-    write_ompi_rules,
-)
+from . import decisions
+from .decisions import decision_table, library_default, library_env, rules_env
 from .observing import observe_library
 
 MODULE = "mpilab.tuning"  # python -m mpilab.tuning --worker: the measuring job
@@ -91,7 +85,7 @@ def _jobs(ranks: int, algs, lib: str, mode: str) -> list[tuple[dict, list[list]]
     for alg in algs:
         impls = [[f"mpilab:{alg}", alg, None]]
         env = {}
-        if library_has("allgather", alg, lib):
+        if decisions.library_has("allgather", alg, lib):
             env = library_env("allgather", alg, lib)
             impls.append([f"library:{alg}", "library", None])
         jobs.append((env, impls))
@@ -413,7 +407,7 @@ def tune(ranks: Sequence[int] = (4,), sizes: Sequence[int] = (8, 1024, 65536), *
     if rules is not None:
         if table["library"] != "openmpi":
             raise ValueError("rules files are Open MPI's; MPICH takes MPIR_CVAR_* settings")
-        table["rules_file"] = str(write_ompi_rules(table, rules))
+        table["rules_file"] = str(decisions.write_ompi_rules(table, rules))
         table["rules_env"] = rules_env(rules)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
