@@ -28,12 +28,33 @@ def test_buffer_kinds_are_what_they_say(kind):
         buffers.buffer("gigantic", 8)
 
 
-def test_message_buffers_start_on_a_huge_page_boundary_from_4_mib():
-    small = buffers.message_buffer(1 << 20)
-    big = buffers.message_buffer(buffers.HUGE_FROM)
-    assert small.nbytes == 1 << 20 and big.nbytes == buffers.HUGE_FROM
-    assert big.ctypes.data % (2 << 20) == 0 and not big.any()
+#: a ping-pong sweep's sizes, as lecture 01 sweeps them (8 B to 4 MiB)
+SWEEP = [2**k for k in range(3, 23)]
+
+
+def test_message_buffers_start_on_a_huge_page_boundary_at_every_size():
+    for n in (8, 1 << 20, 4 << 20):
+        a = buffers.message_buffer(n)
+        assert a.nbytes == n and a.ctypes.data % (2 << 20) == 0 and not a.any()
     assert buffers.message_buffer(0).nbytes == 1  # an empty message still has an address
+
+
+def test_a_sweeps_buffers_sit_on_one_page_kind_at_every_size():
+    """The send and receive buffers of a ping-pong sweep, from 8 B to 4 MiB, all on huge
+    pages as /proc/self/smaps reports them (they were on 4 KiB pages below 4 MiB, so the
+    sweep switched page kind between 1 and 4 MiB); 4k-pages all on ordinary pages."""
+    if buffers.transparent_hugepages() not in ("madvise", "always"):
+        pytest.skip("no transparent huge pages to ask for here")
+    kept = []  # all alive at once, as a sweep's are in turn: no size reuses another's pages
+    huge = {}
+    for n in SWEEP:
+        s, r = buffers.send_and_receive(n, 0)
+        kept += [s, r]
+        huge[n] = [buffers.huge_page_share(s), buffers.huge_page_share(r)]
+    assert all(x is not None and x > 0.9 for pair in huge.values() for x in pair), huge
+    small = {n: [buffers.huge_page_share(a) for a in buffers.send_and_receive(n, 0, "4k-pages")]
+             for n in (8, 4096, 1 << 20, 4 << 20)}
+    assert all(share == [0.0, 0.0] for share in small.values()), small
 
 
 def test_a_pingpongs_buffers_are_two_and_carry_the_ranks_byte():
