@@ -121,10 +121,16 @@ def buffer(kind: str, nbytes: int) -> np.ndarray:
     return out
 
 
+#: smaps' counts of memory on huge pages: private memory, shared memory (/dev/shm, MPI's
+#: shared windows) and files
+_HUGE_FIELDS = ("AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:")
+
+
 def huge_page_share(a: np.ndarray) -> float | None:
     """Share of the memory mappings that hold `a` which the kernel backs with transparent
-    huge pages (their ``AnonHugePages / Rss`` in /proc/self/smaps; a buffer advised in
-    part is split into several mappings); None where the file cannot be read.
+    huge pages (their ``(AnonHugePages + ShmemPmdMapped + FilePmdMapped) / Rss`` in
+    /proc/self/smaps, so a shared mapping such as an MPI window counts too; a buffer
+    advised in part is split into several mappings); None where the file cannot be read.
 
     Parameters
     ----------
@@ -134,7 +140,7 @@ def huge_page_share(a: np.ndarray) -> float | None:
     Returns
     -------
     float or None
-        Between 0 and 1: ``AnonHugePages / Rss`` summed over the mappings `a` overlaps
+        Between 0 and 1: huge-page kB over ``Rss`` summed over the mappings `a` overlaps
         (whole mappings, so memory beside `a` in them counts too); None where
         ``/proc/self/smaps`` cannot be read or they hold no resident memory.
     """
@@ -153,7 +159,7 @@ def huge_page_share(a: np.ndarray) -> float | None:
                     inside = lo < hi_a and lo_a < hi
                 elif inside and head[0] == "Rss:":
                     rss += int(head[1])
-                elif inside and head[0] == "AnonHugePages:":
+                elif inside and head[0] in _HUGE_FIELDS:
                     huge += int(head[1])
     except (OSError, ValueError):
         return None
