@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HUGE_FROM", "BUFFER_KINDS", "message_buffer", "buffer", "huge_page_share",
+__all__ = ["BUFFER_KINDS", "message_buffer", "buffer", "huge_page_share",
            "transparent_hugepages", "doubles", "send_and_receive"]
 
-HUGE_FROM = 1 << 22  # buffers from 4 MiB up sit on transparent huge pages
 _HUGEPAGE = 1 << 21
 
 
 def message_buffer(nbytes: int) -> np.ndarray:
-    """A zeroed ``uint8`` buffer laid out as the standalone C programs lay theirs out.
+    """A zeroed ``uint8`` buffer laid out as the standalone C programs lay theirs out:
+    2 MiB aligned and advised to use transparent huge pages (``MADV_HUGEPAGE``) over
+    whole 2 MiB extents, at every size, every page written.
 
-    From :data:`HUGE_FROM` bytes up it is 2 MiB aligned and advised to use transparent
-    huge pages (``MADV_HUGEPAGE``). This matters for large messages: Open MPI's
-    single-copy transfer (``process_vm_readv``) walks the other process's page table,
-    and a 4 MiB message on 4 KiB pages moved at about a third of the speed measured on
-    huge pages. NumPy advises huge pages for large arrays too, but its allocation is
-    rarely 2 MiB aligned, so the advice covers only part of it.
+    One kind of page at every size, so that a sweep over message sizes changes the size
+    and nothing else: Open MPI's single-copy transfer (``process_vm_readv``) walks the
+    other process's page table, and a 4 MiB message on 4 KiB pages moved at about a third
+    of the speed measured on huge pages. (These buffers were advised from 4 MiB up only,
+    so a ping-pong sweep switched page kind between 1 and 4 MiB and its fitted bend mixed
+    the pages with the caches.) NumPy advises huge pages for large arrays too, but its
+    allocation is rarely 2 MiB aligned, so the advice covers only part of it.
 
     Parameters
     ----------
@@ -37,13 +39,14 @@ def message_buffer(nbytes: int) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        ``uint8`` zeros of `nbytes` bytes: a NumPy array below :data:`HUGE_FROM`, a view
-        of a private anonymous mapping from it up.
+        ``uint8`` zeros of `nbytes` bytes, a view of a private anonymous mapping; where
+        the kernel gives no huge pages (``never``, or none free), ordinary pages:
+        :func:`huge_page_share` says which.
     """
     n = max(int(nbytes), 1)
-    if n < HUGE_FROM:
-        return np.zeros(n, dtype=np.uint8)
-    return _huge_aligned(n, n)
+    out = _huge_aligned(n, -(-n // _HUGEPAGE) * _HUGEPAGE)  # whole 2 MiB extents
+    out[:] = 0  # written, so that the kernel backs it now, not during a timed loop
+    return out
 
 
 def _huge_aligned(n: int, advised: int) -> np.ndarray:
@@ -101,7 +104,7 @@ def buffer(kind: str, nbytes: int) -> np.ndarray:
 
     n = max(int(nbytes), 1)
     if kind == "huge-pages":
-        out = _huge_aligned(n, -(-n // _HUGEPAGE) * _HUGEPAGE)  # whole 2 MiB extents
+        out = message_buffer(n)
     elif kind == "numpy":
         return np.ones(n, dtype=np.uint8)
     elif kind == "4k-pages":
@@ -118,10 +121,16 @@ def buffer(kind: str, nbytes: int) -> np.ndarray:
     return out
 
 
+#: smaps' counts of memory on huge pages: private memory, shared memory (/dev/shm, MPI's
+#: shared windows) and files
+_HUGE_FIELDS = ("AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:")
+
+
 def huge_page_share(a: np.ndarray) -> float | None:
     """Share of the memory mappings that hold `a` which the kernel backs with transparent
-    huge pages (their ``AnonHugePages / Rss`` in /proc/self/smaps; a buffer advised in
-    part is split into several mappings); None where the file cannot be read.
+    huge pages (their ``(AnonHugePages + ShmemPmdMapped + FilePmdMapped) / Rss`` in
+    /proc/self/smaps, so a shared mapping such as an MPI window counts too; a buffer
+    advised in part is split into several mappings); None where the file cannot be read.
 
     Parameters
     ----------
@@ -131,7 +140,7 @@ def huge_page_share(a: np.ndarray) -> float | None:
     Returns
     -------
     float or None
-        Between 0 and 1: ``AnonHugePages / Rss`` summed over the mappings `a` overlaps
+        Between 0 and 1: huge-page kB over ``Rss`` summed over the mappings `a` overlaps
         (whole mappings, so memory beside `a` in them counts too); None where
         ``/proc/self/smaps`` cannot be read or they hold no resident memory.
     """
@@ -150,7 +159,7 @@ def huge_page_share(a: np.ndarray) -> float | None:
                     inside = lo < hi_a and lo_a < hi
                 elif inside and head[0] == "Rss:":
                     rss += int(head[1])
-                elif inside and head[0] == "AnonHugePages:":
+                elif inside and head[0] in _HUGE_FIELDS:
                     huge += int(head[1])
     except (OSError, ValueError):
         return None
@@ -201,7 +210,7 @@ def doubles(n: int, value: float = 1.0) -> np.ndarray:
 def send_and_receive(nbytes: int, rank: int, kind: str = "huge-pages"):
     """A ping-pong's send and receive buffers of `nbytes` (at least one byte, so an empty
     message has an address), of one of :data:`BUFFER_KINDS` (``huge-pages``: laid out as
-    :func:`message_buffer`), the send buffer filled with the rank's byte. Separate
+    :func:`message_buffer`, on huge pages at every size), the send buffer filled with the rank's byte. Separate
     buffers: receiving into the one a rank sends from costs 1.5-2.5x at 8 KiB-1 MiB.
 
     Parameters

@@ -40,6 +40,23 @@ def test_json_shape(pingpong_json):
         assert len(r["times_us"]) == 6  # 3 repetitions x 2 rounds, pooled
 
 
+def test_a_pingpong_sweeps_buffers_are_on_one_page_kind(tmp_path):
+    """A real sweep under mpiexec, 8 B to 4 MiB: every size's send and receive buffers on
+    huge pages as the ranks read them from smaps (they were on 4 KiB pages below 4 MiB
+    and on huge pages from it, so the sweep switched page kind at its last size)."""
+    from mpilab import buffers
+
+    if buffers.transparent_hugepages() not in ("madvise", "always"):
+        pytest.skip("no transparent huge pages to ask for here")
+    path = tmp_path / "pp-pages.json"
+    res = bench("pingpong", "--sizes", "8,4K,64K,1M,4M", "--impls", "kernel", "--reps", "2",
+                "--rounds", "1", "--min-time", "0.002", "--json", str(path))
+    assert res.returncode == 0, res.stderr
+    shares = {r["size_bytes"]: r["huge_page_share"] for r in json.loads(path.read_text())["records"]}
+    assert sorted(shares) == [8, 4096, 65536, 1 << 20, 4 << 20]
+    assert all(s is not None and s > 0.9 for s in shares.values()), shares
+
+
 @pytest.mark.measures
 def test_ratios_are_sane(pingpong_json):
     # The minimum over repetitions: a preemption by another process on a 2-core machine

@@ -105,3 +105,19 @@ def test_stencil_sweep_json(tmp_path):
         assert math.isfinite(r["GBps"]) and r["GBps"] > 0
     ratio = recs["stencil"]["GBps"] / recs["memcopy"]["GBps"]
     assert math.isfinite(ratio) and ratio > 0
+
+
+def test_stencil_sweep_on_both_page_kinds(tmp_path):
+    """The page effect, measured: the same update on huge pages and on 4 KiB pages, the
+    4 KiB arrays read back from smaps as holding no huge page."""
+    path = tmp_path / "pages.json"
+    res = bench("stencil-sweep", "--nx", "300", "--ny", "200", "--reps", "2", "--rounds", "2",
+                "--min-time", "0.002", "--impls", "stencil,stencil-4k", "--json", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "stencil on 4 KiB pages / on huge pages, time: " in res.stdout
+    recs = {r["impl"]: r for r in json.loads(path.read_text())["records"]}
+    assert set(recs) == {"stencil", "stencil-4k"}
+    assert recs["stencil"]["pages"] == "huge-pages" and recs["stencil-4k"]["pages"] == "4k-pages"
+    assert recs["stencil-4k"]["huge_page_share"] == 0
+    for r in recs.values():
+        assert 0 < r["t_us_min"] <= r["t_us_median"] and len(r["times_us"]) == 4

@@ -156,6 +156,12 @@ def test_lecture_03_table1_has_paper_figures_and_labels_oversubscription():
     assert has_png(cell_with(nb, "plots_onesided.versus_sr(")), "no Table 1 figure"
     pages = text_of(cell_with(nb, "def thp("))
     assert "transparent huge pages, ordinary memory: " in pages and "(/dev/shm" in pages
+    # the page effect measured, not guessed: the same update on both kinds of page, the
+    # 4 KiB arrays read back from smaps as holding no huge page
+    cost = re.search(r"on 4 KiB pages \((\d+)% of them huge, as read from smaps\) it takes "
+                     r"([\d.]+)x its time on huge pages", pages)
+    assert cost and cost.group(1) == "0" and float(cost.group(2)) > 0, pages
+    assert "stencil on 4 KiB pages / on huge pages, time: " in pages, pages
     assert re.search(r"1 rank: S/R / SHM [\d.]+, S/R / SHM-NC [\d.]+ \(spread [\d.]+\); "
                      r"the paper's 1\.14 and 1\.14", pages), pages
     text = markdown(nb)

@@ -15,7 +15,7 @@ import re
 import pytest
 from lecture_runs import CELL_TIMEOUT, ROOT, cell_with, code_cells, executed, tagged, text_of
 
-from mpilab import cluster, notebooks, runtime
+from mpilab import buffers, cluster, notebooks, runtime
 
 LECTURES = sorted((ROOT / "lectures").glob("*.md"))
 
@@ -113,6 +113,24 @@ def test_lecture_01_measures_both_transports_and_fits():
     assert any("image/png" in o.get("data", {}) for o in figure.outputs), "no figure drawn"
     check = text_of(cell_with(nb, "predict_one("))
     assert check.startswith("prediction: ") and "measured:" in check
+
+
+def test_lecture_01_fits_beta_in_the_cache_and_off_it_on_one_page_kind():
+    """Every size of the sweep on the same pages (the share of huge pages the records
+    report is one figure from 8 B up); a beta over the sizes that fit the last-level cache,
+    with the sizes it used, and the off-cache one measured in the full sweeps only."""
+    nb = executed("01-pingpong")
+    out = text_of(cell_with(nb, "models.fit_cache_betas("))
+    if buffers.transparent_hugepages() in ("madvise", "always"):
+        assert "huge pages under each size's two buffers: 100% to 100%, 8 B to" in out, out
+    if runtime.last_level_cache() is None:
+        assert "no line in the cache or off it" in out, out
+        return
+    for transport in ("shm", "tcp"):
+        line = re.search(transport + r": in-cache β ([\d.,]+) GB/s over 64 KiB to (\S+ \S+) "
+                         r"\(best measured [\d.,]+ GB/s\); off-cache: not measured "
+                         r"\(small sweeps\)", out)
+        assert line and float(line.group(1).replace(",", "")) > 0, out
 
 
 def test_lecture_01_measures_what_buffer_memory_does():

@@ -279,3 +279,36 @@ def test_loggp_from_three_times_predicts_alone_and_in_a_stream():
         models.loggp_from(1.0, 0.5, 2.0, 1024, 8)
     with pytest.raises(ValueError, match="positive time"):
         models.loggp_from(-1.0, 0.5, 2.0, 8, 1024)
+
+
+def test_cache_betas_fit_each_side_of_the_cache_on_its_own_sizes():
+    """Below the cache the copies run at 20 GB/s, above it at 8 GB/s: each line recovers
+    its own rate from its own sizes, the sizes in between are used by neither, and a
+    range with fewer than two sizes gives no line."""
+    cache = 64 << 20
+    sizes = np.array([2**k for k in range(3, 29)], dtype=float)  # 8 B .. 256 MiB
+    fast = 5.0 + sizes / 20_000.0
+    slow = 5.0 + sizes / 8_000.0
+    times = np.where(sizes >= cache, slow, fast)
+    got = models.fit_cache_betas(sizes, times, cache)
+    inside, outside = got["in-cache"], got["off-cache"]
+    assert inside.beta_MBps == pytest.approx(20_000, rel=1e-3)
+    assert outside.beta_MBps == pytest.approx(8_000, rel=1e-3)
+    assert (inside.size_min, inside.size_max) == (1 << 16, 16 << 20)  # 4 x 16 MiB fit
+    assert (outside.size_min, outside.size_max) == (64 << 20, 256 << 20)
+    below = models.fit_cache_betas(sizes[sizes < cache], times[sizes < cache], cache)
+    assert below["off-cache"] is None and below["in-cache"] is not None
+    with pytest.raises(ValueError, match="cache_bytes"):
+        models.fit_cache_betas(sizes, times, 0)
+
+
+def test_the_last_level_cache_is_read_from_the_machine():
+    from mpilab import runtime
+
+    got = runtime.last_level_cache()
+    if got is None:
+        pytest.skip("this system does not report its caches")
+    level, size = got
+    assert level >= 1 and size >= 1 << 10
+    l1 = open("/sys/devices/system/cpu/cpu0/cache/index0/size").read().strip()
+    assert size >= int(l1.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}[l1[-1]]

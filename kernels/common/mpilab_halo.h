@@ -135,24 +135,22 @@ static inline void halo_split(int n, int parts, int c, int *start, int *count)
     *count = base + (c < extra);
 }
 
-/* n zeroed doubles, to be released with free(). From 4 MiB up the array is 2 MiB aligned
- * and advised to use transparent huge pages, as mpilab.buffers.message_buffer lays out
- * the arrays it is compared with: on 4 KiB pages the hardware prefetcher stops at every
- * page boundary and a 4096^2 sweep ran ~10 % slower. Every page is written here, so the
- * first timed step does not pay for faulting the array in. */
+/* n zeroed doubles, to be released with free(): 2 MiB aligned and advised to use
+ * transparent huge pages over whole 2 MiB extents, at every size, as
+ * mpilab.buffers.message_buffer lays out the arrays it is compared with (on 4 KiB pages
+ * the hardware prefetcher stops at every page boundary and a 4096^2 sweep ran ~10 %
+ * slower; one page kind at every size, so a sweep over grid sizes changes the size
+ * only). Every byte is written here, so the first timed step does not pay for faulting
+ * the array in. */
 static inline double *halo_array_alloc(size_t n)
 {
     size_t nbytes = (n ? n : 1) * sizeof(double), huge = (size_t)1 << 21;
     void *p = NULL;
-    if (nbytes < ((size_t)4 << 20)) {
-        p = malloc(nbytes);
-    } else {
-        nbytes = (nbytes + huge - 1) / huge * huge;
-        if (posix_memalign(&p, huge, nbytes) != 0) p = NULL;
+    nbytes = (nbytes + huge - 1) / huge * huge;
+    if (posix_memalign(&p, huge, nbytes) != 0) p = NULL;
 #ifdef MADV_HUGEPAGE
-        if (p) madvise(p, nbytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
+    if (p) madvise(p, nbytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
 #endif
-    }
     if (p) memset(p, 0, nbytes);
     return (double *)p;
 }

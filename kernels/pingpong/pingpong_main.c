@@ -47,19 +47,19 @@ int main(int argc, char **argv)
             if (rank == 0) usage();
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
-        /* Separate send and receive buffers, allocated as NumPy allocates them (huge
-         * pages asked for from 4 MiB up), so the Python kernels and this program move
-         * the same kind of memory; touched before timing. */
+        /* Separate send and receive buffers, laid out as mpilab.buffers.message_buffer
+         * lays out the Python kernels' (2 MiB aligned, whole 2 MiB extents advised to
+         * use transparent huge pages) at every size, so that the sweep changes the size
+         * and not the page kind; touched before timing. */
         void *sbuf = NULL, *rbuf = NULL;
+        size_t huge = (size_t)1 << 21;
         size_t alloc = nbytes > 0 ? (size_t)nbytes : 1;
-        size_t align = alloc >= (1u << 22) ? (1u << 21) : 64;
-        if (posix_memalign(&sbuf, align, alloc) || posix_memalign(&rbuf, align, alloc))
+        size_t whole = (alloc + huge - 1) / huge * huge;
+        if (posix_memalign(&sbuf, huge, whole) || posix_memalign(&rbuf, huge, whole))
             MPI_Abort(MPI_COMM_WORLD, 3);
 #ifdef MADV_HUGEPAGE
-        if (alloc >= (1u << 22)) {
-            madvise(sbuf, alloc, MADV_HUGEPAGE);
-            madvise(rbuf, alloc, MADV_HUGEPAGE);
-        }
+        madvise(sbuf, whole, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
+        madvise(rbuf, whole, MADV_HUGEPAGE);
 #endif
         memset(sbuf, rank + 1, alloc);
         memset(rbuf, 0, alloc);

@@ -24,7 +24,9 @@
  *               protocol of mpilab_timing.h; times are seconds per step
  * Denormals are flushed to zero while it runs (see mpilab_halo.h).
  * mpilab_heat_sweep times the update alone on one nx x ny grid per rank (no exchange):
- * the memory-bandwidth side of the lesson; mpilab_store_copy times dst[i] = src[i] as a
+ * the memory-bandwidth side of the lesson (mpilab_heat_sweep_on: the same on two arrays
+ * a, b of (nx + 2) x (ny + 2) doubles the caller made, so the caller picks their pages;
+ * b's interior is overwritten, the two swap each sweep); mpilab_store_copy times dst[i] = src[i] as a
  * loop with ordinary stores (kept from becoming a memcpy call, which may write large
  * arrays with non-temporal stores that skip the cache) - the copy that pays for its
  * writes the way the sweep does. All return an MPI error code.
@@ -147,23 +149,30 @@ static int sweep_step(void *p)
     return MPI_SUCCESS;
 }
 
+int mpilab_heat_sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny, int warmup,
+                         int iters, int reps, double *times)
+{
+    sweep_ctx c;
+    c.nx = nx;
+    c.ny = ny;
+    c.stream = heat_streams((size_t)(nx + 2) * (size_t)(ny + 2));
+    c.a = a;
+    c.b = b;
+    return mpilab_time_steps(comm, sweep_step, &c, warmup, iters, reps, 1.0, times);
+}
+
 int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
                       double *times)
 {
-    sweep_ctx c;
     size_t n = (size_t)(nx + 2) * (size_t)(ny + 2);
+    double *a = halo_array_alloc(n), *b = halo_array_alloc(n);
     int err, all;
-    c.nx = nx;
-    c.ny = ny;
-    c.stream = heat_streams(n);
-    c.a = halo_array_alloc(n);
-    c.b = halo_array_alloc(n);
-    err = halo_all_ok(comm, c.a && c.b, &all);
+    err = halo_all_ok(comm, a && b, &all);
     if (err == MPI_SUCCESS && !all) err = MPI_ERR_NO_MEM;
     if (err == MPI_SUCCESS)
-        err = mpilab_time_steps(comm, sweep_step, &c, warmup, iters, reps, 1.0, times);
-    free(c.a);
-    free(c.b);
+        err = mpilab_heat_sweep_on(comm, a, b, nx, ny, warmup, iters, reps, times);
+    free(a);
+    free(b);
     return err;
 }
 

@@ -10,5 +10,8 @@ cdef extern from "c_stencil.h" nogil:
     int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
                           double *times)
 
+    int mpilab_heat_sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny,
+                             int warmup, int iters, int reps, double *times)
+
     int mpilab_store_copy(MPI_Comm comm, double *dst, const double *src, size_t n,
                           int warmup, int iters, int reps, double *times)

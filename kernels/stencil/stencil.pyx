@@ -98,6 +98,38 @@ def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):
     return times
 
 
+def sweep_on(MPI.Comm comm not None, double[::1] a not None, double[::1] b not None, nx, ny,
+             *, warmup=2, iters=10, reps=5):
+    """Seconds per stencil sweep of :func:`sweep`, on two arrays the caller made (collective).
+
+    So the caller decides what memory the grid lives in (the pages of
+    :func:`mpilab.buffers.buffer`). `a` and `b` are ``(nx + 2) * (ny + 2)`` doubles each,
+    a grid with its one-cell frame; each sweep writes the interior of one from the other
+    and the two swap.
+    """
+    _check_count(nx, "nx", 1)
+    _check_count(ny, "ny", 1)
+    _check_timing(warmup, iters, reps)
+    if (nx + 2) * (ny + 2) > (1 << 31):
+        raise ValueError(f"a {nx} x {ny} grid is too large")
+    cdef size_t n = (nx + 2) * (ny + 2)
+    if a.shape[0] != n or b.shape[0] != n:
+        raise ValueError(f"a and b must hold (nx + 2) * (ny + 2) = {n} doubles, got "
+                         f"{a.shape[0]} and {b.shape[0]}")
+    cdef double *ap = &a[0]
+    cdef double *bp = &b[0]
+    if (ap < bp + n) and (bp < ap + n):
+        raise ValueError("a and b must not overlap")
+    times = np.empty(reps, dtype=np.float64)
+    cdef double[::1] t = times
+    cdef MPI_Comm cc = comm.ob_mpi
+    cdef int err, x = nx, y = ny, w = warmup, it = iters, r = reps
+    with nogil:
+        err = c.mpilab_heat_sweep_on(cc, ap, bp, x, y, w, it, r, &t[0])
+    _check_mpi(err)
+    return times
+
+
 def store_copy(MPI.Comm comm not None, double[::1] dst not None, const double[::1] src not None,
                *, warmup=2, iters=10, reps=5):
     """Seconds per copy ``dst[:] = src`` as a loop with ordinary stores (collective).

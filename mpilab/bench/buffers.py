@@ -16,7 +16,7 @@ pages only; and with the shared-memory transport's two ways of moving a large me
 
 Each mechanism is its own job (a launch setting), alternated over ``--rounds``; the kinds
 alternate inside each job, so every ratio is measured side by side. Records carry
-``buffer``, ``mechanism``, ``huge_page_share`` (how much of the sender's buffer the kernel
+``buffer``, ``mechanism``, ``huge_page_share`` (how much of the send and receive buffers the kernel
 really backed with huge pages) and the usual timing fields; meta says the kernel's
 transparent huge page mode. Where the single-copy path cannot work (a container without
 ptrace) its records are missing and meta says why.

@@ -5,16 +5,17 @@
 The command line of :mod:`mpilab.halo.stencil_sweep` (what is timed, how the bytes are
 counted, why there are two copies): one rank times the compiled heat update of an
 ``nx`` x ``ny`` grid and two copies of the same number of doubles (``memcopy``,
-``store-copy``), alternating in ``--rounds`` rounds. Records carry impl, nx, ny,
-size_bytes, t_us_min, t_us_median and GBps (from the median); meta as for every
-benchmark.
+``store-copy``), alternating in ``--rounds`` rounds; ``--impls stencil,stencil-4k``
+times the update on huge pages and on 4 KiB pages instead (what the page kind alone
+costs). Records carry impl, nx, ny, size_bytes, pages, t_us_min, t_us_median and GBps
+(from the median); meta as for every benchmark.
 """
 
 from __future__ import annotations
 
 import sys
 
-from ..halo.stencil_sweep import IMPLS, run, table
+from ..halo.stencil_sweep import ALL_IMPLS, IMPLS, run, table
 from . import finish, parser
 
 
@@ -36,7 +37,8 @@ def main(argv=None) -> int:
                min_time=0.01)
     p.add_argument("--nx", type=int, default=4096)
     p.add_argument("--ny", type=int, default=4096)
-    p.add_argument("--impls", default=",".join(IMPLS))
+    p.add_argument("--impls", default=",".join(IMPLS),
+                   help="among " + ", ".join(ALL_IMPLS))
     p.add_argument("--copy", choices=("loop", "memcpy"), default="loop",
                    help="the copy compared with: the compiled loop or libc memcpy")
     a = p.parse_args(argv)

@@ -18,9 +18,14 @@ line is read in first). ``store-copy`` is the same copy as a vectorised loop wit
 ordinary stores (kernels/stencil), the copy that pays for its writes the way the sweep
 does. (On the course machine, a 2-core AMD EPYC VM, the two copies measured the same.)
 
-All arrays are laid out alike: from 4 MiB up 2 MiB aligned with transparent huge pages
-advised (``buffers.message_buffer`` here, ``halo_array_alloc`` in C), and written once
-before any timing, so no repetition pays for faulting pages in.
+All arrays are laid out alike: 2 MiB aligned with transparent huge pages advised, at
+every size (``buffers.message_buffer`` here, ``halo_array_alloc`` in C), and written once
+before any timing, so no repetition pays for faulting pages in. The fourth record,
+``stencil-4k`` (asked for by name), is the same update on two arrays on ordinary 4 KiB
+pages (``buffers.buffer("4k-pages")``): what the page kind alone costs the update, the
+difference between a two-sided kernel's fields and a shared window's, which Linux maps
+from ``/dev/shm`` on 4 KiB pages unless its shared memory takes huge pages (lecture 03).
+Its record says how much of its arrays sat on huge pages (``huge_page_share``).
 
 The job's rank runs this module: ``python -m mpilab.halo.stencil_sweep --worker ARGS OUT``
 (started by :func:`run` through :func:`mpilab.jobs.python_worker`).
@@ -32,11 +37,13 @@ import json
 import sys
 
 from .. import runtime, validate
-from ..buffers import message_buffer
+from ..buffers import buffer, huge_page_share, message_buffer
 from ..jobs import python_worker, worker_main
 from ..timing import record, run_meta
 
 IMPLS = ("stencil", "memcopy", "store-copy")
+#: every record :func:`run` can make: :data:`IMPLS` and the update on 4 KiB pages
+ALL_IMPLS = (*IMPLS, "stencil-4k")
 MODULE = "mpilab.halo.stencil_sweep"  # python -m mpilab.halo.stencil_sweep --worker: the job
 
 
@@ -74,16 +81,30 @@ def _worker(args_path: str, out_path: str) -> int:
         return stencil.store_copy(self_, dst, src, warmup=1, iters=it, reps=r)
 
     fns = {"stencil": sweep, "memcopy": copy, "store-copy": store_copy}
+    shares = {}
+    if "stencil-4k" in a["impls"]:
+        # the sweep's grid with its frame, twice, on ordinary pages (zeros, as C's are)
+        small = [buffer("4k-pages", 8 * (nx + 2) * (ny + 2)).view(np.float64) for _ in "ab"]
+        for g in small:
+            g[:] = 0.0
+        shares["stencil-4k"] = max(huge_page_share(g) or 0.0 for g in small)
+
+        def sweep_4k(it, r=3):
+            return stencil.sweep_on(self_, small[0], small[1], nx, ny, warmup=1, iters=it,
+                                    reps=r)
+
+        fns["stencil-4k"] = sweep_4k
     iters = {i: _iters(fns[i], a["min_time"]) for i in a["impls"]}
     pooled = {i: [] for i in a["impls"]}
     for _ in range(a["rounds"]):
         for impl in a["impls"]:
             dst[:] = 0.0
             pooled[impl].extend(fns[impl](iters[impl], reps).tolist())
-            if impl != "stencil" and not np.array_equal(dst, src):
+            if impl in ("memcopy", "store-copy") and not np.array_equal(dst, src):
                 raise RuntimeError(f"the {impl} kernel did not copy")
     with open(out_path, "w") as f:
-        json.dump({"pooled": pooled, "iters": iters, "library": runtime.library_info()}, f)
+        json.dump({"pooled": pooled, "iters": iters, "shares": shares,
+                   "library": runtime.library_info()}, f)
     return 0
 
 
@@ -96,7 +117,7 @@ def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_ti
     nx, ny : int, optional
         The grid (default 4096 x 4096): ``2 * 8 * nx * ny`` bytes counted per sweep.
     impls : str or sequence of str, optional
-        Among :data:`IMPLS` (default: all three).
+        Among :data:`ALL_IMPLS` (default: the three of :data:`IMPLS`).
     copy : str, optional
         The ``memcopy`` record's copy: ``"loop"`` (the compiled loop, the default) or
         ``"memcpy"`` (libc's).
@@ -125,7 +146,7 @@ def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_ti
         If the job failed (a copy kernel that did not copy fails it) or ran past
         `timeout`.
     """
-    impls = validate.names(impls, IMPLS, "impl")
+    impls = validate.names(impls, ALL_IMPLS, "impl")
     if copy not in ("loop", "memcpy"):
         raise ValueError(f"copy must be 'loop' or 'memcpy', got {copy!r}")
     for name, v in (("nx", nx), ("ny", ny), ("reps", reps), ("rounds", rounds)):
@@ -141,7 +162,10 @@ def run(nx=4096, ny=4096, *, impls=IMPLS, copy="loop", reps=15, rounds=2, min_ti
         rec = record(doc["pooled"][impl], size_bytes=nbytes, impl=impl, nx=nx, ny=ny,
                      iters=doc["iters"][impl], ranks=1,
                      method={"memcopy": copy, "store-copy": "loop, ordinary stores"}.get(
-                         impl, "5-point"))
+                         impl, "5-point"),
+                     pages="4k-pages" if impl == "stencil-4k" else "huge-pages")
+        if impl in doc.get("shares", {}):
+            rec["huge_page_share"] = doc["shares"][impl]
         rec["GBps"] = nbytes / (rec["t_us_median"] * 1e3)
         rec["GBps_best"] = nbytes / (rec["t_us_min"] * 1e3)
         records.append(rec)
@@ -173,6 +197,11 @@ def table(records: list[dict]) -> str:
             s, o = by["stencil"], by[other]
             lines.append(f"stencil / {other} bandwidth: {s['GBps'] / o['GBps']:.2f} (median), "
                          f"{s['GBps_best'] / o['GBps_best']:.2f} (best)")
+    if "stencil" in by and "stencil-4k" in by:
+        s, o = by["stencil"], by["stencil-4k"]
+        lines.append(f"stencil on 4 KiB pages / on huge pages, time: "
+                     f"{o['t_us_median'] / s['t_us_median']:.2f} (median), "
+                     f"{o['t_us_min'] / s['t_us_min']:.2f} (best)")
     return "\n".join(lines)
 
 

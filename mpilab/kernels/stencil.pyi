@@ -31,6 +31,10 @@ def sweep(comm: MPI.Comm, nx: int, ny: int, *, warmup: int = 2, iters: int = 10,
           reps: int = 5) -> NDArray[np.float64]:
     """`reps` seconds per stencil sweep of an `nx` x `ny` grid, no exchange (collective)."""
 
+def sweep_on(comm: MPI.Comm, a: NDArray[np.float64], b: NDArray[np.float64], nx: int, ny: int,
+             *, warmup: int = 2, iters: int = 10, reps: int = 5) -> NDArray[np.float64]:
+    """`reps` seconds per stencil sweep on two (nx + 2) * (ny + 2) arrays the caller made."""
+
 def store_copy(comm: MPI.Comm, dst: NDArray[np.float64], src: NDArray[np.float64], *,
                warmup: int = 2, iters: int = 10, reps: int = 5) -> NDArray[np.float64]:
     """`reps` seconds per copy ``dst[:] = src`` with ordinary stores (collective)."""

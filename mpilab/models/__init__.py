@@ -20,7 +20,14 @@ LogGP (:mod:`~mpilab.models.loggp`).
 
 from __future__ import annotations
 
-from .hockney import HockneyFit, PiecewiseHockney, fit_hockney, fit_piecewise, fit_records
+from .hockney import (
+    HockneyFit,
+    PiecewiseHockney,
+    fit_cache_betas,
+    fit_hockney,
+    fit_piecewise,
+    fit_records,
+)
 from .loggp import LogGP, loggp_from
 from .predictions import Prediction, params_label
 
@@ -29,6 +36,7 @@ __all__ = [
     "LogGP",
     "PiecewiseHockney",
     "Prediction",
+    "fit_cache_betas",
     "fit_hockney",
     "fit_piecewise",
     "fit_records",

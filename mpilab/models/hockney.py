@@ -19,7 +19,8 @@ from scipy.optimize import least_squares
 
 from .predictions import _Predicts, params_label
 
-__all__ = ["HockneyFit", "PiecewiseHockney", "fit_hockney", "fit_piecewise", "fit_records"]
+__all__ = ["HockneyFit", "PiecewiseHockney", "fit_cache_betas", "fit_hockney", "fit_piecewise",
+           "fit_records"]
 
 # Relative residuals below one part per million are rounding noise, not signal (no timer
 # is that precise). Flooring the residual variance there stops the model comparison from
@@ -301,6 +302,53 @@ def fit_piecewise(sizes_bytes, times_us, *, min_points: int = 3) -> PiecewiseHoc
     if _bic(_sse(one, n, t), n.size, 2) - _bic(sse_two, n.size, 5) > _BIC_MARGIN:
         return PiecewiseHockney(pair, switch)
     return PiecewiseHockney((one,), None)
+
+
+def fit_cache_betas(sizes_bytes, times_us, cache_bytes: int, *,
+                    from_bytes: int = 1 << 16) -> dict[str, HockneyFit | None]:
+    """Two Hockney lines for large messages: one over the sizes whose buffers all fit in
+    a cache of `cache_bytes` (in-cache), one over the sizes larger than that cache
+    (off-cache). A ping-pong resends one buffer, so below the cache size its copies can
+    be served from the cache, and the in-cache ``beta`` need not be a rate that memory
+    sustains; the off-cache one is.
+
+    A round trip between two ranks uses four buffers of ``n`` bytes (a send and a
+    receive buffer on each rank): in-cache sizes have ``from_bytes <= n`` and
+    ``4 n <= cache_bytes``; off-cache sizes have ``n >= cache_bytes`` (one message
+    alone is larger than the cache). Sizes between the two belong to neither.
+
+    Parameters
+    ----------
+    sizes_bytes : array_like
+        Message sizes in bytes (>= 0); sizes may repeat.
+    times_us : array_like
+        One-way times in µs (> 0), one per size.
+    cache_bytes : int
+        Size of the cache, in bytes (the last level's:
+        :func:`mpilab.runtime.last_level_cache`).
+    from_bytes : int, optional
+        Smallest size of the in-cache line (default 64 KiB: above the eager limits, so
+        the line is the large-message path's).
+
+    Returns
+    -------
+    dict
+        ``{"in-cache": fit, "off-cache": fit}``, each a :class:`HockneyFit` (its
+        ``size_min`` and ``size_max`` say which sizes it used) or None where fewer than
+        two distinct sizes fall in its range.
+
+    Raises
+    ------
+    ValueError
+        For the same bad inputs as :func:`fit_hockney`, or `cache_bytes` not positive.
+    """
+    if cache_bytes <= 0:
+        raise ValueError(f"cache_bytes must be positive, got {cache_bytes}")
+    n, t = _check_data(sizes_bytes, times_us)
+    parts = {"in-cache": (n >= from_bytes) & (4 * n <= cache_bytes),
+             "off-cache": n >= cache_bytes}
+    return {name: _fit(n[keep], t[keep]) if np.unique(n[keep]).size >= 2 else None
+            for name, keep in parts.items()}
 
 
 def fit_records(

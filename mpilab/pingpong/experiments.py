@@ -175,7 +175,9 @@ def run_pingpong(sizes, *, transport="shm", impls=JOB_IMPLS, mode="roundtrip", r
     -------
     tuple of (dict, list of dict)
         The run's meta (:func:`mpilab.timing.run_meta`) and one record per size,
-        implementation and thread level (times per message, µs).
+        implementation and thread level (times per message, µs; ``huge_page_share``:
+        the least share of huge pages under a size's two buffers over the rounds, None
+        for the standalone program, which does not report it).
 
     Raises
     ------
@@ -210,6 +212,7 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
     pooled: dict[tuple[str, int, str], list[float]] = {}
     copy_iters: dict[int, int] = {}
     provided = {}
+    shares: dict[tuple[str, int, str], float] = {}  # huge pages under the kernels' buffers
     for _ in range(rounds):
         for level in thread_levels if (any(i != "c-standalone" for i in impls) or copy) else ():
             doc = python_worker(_at_level(launch, level), MODULE, {**base, "iters": iters},
@@ -219,7 +222,10 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
                 if rec["impl"] == "copy" and level != thread_levels[0]:
                     continue  # a local copy does not depend on MPI's thread level
                 times = [t * 1e-6 for t in rec["times_us"]]
-                pooled.setdefault((rec["impl"], rec["size_bytes"], level), []).append(times)
+                key = (rec["impl"], rec["size_bytes"], level)
+                pooled.setdefault(key, []).append(times)
+                if rec.get("huge_page_share") is not None:  # the least over the rounds
+                    shares[key] = min(shares.get(key, 1.0), rec["huge_page_share"])
                 if rec["impl"] == "copy":
                     copy_iters[rec["size_bytes"]] = rec["iters"]
         if "c-standalone" in impls:
@@ -245,7 +251,7 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
             continue
         records.append(record(times, size_bytes=n, impl=impl, transport=transport, mode=mode,
                               iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed,
-                              **where))
+                              huge_page_share=shares.get((impl, n, level)), **where))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
                 "rounds": rounds, "min_time": min_time, "iters": iters, "copy": copy,
                 "thread_levels": list(thread_levels), **where0}

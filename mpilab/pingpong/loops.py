@@ -182,8 +182,9 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
     every implementation for `reps` repetitions, and their timings are pooled.
     `iters` fixes the timed iterations (per size with a dict); by default they are
     calibrated so one repetition lasts about `min_time` seconds. `buffers` is the kind
-    of memory the messages live in (:data:`mpilab.buffers.BUFFER_KINDS`); records say it, and from
-    64 KiB up how much of the sender's buffer sits on huge pages (:func:`mpilab.buffers.huge_page_share`).
+    of memory the messages live in (:data:`mpilab.buffers.BUFFER_KINDS`, the same at every
+    size); records say it, and how much of the two buffers sits on huge pages (the smaller
+    share of the pair, :func:`mpilab.buffers.huge_page_share`).
 
     Parameters
     ----------
@@ -238,7 +239,8 @@ def measure_pingpong(comm, sizes: Iterable[int], *, impls: Sequence[str] = ("ker
         if n < 0:
             raise ValueError(f"message sizes must be >= 0, got {n}")
         s, r = send_and_receive(n, comm.Get_rank(), buffers)
-        share = huge_page_share(s) if n >= (1 << 16) else None
+        shares = [x for x in (huge_page_share(s), huge_page_share(r)) if x is not None]
+        share = min(shares) if shares else None
         it = (iters.get(n) if isinstance(iters, dict) else iters) or calibrate_iters(
             comm, n, min_time=min_time, mode=mode, rank_a=rank_a, rank_b=rank_b)
         wu = warmup if warmup is not None else max(1, min(it, 100))

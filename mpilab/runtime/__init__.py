@@ -60,6 +60,7 @@ from .machine import (
     cgroup_dirs,
     cpu_quota,
     is_root,
+    last_level_cache,
     machine_info,
     memory_limit,
     physical_memory,
@@ -73,7 +74,7 @@ from .machine import (
 __all__ = [
     "HYDRA_PROCESSES", "HYDRA_TOPOLOGY_PREFIX", "LIBRARIES", "SEGMENT_PREFIXES",
     "SMALL_MEMORY", "THREAD_LEVELS", "TRANSPORTS", "Launch", "MPINotFound", "cgroup_dirs",
-    "clean_env", "cma_works", "cpu_quota", "eager_limits", "env_bins", "is_root", "launch",
+    "clean_env", "cma_works", "cpu_quota", "eager_limits", "env_bins", "is_root", "last_level_cache", "launch",
     "launcher_family", "leaked_shm_segments", "library_info", "machine_info",
     "memory_limit", "mpicc", "mpiexec", "openmpi_major", "physical_memory", "rank_counts",
     "release_singleton_segments", "remove_stale_hydra_files", "remove_stale_shm_segments",

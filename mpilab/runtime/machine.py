@@ -196,6 +196,44 @@ def physical_memory() -> int:
         return 0
 
 
+def last_level_cache(cpu: int = 0) -> tuple[int, int] | None:
+    """The largest cache that holds data for CPU `cpu`: its level and size in bytes, as
+    Linux reports them (``/sys/devices/system/cpu/cpuN/cache/index*/``). A virtual
+    machine reports its host's cache, which other guests may share.
+
+    Parameters
+    ----------
+    cpu : int, optional
+        Which CPU's caches (default 0).
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        ``(level, bytes)`` of the highest-level data or unified cache; None where Linux
+        does not say (not Linux, or a kernel without cache information).
+    """
+    base = f"/sys/devices/system/cpu/cpu{int(cpu)}/cache"
+    best = None
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return None
+    for name in names:
+        if not name.startswith("index"):
+            continue
+        kind, level, size = (_read(f"{base}/{name}/{f}") for f in ("type", "level", "size"))
+        if not (kind and level and size) or kind.strip() == "Instruction":
+            continue
+        size = size.strip()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:].upper(), 1)
+        try:
+            found = (int(level), int(size.rstrip("KMGkmg")) * scale)
+        except ValueError:
+            continue
+        best = max(best or found, found)
+    return best
+
+
 def memory_limit() -> tuple[int, str]:
     """Bytes of memory this process may use, and what sets that figure.
 

@@ -188,6 +188,23 @@ def time_records_have_the_shape_and_agree():
     assert t.shape == (3,) and np.all(t > 0)
     t = stencil.sweep(MPI.COMM_SELF, 50, 40, iters=2, reps=2)
     assert t.shape == (2,) and np.all(t > 0)
+    # sweep_on: the same update on the caller's arrays (here on 4 KiB pages); one sweep
+    # writes b's interior from a, old/2 + (N + S + E + W)/8
+    from mpilab import buffers
+
+    nx, ny = 50, 40
+    a, b = (buffers.buffer("4k-pages", 8 * (nx + 2) * (ny + 2)).view(np.float64)
+            for _ in "ab")
+    a[:] = np.random.default_rng(3).random(a.size)
+    b[:] = 0.0
+    t = stencil.sweep_on(MPI.COMM_SELF, a, b, nx, ny, warmup=0, iters=1, reps=1)
+    assert t.shape == (1,) and t[0] > 0
+    old, new = a.reshape(ny + 2, nx + 2), b.reshape(ny + 2, nx + 2)
+    want = old[1:-1, 1:-1] / 2 + (old[:-2, 1:-1] + old[2:, 1:-1] + old[1:-1, :-2]
+                                  + old[1:-1, 2:]) / 8
+    expect(np.allclose(new[1:-1, 1:-1], want, rtol=1e-13, atol=0), "sweep_on's update")
+    raises(ValueError, stencil.sweep_on, MPI.COMM_SELF, a, b[:-1], nx, ny)
+    raises(ValueError, stencil.sweep_on, MPI.COMM_SELF, a, a, nx, ny)
 
 
 @check
