@@ -446,8 +446,9 @@ def context(cluster=None, *, ranks: int | None = None, transport: str | None = N
     dict
         :func:`mpilab.runtime.machine_info`, the library facts (with
         ``thread_level``: what ``MPI_Init_thread`` provided the ranks), ``ranks`` and
-        ``oversubscribed`` (more ranks than cores), ``transport`` and ``measured_at``
-        (local time, ISO 8601).
+        ``oversubscribed`` (more ranks than cores), ``transport``, ``measured_at``
+        (local time, ISO 8601) and ``load_average_1min`` (this host's, when the context
+        was taken).
     """
     d = {}
     d.update(runtime.machine_info())
@@ -461,6 +462,8 @@ def context(cluster=None, *, ranks: int | None = None, transport: str | None = N
     if transport is not None:
         d["transport"] = transport
     d["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with contextlib.suppress(OSError, AttributeError):  # what else the machine was doing
+        d["load_average_1min"] = round(os.getloadavg()[0], 2)
     return d
 
 

@@ -211,7 +211,9 @@ def test_lecture_06_tunes_and_applies_the_rules():
     assert f"oversubscribed: {4 > runtime.usable_cores()}" in progress
     table = text_of(cell_with(nb, "decision = pd.DataFrame("))
     assert re.search(r"it switches away from the library's rule at \d+ of 8 points", table)
-    assert "switch (beyond noise)" in table
+    assert "switch (U test, Holm)" in table and "p (Holm)" in table
+    assert re.search(r"test: Mann-Whitney U, one-sided .* Holm's step-down correction .*"
+                     r"comparisons in the correction: \d+ at p=4; \d+ repetitions", table)
     rules = text_of(cell_with(nb, '["rules_file"]).read_text()'))
     assert "# allgather" in rules and "4  # communicator size" in rules
     assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in rules
