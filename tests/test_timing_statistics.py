@@ -136,3 +136,37 @@ def test_many_comparisons_raise_the_bar():
     assert first["p_value"] == pytest.approx(p) and first["p_holm"] == pytest.approx(7 * p)
     assert not first["switch"] and first["choice"] == "recursive_doubling"
     assert not any(r["switch"] for r in many["rules"])
+
+
+def test_reference_readme_quotes_the_thread_levels_file():
+    """The kept thread-level run: its intervals are those of its repetitions, and the
+    README's figures are the file's."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "reference"
+    doc = json.loads((root / "2core-xeon-openmpi414" / "pingpong-thread-levels.json").read_text())
+    assert doc["meta"]["thread_level"] == {"single": "single", "funneled": "funneled",
+                                           "multiple": "multiple"}
+    by = {}
+    for r in doc["records"]:
+        ci = timing.median_ci(r["times_us"])
+        assert (ci["lo"], ci["hi"]) == (pytest.approx(r["ci_lo_us"]), pytest.approx(r["ci_hi_us"]))
+        assert r["ci_reached"] == (r["ci_rel"] <= 0.05) and r["reps"] <= 70
+        by[r["impl"], r["size_bytes"], r["thread_level"]] = r
+    text = " ".join((root / "README.md").read_text().split())
+
+    def q(impl, level, unit=""):
+        r = by[impl, 8, level]
+        return f"{r['t_us_median']:.3f}{unit} [{r['ci_lo_us']:.3f}, {r['ci_hi_us']:.3f}]"
+
+    k, m = "kernel", "mpi4py"
+    assert (f"took {q(k, 'single', ' µs')} at `single`, {q(k, 'funneled')} at `funneled` and "
+            f"{q(k, 'multiple')} at `multiple` (mpi4py {q(m, 'single')}, {q(m, 'funneled')}, "
+            f"{q(m, 'multiple')})") in text
+    # funneled and multiple cost more than single at 8 B: their intervals do not overlap
+    assert by[k, 8, "funneled"]["ci_lo_us"] > by[k, 8, "single"]["ci_hi_us"]
+    skew = doc["meta"]["barrier_exit_skew"]
+    assert (f"median {skew['us_median']:.2f} µs, at most {skew['us_max']:.2f} µs over "
+            f"{skew['reps_per_job']} barriers in each of {skew['jobs']} jobs, below the clock "
+            f"offsets' uncertainty of {skew['clock_offset_uncertainty_us']:.2f} µs") in text
