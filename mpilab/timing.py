@@ -133,8 +133,8 @@ def median_ci(times_s: Sequence[float], level: float = CI_LEVEL) -> dict | None:
     holds the true median with probability 1 - 2 P(B <= k - 1), B ~ Binomial(n, 1/2),
     whatever the distribution of the times (they need only be independent and
     identically distributed): k is the largest order for which that is at least `level`
-    (Hoefler and Belli, SC'15, section 3.2; Le Boudec, *Performance Evaluation of
-    Computer and Communication Systems*, 2.2). At 95 % it needs at least 6 repetitions.
+    (Hoefler and Belli, SC'15; Le Boudec, *Performance Evaluation of Computer and
+    Communication Systems*, chapter 2). At 95 % it needs at least 6 repetitions.
 
     Parameters
     ----------

@@ -93,6 +93,13 @@ def test_lecture_00_engines_ask_for_funneled_and_measure_what_it_costs():
         assert re.search(rf"asked for {level} *, got {level} *: median [\d.]+ µs", out), out
     ratio = re.search(r"funneled / single: ([\d.]+) \(medians\)", out)
     assert ratio and 0.2 < float(ratio.group(1)) < 5, out
+    assert re.search(r"asked for single *, got single *: median [\d.]+ µs \(95 % CI "
+                     r"\[[\d.]+, [\d.]+\], 15 repetitions\)", out), out
+    # the kept run at three levels: labelled, under unknown load, its intervals compared
+    kept = text_of(cell_with(nb, "pingpong-thread-levels.json"))
+    assert "REFERENCE DATA from reference/2core-xeon-openmpi414" in kept, kept
+    assert "under unknown load" in kept and "NOT this machine" in kept
+    assert "kernel, 8 B: funneled / single 1.14 (medians); intervals apart" in kept, kept
 
 
 @pytest.mark.measures
