@@ -170,3 +170,11 @@ def test_reference_readme_quotes_the_thread_levels_file():
     assert (f"median {skew['us_median']:.2f} µs, at most {skew['us_max']:.2f} µs over "
             f"{skew['reps_per_job']} barriers in each of {skew['jobs']} jobs, below the clock "
             f"offsets' uncertainty of {skew['clock_offset_uncertainty_us']:.2f} µs") in text
+
+
+def test_a_default_faster_than_every_algorithm_is_kept_untested():
+    default = [50, 51, 52, 53, 54, 55]
+    rule = tuning.decision_table([_rec("library:default", default),
+                                  _rec("library:bruck", [t + 10 for t in default])])
+    assert rule["comparisons"] == 0 and not rule["rules"][0]["switch"]
+    assert "p_value" not in rule["rules"][0] and "at least as fast" in rule["rules"][0]["why"]
