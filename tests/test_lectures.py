@@ -112,7 +112,9 @@ def test_lecture_00_small_exchange_passes():
 def test_lecture_01_measures_both_transports_and_fits():
     """Records from shm and tcp, Hockney fits printed, a labelled prediction, a figure."""
     nb = executed("01-pingpong")
-    assert "2 MPI ranks over shm" in text_of(cell_with(nb, 'transport="shm"'))
+    shm = text_of(cell_with(nb, 'transport="shm"'))
+    assert "2 MPI ranks over shm" in shm
+    assert "ci_lo_us" in shm and "ci_hi_us" in shm and "None" not in shm, shm  # 6+ reps
     assert "2 MPI ranks over tcp" in text_of(cell_with(nb, 'transport="tcp"'))
     fits = text_of(cell_with(nb, "piecewise=False"))
     assert fits.count("Hockney fit: α =") == 2 and "β =" in fits
