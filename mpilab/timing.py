@@ -418,6 +418,30 @@ def best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     return best * 1e6
 
 
+def skew_summary(skews: Sequence[dict | None]) -> dict | None:
+    """The barrier exit skews of several jobs (:func:`barrier_skew`) as one meta entry.
+
+    Parameters
+    ----------
+    skews : sequence of dict or None
+        One :func:`barrier_skew` result per job (None entries are left out).
+
+    Returns
+    -------
+    dict or None
+        ``us_median`` (the median of the jobs' medians), ``us_max``,
+        ``clock_offset_uncertainty_us`` (the largest), ``jobs``, ``reps_per_job`` and
+        ``method``; None when no job measured it.
+    """
+    got = [k for k in skews if k]
+    if not got:
+        return None
+    return {"us_median": float(np.median([k["barrier_exit_skew_us_median"] for k in got])),
+            "us_max": max(k["barrier_exit_skew_us_max"] for k in got),
+            "clock_offset_uncertainty_us": max(k["clock_offset_uncertainty_us"] for k in got),
+            "jobs": len(got), "reps_per_job": got[0]["reps"], "method": got[0]["method"]}
+
+
 # ---------------------------------------------------------------------------------------
 # notebook side: run on a cluster, return a DataFrame that says where it was measured
 

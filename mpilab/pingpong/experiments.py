@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 
 from .. import jobs, runtime, validate
 from ..buffers import BUFFER_KINDS, transparent_hugepages
 from ..jobs import python_worker
 from ..netlab.placing import placed
-from ..timing import barrier_skew, needs_more, record, run_meta, stopping
+from ..timing import barrier_skew, needs_more, record, run_meta, skew_summary, stopping
 from .loops import calibrate_iters, measure_pingpong
 
 #: the implementations :func:`run_pingpong` compares
@@ -278,15 +277,8 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
     meta = run_meta(launch, settings, first["library"])
     if len(thread_levels) > 1:  # each record says its own (thread_level, thread_provided)
         meta["thread_level"] = {lv: provided.get(lv) for lv in thread_levels}
-    skews = [k for k in skews if k]
-    if skews:
-        meta["barrier_exit_skew"] = {
-            "us_median": float(statistics.median(k["barrier_exit_skew_us_median"]
-                                                 for k in skews)),
-            "us_max": max(k["barrier_exit_skew_us_max"] for k in skews),
-            "clock_offset_uncertainty_us": max(k["clock_offset_uncertainty_us"]
-                                               for k in skews),
-            "jobs": len(skews), "reps_per_job": skews[0]["reps"], "method": skews[0]["method"]}
+    if skew_summary(skews):
+        meta["barrier_exit_skew"] = skew_summary(skews)
     return meta, records
 
 
