@@ -18,6 +18,8 @@ def test_median_interval_is_the_textbook_order_statistics():
     ci = timing.median_ci(np.arange(1.0, 101.0))
     assert (ci["lo"], ci["hi"]) == (40.0, 61.0) and ci["coverage"] >= 0.95
     assert ci["rel"] == pytest.approx(21.0 / 50.5)
+    # beyond 1000 repetitions scipy's binomial: the same order as the exact sum (2431)
+    assert timing.median_ci(np.arange(5000.0))["k"] == 2431
     # the order of the samples does not matter
     assert timing.median_ci(np.arange(20.0, 0.0, -1.0))["lo"] == 6.0
     # under 6 repetitions no interval reaches 95 %: 2 / 2^5 = 0.0625 > 0.05
