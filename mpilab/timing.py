@@ -278,8 +278,9 @@ def barrier_skew(comm, reps: int = 30, pings: int = 20) -> dict:
 
     Each rank's clock is first put on rank 0's: rank 0 exchanges `pings` messages with
     every other rank in turn, and the round trip that was shortest gives that rank's
-    offset, as the midpoint (Cristian's method, as SKaMPI and ReproMPI do before a
-    window-based start); the offset is uncertain by half that round trip. Then `reps`
+    offset, as the midpoint (Cristian's method; SKaMPI's offset algorithm, which ReproMPI
+    offers for its window-based start, likewise estimates offsets from ping-pongs with
+    rank 0); the offset is uncertain by half that round trip. Then `reps`
     times: a barrier, and every rank reads ``MPI_Wtime`` at once. The skew of one barrier
     is the latest exit minus the earliest, on rank 0's clock. The timing protocol's
     repetitions start after such a barrier: a skew comparable with the time measured

@@ -105,6 +105,10 @@ def test_lecture_05_times_rooted_collectives_one_call_at_a_time():
     for op in ("reduce", "gather", "bcast", "allreduce"):
         assert op in ways, ways
     assert "back-to-back / separated" in ways and "fastest repetition, µs per call" in ways
+    skew = re.findall(r"p=(\d+): the barrier's exit skew over 30 barriers, median ([\d.]+) µs, "
+                      r"largest ([\d.]+) µs \(clock offsets known to ±([\d.]+) µs\)", ways)
+    assert len(skew) == 2 and skew[0][0] == "2", ways  # on 2 and on the largest p
+    assert all(float(med) <= float(big) for _, med, big, _ in skew), skew
     assert "separated=True" in cell_with(nb, "def time_op(").source
 
 
