@@ -93,6 +93,33 @@ def test_thread_levels_are_measured_side_by_side(tmp_path):
         assert order.index(r["thread_provided"]) >= order.index(level), r
         assert len(r["times_us"]) == 4  # 2 repetitions x 2 rounds, one job per round
     assert got[("c-standalone", "single")]["thread_provided"] is None
+    # the meta says each level MPI provided; the records their median's interval
+    assert set(doc["meta"]["thread_level"]) == {"single", "funneled"}
+    assert all(r["ci_level"] == 0.95 and r["ci_lo_us"] is None for r in doc["records"])
+
+
+def test_repetitions_until_the_interval_or_the_cap(tmp_path):
+    """--ci adds rounds until the median's 95 % interval is narrow enough (here: any
+    interval, which takes 6 repetitions), --max-reps stops a target never met; every job
+    measures the barrier's exit skew and the meta carries it with the thread level."""
+    docs = {}
+    for name, target in (("loose", "1e9"), ("tight", "1e-9")):
+        path = tmp_path / f"{name}.json"
+        res = bench("pingpong", "--sizes", "8", "--impls", "kernel", "--reps", "3",
+                    "--rounds", "1", "--min-time", "0.002", "--ci", target, "--max-reps", "9",
+                    "--json", str(path))
+        assert res.returncode == 0, res.stderr
+        docs[name] = json.loads(path.read_text())
+    loose, tight = docs["loose"]["records"][0], docs["tight"]["records"][0]
+    assert len(loose["times_us"]) == 6 and loose["ci_reached"] and loose["ci_rel"] <= 1e9
+    assert loose["ci_lo_us"] <= loose["t_us_median"] <= loose["ci_hi_us"]
+    assert len(tight["times_us"]) == 9 and not tight["ci_reached"] and tight["max_reps"] == 9
+    for name, rounds in (("loose", 2), ("tight", 3)):
+        meta = docs[name]["meta"]
+        assert meta["settings"]["rounds_run"] == rounds and meta["thread_level"] == "single"
+        skew = meta["barrier_exit_skew"]
+        assert skew["jobs"] == rounds and 0 <= skew["us_median"] <= skew["us_max"]
+        assert skew["clock_offset_uncertainty_us"] > 0
 
 
 def test_bad_arguments_fail_cleanly():

@@ -36,7 +36,10 @@ def test_json_shape(two_ranks):
     for key in ("hostname", "cores", "mpi_library", "ranks", "oversubscribed", "launcher",
                 "settings", "command", "summary"):
         assert key in m, key
-    assert m["ranks"] == 2
+    assert m["ranks"] == 2 and m["thread_level"] == "single"
+    # every job measured how far apart its ranks leave the barrier (one job: cvar mode)
+    skew = m["barrier_exit_skew"]
+    assert skew["jobs"] >= 1 and 0 <= skew["us_median"] <= skew["us_max"]
     algs = collectives.admissible("allgather", 2)
     assert algs == ["linear", "bruck", "recursive_doubling", "ring", "neighbor_exchange",
                     "two_proc"]

@@ -39,6 +39,9 @@ def test_halo_json_shape(halo_json):
             assert key in doc["meta"], key
         assert doc["meta"]["ranks"] == ranks
         assert doc["meta"]["oversubscribed"] == (ranks > doc["meta"]["cores"])
+        assert doc["meta"]["thread_level"] == "single"
+        skew = doc["meta"]["barrier_exit_skew"]  # measured before the repetitions
+        assert skew["jobs"] == 1 and 0 <= skew["us_median"] <= skew["us_max"]
         keys = {(r["mode"], r["pack"], r["sub"]) for r in doc["records"]}
         assert keys == {(m, p, s) for m in ("blocking", "sendrecv", "nonblocking", "overlap",
                                             "overlap-test", "persistent", "neighbor")

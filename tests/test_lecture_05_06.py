@@ -105,6 +105,10 @@ def test_lecture_05_times_rooted_collectives_one_call_at_a_time():
     for op in ("reduce", "gather", "bcast", "allreduce"):
         assert op in ways, ways
     assert "back-to-back / separated" in ways and "fastest repetition, µs per call" in ways
+    skew = re.findall(r"p=(\d+): the barrier's exit skew over 30 barriers, median ([\d.]+) µs, "
+                      r"largest ([\d.]+) µs \(clock offsets known to ±([\d.]+) µs\)", ways)
+    assert len(skew) == 2 and skew[0][0] == "2", ways  # on 2 and on the largest p
+    assert all(float(med) <= float(big) for _, med, big, _ in skew), skew
     assert "separated=True" in cell_with(nb, "def time_op(").source
 
 
@@ -211,7 +215,9 @@ def test_lecture_06_tunes_and_applies_the_rules():
     assert f"oversubscribed: {4 > runtime.usable_cores()}" in progress
     table = text_of(cell_with(nb, "decision = pd.DataFrame("))
     assert re.search(r"it switches away from the library's rule at \d+ of 8 points", table)
-    assert "switch (beyond noise)" in table
+    assert "switch (U test, Holm)" in table and "p (Holm)" in table
+    assert re.search(r"test: Mann-Whitney U, one-sided .* Holm's step-down correction .*"
+                     r"comparisons in the correction: \d+ at p=4; \d+ repetitions", table)
     rules = text_of(cell_with(nb, '["rules_file"]).read_text()'))
     assert "# allgather" in rules and "4  # communicator size" in rules
     assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in rules

@@ -93,6 +93,13 @@ def test_lecture_00_engines_ask_for_funneled_and_measure_what_it_costs():
         assert re.search(rf"asked for {level} *, got {level} *: median [\d.]+ µs", out), out
     ratio = re.search(r"funneled / single: ([\d.]+) \(medians\)", out)
     assert ratio and 0.2 < float(ratio.group(1)) < 5, out
+    assert re.search(r"asked for single *, got single *: median [\d.]+ µs \(95 % CI "
+                     r"\[[\d.]+, [\d.]+\], 15 repetitions\)", out), out
+    # the kept run at three levels: labelled, under unknown load, its intervals compared
+    kept = text_of(cell_with(nb, "pingpong-thread-levels.json"))
+    assert "REFERENCE DATA from reference/2core-xeon-openmpi414" in kept, kept
+    assert "under unknown load" in kept and "NOT this machine" in kept
+    assert "kernel, 8 B: funneled / single 1.14 (medians); intervals apart" in kept, kept
 
 
 @pytest.mark.measures
@@ -105,7 +112,9 @@ def test_lecture_00_small_exchange_passes():
 def test_lecture_01_measures_both_transports_and_fits():
     """Records from shm and tcp, Hockney fits printed, a labelled prediction, a figure."""
     nb = executed("01-pingpong")
-    assert "2 MPI ranks over shm" in text_of(cell_with(nb, 'transport="shm"'))
+    shm = text_of(cell_with(nb, 'transport="shm"'))
+    assert "2 MPI ranks over shm" in shm
+    assert "ci_lo_us" in shm and "ci_hi_us" in shm and "None" not in shm, shm  # 6+ reps
     assert "2 MPI ranks over tcp" in text_of(cell_with(nb, 'transport="tcp"'))
     fits = text_of(cell_with(nb, "piecewise=False"))
     assert fits.count("Hockney fit: α =") == 2 and "β =" in fits

@@ -15,6 +15,12 @@ machine, MPI and launcher produced them and whether the run was oversubscribed.
 level costs is measured side by side; records carry ``thread_level`` (asked) and
 ``thread_provided`` (what MPI gave). The standalone C program always runs at ``single``.
 
+``--ci 0.05`` adds rounds until every median's 95 % confidence interval (order
+statistics, :func:`mpilab.timing.median_ci`) is within 5 % of the median, or ``--max-reps``
+repetitions; every record carries its interval (``ci_lo_us``, ``ci_hi_us``, ``ci_rel``) and
+then ``ci_reached``. ``meta["barrier_exit_skew"]`` is how far apart the two ranks left
+the barrier that starts a repetition, measured in every job.
+
 With ``--nodes N`` the two ranks run on emulated nodes (:mod:`mpilab.netlab`, root):
 ``--map-by node`` puts them on two nodes, across the ``--link``; ``--map-by slot`` both
 on node0. Records then carry ``nodes``, ``ranks_per_node``, ``link``, ``map_by``,
@@ -93,6 +99,11 @@ def main(argv=None) -> int:
     p.add_argument("--thread-levels", default="single",
                    help="MPI_Init_thread levels to compare, comma-separated: "
                         + ", ".join(runtime.THREAD_LEVELS) + " (one job each per round)")
+    p.add_argument("--ci", type=float, default=None, metavar="REL",
+                   help="add rounds until every median's 95 %% confidence interval is "
+                        "narrower than REL times the median (0.05: 5 %%), or --max-reps")
+    p.add_argument("--max-reps", type=int, default=200,
+                   help="with --ci: the cap on repetitions per record (default 200)")
     a = p.parse_args(argv)
     if a.simulate:
         return finish("pingpong", a.json, lambda: simulate(validate.sizes(a.sizes), a.simulate,
@@ -103,7 +114,8 @@ def main(argv=None) -> int:
                                      impls=a.impls, mode=a.mode, reps=a.reps,
                                      rounds=a.rounds, min_time=a.min_time, timeout=a.timeout,
                                      nodes=a.nodes, link=a.link, map_by=a.map_by, copy=a.copy,
-                                     thread_levels=a.thread_levels)
+                                     thread_levels=a.thread_levels, ci=a.ci,
+                                     max_reps=a.max_reps)
 
     def show(m, recs):
         return (f"# {m['mpi_library_version']} | {a.transport} | 2 ranks on {m['cores']} "

@@ -35,7 +35,7 @@ import numpy as np
 from .. import runtime, validate
 from ..jobs import python_worker, worker_main
 from ..netlab import placed
-from ..timing import run_meta
+from ..timing import barrier_skew, run_meta, skew_summary
 from . import problem
 from .parallel import gather, run_heat, run_wave, time_halo
 from .problem import (
@@ -88,6 +88,7 @@ def _worker(args_path: str, out_path: str) -> int:
 
     a = json.loads(open(args_path).read())
     comm = MPI.COMM_WORLD
+    skew = barrier_skew(comm)  # how far apart the ranks start a repetition
     records = []
     for sub in a["subs"]:
         recs = time_halo(comm, a["app"], a["modes"], sub, pack=a["packs"],
@@ -99,7 +100,8 @@ def _worker(args_path: str, out_path: str) -> int:
         records.extend(recs)
     if comm.rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"records": records, "library": runtime.library_info()}, f)
+            json.dump({"records": records, "library": runtime.library_info(),
+                       "barrier_skew": skew}, f)
     return 0
 
 
@@ -151,8 +153,9 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     Returns
     -------
     tuple of (dict, list of dict)
-        The run's meta (:func:`mpilab.timing.run_meta`) and one record per (mode, pack,
-        sub), with ``valid``, ``transport``, ``oversubscribed`` and where the ranks ran.
+        The run's meta (:func:`mpilab.timing.run_meta`, with ``barrier_exit_skew``:
+        :func:`mpilab.timing.skew_summary`) and one record per (mode, pack, sub), with
+        ``valid``, ``transport``, ``oversubscribed`` and where the ranks ran.
 
     Raises
     ------
@@ -184,7 +187,10 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
         r["oversubscribed"] = launch.oversubscribed
         r.update(where)
     settings = {**args, "check_steps": CHECK_STEPS, **where}
-    return run_meta(launch, settings, doc["library"]), records
+    meta = run_meta(launch, settings, doc["library"])
+    if skew_summary([doc.get("barrier_skew")]):
+        meta["barrier_exit_skew"] = skew_summary([doc.get("barrier_skew")])
+    return meta, records
 
 
 def k_row(by: dict, sub: int, modes: Sequence[str], ks: Sequence[str],

@@ -21,7 +21,7 @@ from .. import jobs, runtime, validate
 from ..buffers import BUFFER_KINDS, transparent_hugepages
 from ..jobs import python_worker
 from ..netlab.placing import placed
-from ..timing import record, run_meta
+from ..timing import barrier_skew, needs_more, record, run_meta, skew_summary, stopping
 from .loops import calibrate_iters, measure_pingpong
 
 #: the implementations :func:`run_pingpong` compares
@@ -44,8 +44,9 @@ def pingpong_worker(a: dict) -> dict | None:
     Returns
     -------
     dict or None
-        On rank 0 ``iters``, ``records``, ``library`` and ``thread_provided``; None on the
-        other ranks.
+        On rank 0 ``iters``, ``records``, ``library``, ``thread_provided`` and, when it
+        measured, ``barrier_skew`` (:func:`mpilab.timing.barrier_skew`, before the
+        measurements); None on the other ranks.
     """
     from mpi4py import MPI
 
@@ -57,6 +58,7 @@ def pingpong_worker(a: dict) -> dict | None:
         iters = {n: calibrate_iters(comm, n, min_time=a["min_time"], mode=a["mode"])
                  for n in a["sizes"]}
     iters = {int(k): v for k, v in iters.items()}
+    skew = barrier_skew(comm) if a.get("iters") else None
     py_impls = [i for i in a["impls"] if i != "c-standalone"]
     recs = measure_pingpong(comm, a["sizes"], impls=py_impls, mode=a["mode"], reps=a["reps"],
                             iters=iters, rounds=1) if py_impls else []
@@ -68,7 +70,7 @@ def pingpong_worker(a: dict) -> dict | None:
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
               MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
     return {"iters": iters, "records": recs, "library": runtime.library_info(),
-            "thread_provided": levels[MPI.Query_thread()]}
+            "thread_provided": levels[MPI.Query_thread()], "barrier_skew": skew}
 
 
 def standalone(launch: runtime.Launch, iters: dict, mode: str, reps: int, warmup: int,
@@ -136,13 +138,18 @@ def measure_standalone(sizes, reps: int = 5, timeout: float = 300) -> list[dict]
 
 def run_pingpong(sizes, *, transport="shm", impls=JOB_IMPLS, mode="roundtrip", reps=7,
                  rounds=2, min_time=0.01, timeout=1800.0, nodes=None, link="fast-ethernet",
-                 map_by="node", copy=False, thread_levels=("single",)) -> tuple[dict, list[dict]]:
+                 map_by="node", copy=False, thread_levels=("single",), ci=None,
+                 max_reps=200) -> tuple[dict, list[dict]]:
     """The kernel, the standalone C program and mpi4py measured side by side in jobs.
 
     With `nodes`, the two ranks run on emulated nodes joined by `link` (``map_by``
     ``node``: one on each, across the link; ``slot``: both on node0). With `copy`, rank
     0 also times the local copy of each size (records with impl ``copy``). Each of
-    `thread_levels` gets its own job per round (``MPI_Init_thread``'s level).
+    `thread_levels` gets its own job per round (``MPI_Init_thread``'s level). With `ci`,
+    rounds are added after the first `rounds` until every record's median has a 95 %
+    confidence interval narrower than `ci` times the median, or `max_reps` repetitions
+    (:func:`mpilab.timing.needs_more`); records then say whether it was reached. Every
+    measuring job first measures the barrier's exit skew (``meta["barrier_exit_skew"]``).
 
     Parameters
     ----------
@@ -170,6 +177,11 @@ def run_pingpong(sizes, *, transport="shm", impls=JOB_IMPLS, mode="roundtrip", r
         Also time rank 0's local copy of each size (sizes multiples of 8).
     thread_levels : sequence of str, optional
         ``MPI_Init_thread`` levels to compare (:data:`mpilab.runtime.THREAD_LEVELS`).
+    ci : float, optional
+        Target width of the median's 95 % interval over the median (0.05: 5 %); None
+        (default): exactly `rounds` rounds.
+    max_reps : int, optional
+        With `ci`, the cap on repetitions per record (default 200).
 
     Returns
     -------
@@ -193,7 +205,7 @@ def run_pingpong(sizes, *, transport="shm", impls=JOB_IMPLS, mode="roundtrip", r
     with placed(2, transport, nodes=nodes, link=link, map_by=map_by) as (launch, where):
         return _run(launch, where, sizes, transport=transport, impls=impls, mode=mode,
                     reps=reps, rounds=rounds, min_time=min_time, timeout=timeout, copy=copy,
-                    thread_levels=thread_levels)
+                    thread_levels=thread_levels, ci=ci, max_reps=max_reps)
 
 
 def _at_level(launch: runtime.Launch, level: str) -> runtime.Launch:
@@ -201,7 +213,7 @@ def _at_level(launch: runtime.Launch, level: str) -> runtime.Launch:
 
 
 def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_time, timeout,
-         copy, thread_levels=("single",)):
+         copy, thread_levels=("single",), ci=None, max_reps=200):
     base = {"what": "pingpong", "sizes": sizes, "mode": mode, "reps": reps,
             "min_time": min_time, "impls": list(impls), "copy": copy}
     # Calibrate once on the kernel; every implementation then runs the same iterations.
@@ -213,11 +225,21 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
     copy_iters: dict[int, int] = {}
     provided = {}
     shares: dict[tuple[str, int, str], float] = {}  # huge pages under the kernels' buffers
-    for _ in range(rounds):
+    skews = []
+    done = 0
+
+    def more() -> bool:  # the stopping rule, on every series pooled so far
+        return ci is not None and any(
+            needs_more([t for part in parts for t in part], rel=ci, max_reps=max_reps)
+            for parts in pooled.values())
+
+    while done < rounds or more():
+        done += 1
         for level in thread_levels if (any(i != "c-standalone" for i in impls) or copy) else ():
             doc = python_worker(_at_level(launch, level), MODULE, {**base, "iters": iters},
                                 timeout)
             provided[level] = doc["thread_provided"]
+            skews.append(doc["barrier_skew"])
             for rec in doc["records"]:
                 if rec["impl"] == "copy" and level != thread_levels[0]:
                     continue  # a local copy does not depend on MPI's thread level
@@ -244,6 +266,8 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
         # the C program asks for single and does not report what it got
         where = {**where0, "thread_level": level,
                  "thread_provided": None if impl == "c-standalone" else provided.get(level)}
+        if ci is not None:
+            where.update(stopping(times, rel=ci, max_reps=max_reps))
         if impl == "copy":  # rank 0 alone, on its node
             records.append(record(times, size_bytes=n, impl=impl, transport="none",
                                   mode="local", iters=copy_iters[n], ranks=1,
@@ -253,9 +277,15 @@ def _run(launch, where0, sizes, *, transport, impls, mode, reps, rounds, min_tim
                               iters=iters[n], ranks=2, oversubscribed=launch.oversubscribed,
                               huge_page_share=shares.get((impl, n, level)), **where))
     settings = {"sizes": sizes, "impls": list(impls), "mode": mode, "reps": reps,
-                "rounds": rounds, "min_time": min_time, "iters": iters, "copy": copy,
-                "thread_levels": list(thread_levels), **where0}
-    return run_meta(launch, settings, first["library"]), records
+                "rounds": rounds, "rounds_run": done, "min_time": min_time, "iters": iters,
+                "copy": copy, "thread_levels": list(thread_levels), "ci": ci,
+                "max_reps": max_reps, **where0}
+    meta = run_meta(launch, settings, first["library"])
+    if len(thread_levels) > 1:  # each record says its own (thread_level, thread_provided)
+        meta["thread_level"] = {lv: provided.get(lv) for lv in thread_levels}
+    if skew_summary(skews):
+        meta["barrier_exit_skew"] = skew_summary(skews)
+    return meta, records
 
 
 def pingpong_table(records: list[dict]) -> str:

@@ -137,8 +137,11 @@ def library_info() -> dict:
     dict
         ``mpi_library`` (``"openmpi"``, ``"mpich"`` or ``"other"``), ``mpi_version``
         (``"4.1.4"``; empty when it cannot be told), ``mpi_library_version`` (the first
-        line of ``MPI_Get_library_version``), ``mpi_standard`` (``"3.1"``) and
-        ``mpi4py_version``.
+        line of ``MPI_Get_library_version``), ``mpi_standard`` (``"3.1"``),
+        ``mpi4py_version`` and ``thread_level``: the level ``MPI_Init_thread`` provided
+        to this process (``MPI_Query_thread``: ``single``, ``funneled``, ``serialized``
+        or ``multiple``; the cluster's engines ask for ``funneled``, the benchmarks'
+        jobs for ``single``, :func:`mpilab.runtime.launch`).
     """
     from mpi4py import MPI
 
@@ -163,6 +166,9 @@ def library_info() -> dict:
         "mpi_library_version": first,
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py_version": mpi4py.__version__,
+        "thread_level": {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                         MPI.THREAD_SERIALIZED: "serialized",
+                         MPI.THREAD_MULTIPLE: "multiple"}[MPI.Query_thread()],
     }
 
 

@@ -17,7 +17,7 @@ The algorithms themselves, and their traces and predictions, are in
 end (its tables and report).
 
 The package's modules: :mod:`.decisions` (forcing an algorithm, the documented default,
-the decision table, the rules file), :mod:`.observing` (what the library really ran),
+the decision table and its test, the rules file), :mod:`.observing` (what the library really ran),
 :mod:`.measuring` (:func:`measure`, :func:`summary`, :func:`tune`, :func:`library_run`)
 and ``__main__`` (the measuring and observing jobs' ranks). Every name is here as
 ``tuning.<name>``.
@@ -30,9 +30,13 @@ from .decisions import (
     _OMPI_COLL_ID,
     _REDUCE_NAMES,
     _REDUCE_RULE,
+    ALPHA,
+    TEST,
     _reduce_default,
     beyond_noise,
     decision_table,
+    faster_p,
+    holm,
     library_default,
     library_env,
     library_has,
@@ -59,6 +63,8 @@ from .observing import (
 
 __all__ = [
     "decision_table",
+    "faster_p",
+    "holm",
     "library_default",
     "library_env",
     "library_has",

@@ -234,7 +234,8 @@ def beyond_noise(fast: dict, slow: dict) -> bool:
 
     Both are timing records (:func:`mpilab.timing.record`): yes when `fast`'s upper
     quartile lies below `slow`'s lower quartile, so that at least three quarters of the
-    repetitions of each agree on the order (their middle halves do not overlap).
+    repetitions of each agree on the order (their middle halves do not overlap). The
+    rule :func:`decision_table` falls back on for records without their repetitions.
 
     Parameters
     ----------
@@ -249,54 +250,151 @@ def beyond_noise(fast: dict, slow: dict) -> bool:
     return fast["t_us_q3"] < slow["t_us_q1"]
 
 
+#: the tuner's significance level, for the whole family of its comparisons (Holm)
+ALPHA = 0.05
+#: the test, in words (stored in every decision table)
+TEST = ("Mann-Whitney U, one-sided (an algorithm's repetitions faster than the library "
+        "default's), every forced algorithm faster by its median against the default at "
+        "each (ranks, size); Holm's step-down correction over all those comparisons, "
+        "family-wise error rate {alpha}")
+
+
+def faster_p(fast_us: Sequence[float], slow_us: Sequence[float]) -> float:
+    """One-sided Mann-Whitney U test that `fast_us` tend to be smaller than `slow_us`.
+
+    Nonparametric: it compares ranks, so one outlier (a repetition that waited for a
+    core) cannot decide it. Exact (the null distribution of U counted) when no two times
+    are equal and the samples are at most 100 each; otherwise the normal approximation
+    with a correction for ties.
+
+    Parameters
+    ----------
+    fast_us, slow_us : sequence of float
+        The two samples: each repetition's time (any one unit).
+
+    Returns
+    -------
+    float
+        The p-value of the null hypothesis "`fast_us` is not stochastically smaller".
+
+    Raises
+    ------
+    ValueError
+        Either sample is empty.
+    """
+    from scipy.stats import mannwhitneyu
+
+    if len(fast_us) == 0 or len(slow_us) == 0:
+        raise ValueError("both samples need at least one repetition")
+    both = list(fast_us) + list(slow_us)
+    exact = len(set(both)) == len(both) and max(len(fast_us), len(slow_us)) <= 100
+    return float(mannwhitneyu(fast_us, slow_us, alternative="less",
+                              method="exact" if exact else "asymptotic").pvalue)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given.
+
+    Sorted ascending, the i-th smallest (from 0) is multiplied by m - i, made
+    non-decreasing along the order and capped at 1; a hypothesis is rejected at
+    family-wise level alpha when its adjusted p-value is below alpha (Holm 1979). Never
+    less strict than no correction, never stricter than Bonferroni.
+
+    Parameters
+    ----------
+    pvalues : sequence of float
+        The m comparisons' p-values.
+
+    Returns
+    -------
+    list of float
+        The adjusted p-values, one per comparison, in the same order.
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
 def decision_table(records: Sequence[dict], *, op: str = "allgather",
-                   prefix: str = "library:") -> dict:
+                   prefix: str = "library:", alpha: float = ALPHA) -> dict:
     """Best algorithm per (ranks, size) from measured records; with the library's choice.
 
     Only records whose impl starts with `prefix` and names an algorithm take part
     (``library:<alg>``: what a rules file can apply); ``library:default`` is the
     library's own choice, compared against the best. Each entry's ``choice`` is what a
-    rules file applies: the best algorithm only where it beats the library's default by
-    more than the noise (:func:`beyond_noise`, ``switch`` true), else the library's own
-    (documented) choice: a tuner that switched on every difference would follow noise.
+    rules file applies: the best algorithm only where a stated test says it beats the
+    library's default, else the library's own (documented) choice: a tuner that switched
+    on every difference would follow noise.
+
+    The test: at every (ranks, size), each forced algorithm whose median is below the
+    default's is compared with the default by a one-sided Mann-Whitney U test on their
+    repetitions (:func:`faster_p`); the p-values of all these comparisons in the table
+    are adjusted together by Holm's method (:func:`holm`), so that the chance of any
+    switch on noise alone stays below `alpha` however many sizes and algorithms were
+    compared. The best algorithm is chosen where its adjusted p-value is below `alpha`
+    (``switch`` true). Records without their repetitions (``times_us``) fall back on the
+    quartile rule (:func:`beyond_noise`). With few repetitions no test can pass: the
+    smallest one-sided p-value of n against n repetitions is 1 / C(2n, n) (0.05 at 3
+    against 3).
 
     Parameters
     ----------
     records : sequence of dict
         Timing records (:func:`mpilab.tuning.measure`, :func:`mpilab.collectives.time_alg`)
-        with ``impl``, ``ranks``, ``size_bytes`` and the quartiles; a later record of the
-        same impl, ranks and size replaces an earlier one.
+        with ``impl``, ``ranks``, ``size_bytes``, the quartiles and ``times_us``; a later
+        record of the same impl, ranks and size replaces an earlier one.
     op : str, optional
         The collective measured (default ``"allgather"``); the documented default is
         encoded for the allgather only.
     prefix : str, optional
         The ``impl`` prefix of the library's forced algorithms (default ``"library:"``).
+    alpha : float, optional
+        The family-wise significance level (default :data:`ALPHA`, 0.05).
 
     Returns
     -------
     dict
-        ``op``, ``library``, ``note`` and ``rules``: per (ranks, size), sorted, a dict
-        with ``best`` and ``t_us_best``, ``t_us`` (each algorithm's median, µs), the
-        library's documented choice and measured default where known, ``switch``,
-        ``choice`` and ``why`` (the reason, in words).
+        ``op``, ``library``, ``note``, ``test`` (in words), ``alpha``, ``comparisons``
+        (how many tests the correction covers) and ``rules``: per (ranks, size), sorted,
+        a dict with ``best`` and ``t_us_best``, ``t_us`` (each algorithm's median, µs),
+        the library's documented choice and measured default where known, ``switch``,
+        ``choice``, ``why`` (the reason, in words) and, where the test was made,
+        ``p_value`` and ``p_holm`` (the best's, raw and adjusted).
     """
     by: dict[tuple[int, int], dict[str, dict]] = {}
     for r in records:
         by.setdefault((int(r["ranks"]), int(r["size_bytes"])), {})[r["impl"]] = r
-    rules = []
+    cells, family = [], []  # family: (cell index, algorithm, p-value)
     for (p, n), row in sorted(by.items()):
         cands = {k.removeprefix(prefix): v for k, v in row.items()
                  if k.startswith(prefix) and k.removeprefix(prefix) in ALGORITHMS[op]}
         if not cands:
             continue
         best = min(cands, key=lambda a: cands[a]["t_us_median"])
+        documented = library_default(op, p, n)["runs"] if op == "allgather" else None
+        default = row.get("library:default")
+        tested = (default is not None and documented is not None and best != documented
+                  and default.get("times_us") and all(c.get("times_us") for c in cands.values()))
+        if tested:
+            for a, c in cands.items():
+                if a != documented and c["t_us_median"] < default["t_us_median"]:
+                    family.append((len(cells), a, faster_p(c["times_us"], default["times_us"])))
+        cells.append((p, n, cands, best, documented, default, tested))
+    adjusted = holm([f[2] for f in family])
+    p_of = {(i, a): (pv, adj) for (i, a, pv), adj in zip(family, adjusted, strict=True)}
+    m = len(family)
+    rules = []
+    for i, (p, n, cands, best, documented, default, tested) in enumerate(cells):
         t_best = cands[best]["t_us_median"]
         entry = {"ranks": p, "size_bytes": n, "best": best, "t_us_best": t_best,
                  "t_us": {a: r["t_us_median"] for a, r in cands.items()}}
-        documented = library_default(op, p, n)["runs"] if op == "allgather" else None
         if documented is not None:
             entry["library_documented_choice"] = documented
-        default = row.get("library:default")
         if default is not None:
             d = default["t_us_median"]
             entry["t_us_library_default"] = d
@@ -307,22 +405,40 @@ def decision_table(records: Sequence[dict], *, op: str = "allgather",
         elif best == documented:
             entry["switch"], entry["choice"] = False, best
             entry["why"] = "the library's own choice is the fastest"
+        elif tested and (i, best) not in p_of:
+            entry["switch"], entry["choice"] = False, documented
+            entry["why"] = ("the library's default was at least as fast as every forced "
+                            "algorithm by its median: keep the library's choice")
+        elif tested:
+            pv, adj = p_of[(i, best)]
+            entry["p_value"], entry["p_holm"] = pv, adj
+            said = (f"one-sided Mann-Whitney U p = {pv:.2g} on {len(cands[best]['times_us'])} "
+                    f"and {len(default['times_us'])} repetitions, Holm-adjusted over {m} "
+                    f"comparisons {adj:.2g}")
+            if adj < alpha:
+                entry["switch"], entry["choice"] = True, best
+                entry["why"] = f"{best} beats the library's default beyond the noise ({said} < {alpha})"
+            else:
+                entry["switch"], entry["choice"] = False, documented
+                entry["why"] = (f"{best} was faster by its median, but within the noise ({said}"
+                                f" >= {alpha}): keep the library's choice")
         elif beyond_noise(cands[best], default):
             entry["switch"], entry["choice"] = True, best
             entry["why"] = (f"{best} beats the library's default beyond the noise (upper "
                             f"quartile {cands[best]['t_us_q3']:.1f} < lower quartile "
-                            f"{default['t_us_q1']:.1f} us)")
+                            f"{default['t_us_q1']:.1f} us; no repetitions to test)")
         else:
             entry["switch"], entry["choice"] = False, documented
             entry["why"] = (f"{best} was faster by its median, but within the noise "
                             f"(upper quartile {cands[best]['t_us_q3']:.1f} >= the "
-                            f"default's lower quartile {default['t_us_q1']:.1f} us): "
-                            "keep the library's choice")
+                            f"default's lower quartile {default['t_us_q1']:.1f} us; no "
+                            "repetitions to test): keep the library's choice")
         rules.append(entry)
     return {"op": op, "library": runtime.selected_library(), "rules": rules,
+            "test": TEST.format(alpha=alpha), "alpha": alpha, "comparisons": m,
             "note": "best = lowest median time among the library's forced algorithms; "
-                    "choice = best where it beats the library's default beyond the "
-                    "noise (quartiles apart), else the library's own choice"}
+                    "choice = best where it beats the library's default by the test "
+                    "(Mann-Whitney U, Holm-corrected), else the library's own choice"}
 
 
 def write_ompi_rules(table: dict, path: str | os.PathLike) -> Path:

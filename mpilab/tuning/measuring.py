@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import runtime
 from ..collectives import ALGORITHMS, admissible, calibrate
 from ..jobs import python_worker
-from ..timing import record, run_meta
+from ..timing import barrier_skew, record, run_meta, skew_summary
 from . import decisions
 from .decisions import decision_table, library_default, library_env, rules_env
 from .observing import observe_library
@@ -47,6 +47,7 @@ def _worker(args_path: str, out_path: str) -> int:
     for n in a["sizes"]:
         if n not in iters:
             iters[n] = calibrate(comm, "allgather", "library", n, min_time=a["min_time"])
+    skew = barrier_skew(world)  # how far apart the ranks start a repetition
     times: dict[str, dict[int, list[float]]] = {}
     medians: dict[str, dict[int, list[float]]] = {}  # one per round: paired comparisons
     for _ in range(a["rounds"]):
@@ -60,7 +61,7 @@ def _worker(args_path: str, out_path: str) -> int:
     if comm.rank == 0:
         with open(out_path, "w") as f:
             json.dump({"iters": iters, "times": times, "round_medians": medians,
-                       "library": runtime.library_info()}, f)
+                       "library": runtime.library_info(), "barrier_skew": skew}, f)
     return 0
 
 
@@ -145,7 +146,9 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
     -------
     meta : dict
         :func:`mpilab.timing.run_meta` with the settings (iterations included), the load
-        average before and after, the library's documented (and with `observe`,
+        average before and after, ``barrier_exit_skew`` (each job measures it before its
+        repetitions, :func:`mpilab.timing.skew_summary`), the library's documented (and
+        with `observe`,
         observed) default per size, and ``summary`` (:func:`summary`).
     records : list of dict
         One :func:`mpilab.timing.record` per row and size, sorted by size then
@@ -190,6 +193,7 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
     pooled: dict[str, dict[int, list[float]]] = {}
     rounds_: dict[str, dict[int, list[float]]] = {}
     envs: dict[str, dict] = {}
+    skews = []
     for _ in range(passes):
         for env, impls in _jobs(ranks, algs, lib, mode):
             job = dataclasses.replace(launch, env={**launch.env, **env})
@@ -198,6 +202,7 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
             if iters is None:  # the first job calibrates; every later one reuses its counts
                 iters = {int(k): v for k, v in doc["iters"].items()}
                 library = doc["library"]
+            skews.append(doc.get("barrier_skew"))
             forced = {label: force for label, _alg, force in impls}
             for label, by_size in doc["times"].items():
                 envs[label] = env if label.startswith("library:") else {}
@@ -224,6 +229,8 @@ def measure(ranks: int, sizes, *, algs=None, reps: int = 7, rounds: int = 2, pas
     # other jobs on the machine show here: a load above the cores means shared cores
     m["loadavg_1min"] = {"before": load_before[0], "after": os.getloadavg()[0]}
     m["op"] = "allgather"
+    if skew_summary(skews):
+        m["barrier_exit_skew"] = skew_summary(skews)
     if lib == "openmpi":
         m["library_documented_default"] = {
             n: library_default("allgather", ranks, n)["runs"] for n in sizes}
