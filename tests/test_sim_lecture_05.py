@@ -156,6 +156,21 @@ def test_section_says_what_it_ran_and_checks_live_against_reference():
 
 
 @slow
+def test_section_shows_both_timings_as_their_own_labelled_point():
+    """The tables time each call alone; the cell after them shows back-to-back / separated
+    from deck-paper-timing.json, labelled, and the skew range computed from that file."""
+    nb = executed(LECTURE)
+    text = text_of(cell_with(nb, 'TIMING = sim.load_reference("deck-paper-timing")'))
+    assert LABEL in text and "back-to-back / separated" in text and "Simulated, not measured" in text
+    doc = json.loads((sim.reference_dir() / "deck-paper-timing.json").read_text())
+    t = {(r["op"], r["ranks"], r["size_bytes"], r["timing"]): r["t_us_median"]
+         for r in doc["records"]}
+    skew = [v - t[op, p, n, "back-to-back"] for (op, p, n, way), v in t.items()
+            if op == "allreduce" and way == "separated"]
+    assert f"{min(skew):.0f}-{max(skew):.0f} µs" in text, text
+
+
+@slow
 def test_tables_have_the_papers_rows_and_our_algorithms(sim_tables):
     want = {
         "bcast": ["linear", "binary_tree", "binomial", "library"],
