@@ -169,7 +169,52 @@ def test_halo_kernels_simulated_equal_the_serial_reference(app):
     ref = (halo.serial_heat if app == "heat" else halo.serial_wave)(40, 30, 12)
     for r in recs:
         assert r["sum"] == pytest.approx(float(np.sum(ref)), rel=1e-12, abs=1e-12), r["mode"]
-        assert r["dims"] == [3, 2] and r["compute"] == "measured on this machine"
+        assert r["dims"] == [3, 2] and r["compute"].startswith("fixed model: ")
+        assert r["point_s"] > 0
+
+
+def _wave_steps_us(mode, point_s, sub=256):
+    """Simulated µs per wave step, fastest repetition, 4 ranks (2 x 2) on 2 nodes, with
+    the fixed compute model's `point_s` seconds per point and step given outright."""
+    objs, _ = sim.run("mpilab-halo", ["wave", mode, "datatype", 2 * sub, 2 * sub, 2, 2, 2, 1,
+                                      3, 2, f"{point_s:.6e}"],
+                      ranks=4, platform="coarray-paper", per_node=2)
+    return min(objs[0]["times"]) * 1e6
+
+
+def test_the_compute_model_charges_every_mode_the_same_computing():
+    """HALO_CHARGE: with a fixed cost per point the simulation is deterministic, a
+    blocking step is the computing plus the blocking exchange alone, and blocking and
+    nonblocking differ by no more than that exchange (the host's noise is not in it)."""
+    point_s, sub = 2e-9, 256
+    steps = {m: _wave_steps_us(m, point_s, sub) for m in ("blocking", "nonblocking", "overlap")}
+    assert _wave_steps_us("blocking", point_s, sub) == steps["blocking"]
+    ex = {r["mode"]: r["t_us_min"]
+          for r in sim.halo("wave", ["blocking", "nonblocking"], ranks=4, sub=sub, per_node=2,
+                            platform="coarray-paper", compute=False)}
+    computing = point_s * sub * sub * 1e6  # 131 µs a step on every rank
+    assert steps["blocking"] == pytest.approx(computing + ex["blocking"], rel=0.01)
+    assert 0 <= steps["blocking"] - steps["nonblocking"] <= 1.05 * ex["blocking"]
+    assert steps["overlap"] <= steps["nonblocking"]
+    # no charge: the exchange alone (the host time of the loops is not counted)
+    assert _wave_steps_us("blocking", 0.0, sub) == pytest.approx(ex["blocking"], rel=0.01)
+
+
+def test_compute_cost_is_a_positive_time_per_point_and_bad_models_are_refused():
+    cost = sim.compute_cost("heat", 64, 64, platform="coarray-paper")
+    assert 0 < cost < 1e-6  # seconds per point and step: a microsecond would be absurd
+    with pytest.raises(ValueError, match="compute must be"):
+        sim.halo("heat", ["blocking"], ranks=2, platform="coarray-paper", sub=8, compute="x")
+
+
+def test_separated_collectives_time_one_call_at_a_time():
+    """Back to back, binomial broadcasts overlap (the root starts the next before the
+    last has reached every rank); timed one call at a time after a barrier they do not."""
+    kw = dict(ranks=8, platform="deck-paper", map_by="node")
+    b2b, = sim.collective("bcast", ["binomial"], [100], **kw)
+    sep, = sim.collective("bcast", ["binomial"], [100], separated=True, **kw)
+    assert (b2b["timing"], sep["timing"]) == ("back-to-back", "separated")
+    assert sep["t_us_median"] > 1.5 * b2b["t_us_median"]
 
 
 def test_the_library_choice_is_open_mpis_rule_at_62_processes():

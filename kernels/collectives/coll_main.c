@@ -5,7 +5,7 @@
  * timing protocol of mpilab_timing.h in a process with no Python, so the same C source
  * runs under a real MPI (mpicc, mpiexec) and under SimGrid's SMPI (smpicc, smpirun: the
  * simulated clusters of mpilab.sim).
- * Usage: mpilab-coll OP ALG DTYPE ROOT WARMUP REPS CHECK COUNT:ITERS [COUNT:ITERS ...]
+ * Usage: mpilab-coll OP ALG DTYPE ROOT WARMUP REPS CHECK COUNT:ITERS[:separated] [...]
  *   OP     - bcast | reduce | allreduce | barrier | scatter | gather | allgather |
  *            alltoall | reduce_scatter_block
  *   ALG    - the algorithm number of c_collectives.h (0: the library's collective)
@@ -17,9 +17,12 @@
  *            simulated ranks hold no meaningful data)
  *   COUNT:ITERS - elements per rank (per block for allgather/gather/scatter/alltoall/
  *            reduce_scatter_block) and timed
- *            calls per repetition for that count
+ *            calls per repetition for that count; with ":separated" every call is
+ *            preceded by an untimed barrier and timed alone (mpilab_timing.h's
+ *            mpilab_time_steps_separated), else the calls run back to back
  * Rank 0 prints one JSON object per count:
- *   {"count": C, "size_bytes": B, "iters": I, "checked": true|false, "times": [...]}
+ *   {"count": C, "size_bytes": B, "iters": I, "checked": true|false,
+ *    "timing": "back-to-back"|"separated", "times": [...]}
  * times are seconds per call, the slowest rank's. A wrong result prints
  * {"error": "..."} and aborts with status 5; bad arguments abort with status 2.
  */
@@ -44,7 +47,8 @@ static int lookup(const char *name, const char **names, int n)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpilab-coll OP ALG DTYPE ROOT WARMUP REPS CHECK COUNT:ITERS ...\n");
+    fprintf(stderr, "usage: mpilab-coll OP ALG DTYPE ROOT WARMUP REPS CHECK "
+                    "COUNT:ITERS[:separated] ...\n");
 }
 
 /* The byte of block `r` (the rank that owns it) at offset j. */
@@ -190,11 +194,14 @@ int main(int argc, char **argv)
     double *times = malloc(sizeof(double) * (size_t)reps);
     for (k = 8; k < argc; k++) {
         long count = -1, iters = -1;
-        if (sscanf(argv[k], "%ld:%ld", &count, &iters) != 2 || count < 0 || iters < 1
-            || count * esz > 2147483647L / p) {
+        int used = 0, separated;
+        if (sscanf(argv[k], "%ld:%ld%n", &count, &iters, &used) != 2 || count < 0 || iters < 1
+            || count * esz > 2147483647L / p
+            || (argv[k][used] != '\0' && strcmp(argv[k] + used, ":separated") != 0)) {
             if (me == 0) usage();
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
+        separated = argv[k][used] != '\0';
         long nb = count * esz;
         /* every operation's send and receive buffers fit p blocks; plain malloc, so that
          * SMPI's automatic shared malloc can fold large ones (smpi/auto-shared-malloc-thresh) */
@@ -220,12 +227,14 @@ int main(int argc, char **argv)
                 MPI_Abort(MPI_COMM_WORLD, 5);
             }
         }
-        if (mpilab_coll_time(MPI_COMM_WORLD, op, alg, s, r, (int)count, dtype, MPILAB_OP_SUM,
-                             root, w, warmup, (int)iters, reps, times) != MPI_SUCCESS)
+        if ((separated ? mpilab_coll_time_separated : mpilab_coll_time)(
+                MPI_COMM_WORLD, op, alg, s, r, (int)count, dtype, MPILAB_OP_SUM, root, w,
+                warmup, (int)iters, reps, times) != MPI_SUCCESS)
             MPI_Abort(MPI_COMM_WORLD, 4);
         if (me == 0) {
             printf("{\"count\": %ld, \"size_bytes\": %ld, \"iters\": %ld, \"checked\": %s, "
-                   "\"times\": [", count, nb, iters, check ? "true" : "false");
+                   "\"timing\": \"%s\", \"times\": [", count, nb, iters,
+                   check ? "true" : "false", separated ? "separated" : "back-to-back");
             for (i = 0; i < reps; i++) printf("%s%.9e", i ? ", " : "", times[i]);
             printf("]}\n");
             fflush(stdout);

@@ -127,6 +127,23 @@ typedef struct {
     MPI_Request *active;         /* the requests halo_finish waits for */
 } mpilab_halo;
 
+/*
+ * A fixed compute model for the simulated clusters (mpilab.sim builds mpilab-halo with
+ * smpicc and -DMPILAB_SIM, and runs it with smpi/simulate-computation:no, so the host time
+ * of the loops is not charged): each update in halo_round charges mpilab_sim_point_s
+ * seconds per point it updates to the simulated clock with SMPI's smpi_execute_benched
+ * (duration x the simulated host's speed in flops, smpi_bench.cpp). Every mode then pays
+ * the same computing per step and differs only in communication. 0 (the default) charges
+ * nothing. Outside MPILAB_SIM this compiles to nothing.
+ */
+#ifdef MPILAB_SIM
+extern double mpilab_sim_point_s;   /* defined in halo_main.c */
+#define HALO_CHARGE(points) \
+    do { if (mpilab_sim_point_s > 0) smpi_execute_benched(mpilab_sim_point_s * (double)(points)); } while (0)
+#else
+#define HALO_CHARGE(points) ((void)0)
+#endif
+
 /* start and count of part `c` of n points split over `parts` (as mpilab.halo.split) */
 static inline void halo_split(int n, int parts, int c, int *start, int *count)
 {
@@ -571,6 +588,12 @@ static inline void halo_part(int lo, int hi, int k, int parts, int *a, int *b)
     *b = lo + start + count - 1;
 }
 
+/* Points that need no ghost, for HALO_CHARGE: the block less its one-point ring. */
+static inline long halo_interior_points(const mpilab_halo *h)
+{
+    return h->rows > 2 && h->cols > 2 ? (long)(h->rows - 2) * (h->cols - 2) : 0;
+}
+
 static inline void halo_stamp(double *tl, int phase, double a, double b)
 {
     if (tl) {
@@ -603,6 +626,7 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
         err = h->mode == MPILAB_HALO_NEIGHBOR ? halo_neighbor(h, x, n) : halo_sync(h, x, n);
         if (tl) b = MPI_Wtime() - t0;
         whole(ctx);
+        HALO_CHARGE(h->rows * h->cols);
         if (tl) {
             c = MPI_Wtime() - t0;
             halo_stamp(tl, MPILAB_PHASE_EXCHANGE, a, b);
@@ -618,6 +642,7 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
         if ((err = halo_finish(h, x, n)) != MPI_SUCCESS) return err;
         if (tl) c = MPI_Wtime() - t0;
         whole(ctx);
+        HALO_CHARGE(h->rows * h->cols);
         if (tl) {
             d = MPI_Wtime() - t0;
             halo_stamp(tl, MPILAB_PHASE_EXCHANGE, a, b);
@@ -634,9 +659,11 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
         if (tl) b = MPI_Wtime() - t0;
         if (h->mode != MPILAB_HALO_OVERLAP_TEST) {
             interior(ctx, 0, 1);
+            HALO_CHARGE(halo_interior_points(h));
         } else {
             for (k = 0; k < HALO_TEST_PARTS; k++) {
                 interior(ctx, k, HALO_TEST_PARTS);
+                HALO_CHARGE(halo_interior_points(h) / HALO_TEST_PARTS);
                 if (done) continue;
                 if (tl) t = MPI_Wtime();
                 if ((err = halo_test(h, &done)) != MPI_SUCCESS) return err;
@@ -647,6 +674,10 @@ static inline int halo_round(mpilab_halo *h, const halo_xfer *x, int n, halo_com
         if ((err = halo_finish(h, x, n)) != MPI_SUCCESS) return err;
         if (tl) d = MPI_Wtime() - t0;
         ring(ctx);
+        HALO_CHARGE(h->rows * h->cols - (h->mode != MPILAB_HALO_OVERLAP_TEST
+                                         ? halo_interior_points(h)
+                                         : halo_interior_points(h) / HALO_TEST_PARTS
+                                               * HALO_TEST_PARTS));
         if (tl) {
             e = MPI_Wtime() - t0;
             halo_stamp(tl, MPILAB_PHASE_EXCHANGE, a, b);

@@ -4,7 +4,7 @@
  * Purpose: run the halo-exchange lesson's applications (c_stencil.c, c_wave.c) with the
  * timing protocol of mpilab_timing.h in a process with no Python, so the same C source
  * runs under a real MPI and under SimGrid's SMPI (the simulated clusters of mpilab.sim).
- * Usage: mpilab-halo APP MODE PACK NX NY PY PX STEPS WARMUP ITERS REPS
+ * Usage: mpilab-halo APP MODE PACK NX NY PY PX STEPS WARMUP ITERS REPS [POINT_S]
  *   APP    - heat | wave (the wave with f0 = 0.05, Courant 0.5, source at the centre:
  *            mpilab.halo.serial_wave's defaults)
  *   MODE   - blocking | sendrecv | nonblocking | overlap | overlap-test | persistent |
@@ -13,6 +13,11 @@
  *   NX, NY - global grid; PY x PX - process grid (PY * PX ranks)
  *   STEPS  - steps run from rest before the field is summed (the check)
  *   WARMUP, ITERS, REPS - the timing protocol, on further steps
+ *   POINT_S - built for the simulated clusters only (smpicc -DMPILAB_SIM): seconds of
+ *            computing per grid point and step charged to the simulated clock by
+ *            HALO_CHARGE (mpilab_halo.h), split evenly over the step's exchange rounds
+ *            (heat 1, wave 2); 0 or absent: none (the host time counts instead, if
+ *            smpi/simulate-computation is on). Elsewhere it must be absent or 0.
  * Rank 0 prints one JSON object:
  *   {"app": ..., "mode": ..., "nx": .., "ny": .., "py": .., "px": .., "steps": S,
  *    "sum": field summed over the grid after S steps, "iters": I, "times": [...]}
@@ -23,6 +28,10 @@
 #include <string.h>
 #include "c_stencil.h"
 #include "c_wave.h"
+
+#ifdef MPILAB_SIM
+double mpilab_sim_point_s = 0.0;   /* seconds per point and exchange round: HALO_CHARGE */
+#endif
 
 static const char *MODES[] = {"blocking", "sendrecv", "nonblocking", "overlap",
                               "overlap-test", "persistent", "neighbor"};
@@ -43,10 +52,11 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &p);
-    if (argc != 12) {
+    double point_s = argc == 13 ? atof(argv[12]) : 0.0;
+    if (argc != 12 && argc != 13) {
         if (me == 0)
             fprintf(stderr, "usage: mpilab-halo heat|wave MODE PACK NX NY PY PX STEPS "
-                            "WARMUP ITERS REPS\n");
+                            "WARMUP ITERS REPS [POINT_S]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     app = strcmp(argv[1], "heat") == 0 ? 0 : strcmp(argv[1], "wave") == 0 ? 1 : -1;
@@ -61,10 +71,18 @@ int main(int argc, char **argv)
     iters = atoi(argv[10]);
     reps = atoi(argv[11]);
     if (app < 0 || mode < 0 || pack < 0 || py < 1 || px < 1 || py * px != p || nx < px
-        || ny < py || steps < 0 || warmup < 0 || iters < 1 || reps < 1) {
+        || ny < py || steps < 0 || warmup < 0 || iters < 1 || reps < 1 || point_s < 0) {
         if (me == 0) fprintf(stderr, "mpilab-halo: bad arguments (PY * PX must be %d)\n", p);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+#ifdef MPILAB_SIM
+    mpilab_sim_point_s = point_s / (app == 1 ? 2 : 1);   /* the wave has two rounds a step */
+#else
+    if (point_s != 0.0) {
+        if (me == 0) fprintf(stderr, "mpilab-halo: POINT_S needs a build for SimGrid\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+#endif
     /* this rank's block, as halo_init places it: rank r at (r / px, r % px) */
     halo_split(ny, py, me / px, &y0, &rows);
     halo_split(nx, px, me % px, &x0, &cols);

@@ -22,10 +22,14 @@ What a simulation is, and is not
   loopback link, with no contention: memory-bandwidth contention between the cores of a
   node, caches and shared-window effects are **not** simulated.
 * Computation: the collective and ping-pong runs switch it off (``compute=False``: only
-  communication costs time; results are exactly reproducible). The halo runs measure each
-  rank's computing for real on this machine, one rank at a time, and charge it to the
-  simulated clock at this machine's speed: a simulated core is as fast as one of this
+  communication costs time; results are exactly reproducible). The halo runs charge a
+  fixed compute model (:mod:`.halos`): each point a rank updates costs the time one point
+  took on this machine, benchmarked once per block size with one simulated rank alone,
+  the same in every mode, so modes differ by their communication only and the results
+  are reproducible for a given benchmark. A simulated core is as fast as one of this
   machine's, with a cache of its own and no neighbour competing for memory.
+  (``compute="measured"`` times each rank's loops on the host instead, one rank after
+  another: this machine's noise, a few per cent, then differs between runs of modes.)
 * The library: SMPI's own implementation of MPI, with ports of Open MPI's and MPICH's
   collective algorithms and decision rules (``--cfg=smpi/coll-selector:ompi``), not the
   real libraries.
@@ -34,7 +38,8 @@ Every record and every figure carries ``label``: ``"simulated (SMPI, platform NA
 
 The package's modules: :mod:`.smpi` (SimGrid's tools, the programs built with
 ``smpicc``), :mod:`.machines` (the platforms and the hostfile), :mod:`.experiments`
-(:func:`run` and the ping-pong, collective and halo experiments, the saved references)
+(:func:`run`, the ping-pong and collective experiments, the saved references),
+:mod:`.halos` (the halo exchange and its compute model)
 and :mod:`.calibration` (``this-machine`` and the checks against real runs). Every name
 is here as ``sim.<name>``.
 """
@@ -53,9 +58,7 @@ from .calibration import (
 from .experiments import (
     _DTYPE,
     LEAVES_OUT,
-    NOT_SIMULATED_HALO_MODES,
     OUR_ALGORITHMS,
-    SIMULATED_HALO_MODES,
     SMPI_ALLGATHER,
     _alg_code,
     _launch,
@@ -64,12 +67,18 @@ from .experiments import (
     allgather,
     allgather_summary,
     collective,
-    halo,
     load_reference,
     meta,
     pingpong,
     reference_dir,
     run,
+)
+from .halos import (
+    MODEL_LEAVES_OUT,
+    NOT_SIMULATED_HALO_MODES,
+    SIMULATED_HALO_MODES,
+    compute_cost,
+    halo,
 )
 from .machines import (
     PLATFORM_DIR,
@@ -96,5 +105,5 @@ from .smpi import (
 )
 
 __all__ = ["SimUnavailable", "Platform", "available", "platforms", "platform", "label",
-           "build", "run", "meta", "pingpong", "collective", "allgather", "halo", "calibrate",
+           "build", "run", "meta", "pingpong", "collective", "allgather", "halo", "compute_cost", "calibrate",
            "check_this_machine", "check_collective", "measure_collective", "PROGRAMS", "SMPI_ALLGATHER", "OUR_ALGORITHMS"]

@@ -250,14 +250,17 @@ def _alg_code(op: str, alg: str) -> int:
 def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int,
                platform: str | Platform, map_by: str = "slot", library: str = "ompi",
                reps: int = 3, iters: int | None = None, root: int = 0,
-               check: bool | None = None,
+               check: bool | None = None, separated: bool = False,
                timeout: float = 600, progress=None) -> list[dict]:
     """Simulated times of `op` with each algorithm in `algs` (ours, or ``"library"``).
 
     ``sizes`` are bytes per rank (per block for allgather, gather, scatter); reductions
     use float64. `iters` calls per repetition (default 10 below 64 KiB, 2 from it: the
     first call after the timing protocol's barrier also pays the barrier's skew between
-    ranks, which small messages must amortise). ``library`` is SMPI's algorithm for the library's own call
+    ranks, which small messages must amortise). With `separated` every call is preceded by
+    an untimed barrier and timed alone, as the lectures time rooted collectives (back to
+    back, the calls of a rooted collective overlap and the loop measures a throughput:
+    lecture 05). ``library`` is SMPI's algorithm for the library's own call
     (``smpi/<op>``): ``"ompi"`` (SMPI's port of Open MPI's decision), ``"mpich"``, or a
     forced SMPI algorithm such as ``"ring"``. Each algorithm is one simulated job; every
     result is checked against the expected values (``check``; by default when the
@@ -290,6 +293,9 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
     check : bool, optional
         Check every result against the expected values (default: when all ranks'
         buffers total at most 1 MiB).
+    separated : bool, optional
+        Time each call alone after an untimed barrier (default False: `iters` calls back
+        to back, timed as a whole).
     timeout : float, optional
         Seconds of real time each simulated job may take (default 600).
     progress : bool or callable, optional
@@ -301,7 +307,8 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
     list of dict
         One record per algorithm and size: times per call in µs (``t_us_min``,
         ``t_us_median``, ...), ``size_bytes``, ``impl``, ``alg`` (`library` for the
-        library's), ``op``, ``iters``, ``checked`` and the simulated run's ``simulated``,
+        library's), ``op``, ``iters``, ``checked``, ``timing`` (``"separated"`` or
+        ``"back-to-back"``) and the simulated run's ``simulated``,
         ``platform``, ``label``, ``ranks``, ``map_by``, ``oversubscribed``.
 
     Raises
@@ -329,6 +336,7 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
                             f"{ranks} ranks, {len(sizes)} sizes")
         objs, meta = run("mpilab-coll", [op, code, dtype, root, 1, reps, int(do_check),
                                          *(f"{max(n // esz, 0)}:{iters or (10 if n < 65536 else 2)}"
+                                           + (":separated" if separated else "")
                                            for n in sizes)],
                          ranks=ranks, platform=platform, map_by=map_by, cfg=cfg,
                          timeout=timeout)
@@ -336,7 +344,8 @@ def collective(op: str, algs: Sequence[str], sizes: Iterable[int], *, ranks: int
         for o in objs:
             out.append(_record(o["times"], meta, size_bytes=o["size_bytes"], impl=impl,
                                alg=alg if alg != "library" else library, op=op,
-                               iters=o["iters"], checked=o["checked"]))
+                               iters=o["iters"], checked=o["checked"],
+                               timing=o["timing"]))
     return out
 
 
@@ -451,114 +460,6 @@ def allgather_summary(recs: list[dict], forced: dict | None = None,
             entry["library_picked_best"] = entry["library_over_best"] <= 1.0 + 1e-9 or (
                 entry.get("library_choice") == best)
         out[n] = entry
-    return out
-
-
-#: The halo modes :func:`halo` simulates, and why the other two-sided ones are not.
-SIMULATED_HALO_MODES = ("blocking", "sendrecv", "nonblocking", "overlap", "persistent")
-NOT_SIMULATED_HALO_MODES = {
-    "neighbor": "SimGrid's SMPI does not implement MPI_Neighbor_alltoallw (an "
-                "'unimplemented' stub in smpi_mpi.cpp)",
-    "overlap-test": "SMPI moves every message in simulated time whatever the ranks do (it "
-                    "has no progress rule for MPI_Testall to help), and charges each "
-                    "unsuccessful MPI_Test a sleep that grows with every call (smpi/test, "
-                    "0.1 ms at first: smpi_request.cpp), so the mode would measure SMPI's "
-                    "sleeps",
-}
-
-
-def halo(app: str, modes: Sequence[str], *, ranks: int, platform: str | Platform,
-         sub: int | None = None, nx: int | None = None, ny: int | None = None,
-         map_by: str = "slot", per_node: int | None = None, compute: bool = True,
-         pack: str = "datatype", steps: int = 2, warmup: int = 1, iters: int = 3,
-         reps: int = 3, timeout: float = 900, progress=None) -> list[dict]:
-    """Simulated halo exchange steps (heat or wave), one job per mode; seconds per step.
-
-    The grid is `nx` x `ny`, or `sub` x `sub` points per rank (the coarray paper's
-    subdomains). Computation is measured on this machine and charged to the simulated
-    clock (see the module's notes); ``compute=False`` leaves it out, so a step costs
-    only its exchange (deterministic). `per_node` ranks per node (block placement). Records: impl = mode, app, dims, sub, t_us_* per
-    step, ``sum`` (the field's sum after `steps` steps: the same as the serial code's).
-
-    Parameters
-    ----------
-    app : {"heat", "wave"}
-        The stencil: the heat equation or the acoustic wave.
-    modes : sequence of str
-        Exchange modes among :data:`SIMULATED_HALO_MODES`.
-    ranks : int
-        Simulated MPI processes, on a process grid of :func:`mpilab.halo.process_grid`.
-    platform : str or Platform
-        The simulated machine.
-    sub : int, optional
-        Points per rank and axis (the grid is ``sub * px`` x ``sub * py``); overrides
-        `nx` and `ny`.
-    nx, ny : int, optional
-        The global grid, instead of `sub`.
-    map_by : {"slot", "node"}, optional
-        Block (default) or cyclic placement.
-    per_node : int, optional
-        Ranks per node with ``map_by="slot"`` (default: the node's cores).
-    compute : bool, optional
-        Charge the computation, measured on this machine, to the simulated clock
-        (default True).
-    pack : str, optional
-        How halo columns are sent: ``"datatype"`` (default), ``"manual"`` or
-        ``"subarray"``.
-    steps : int, optional
-        Steps from rest whose field ``sum`` is reported (default 2).
-    warmup : int, optional
-        Untimed warm-up steps of the timing protocol (default 1).
-    iters : int, optional
-        Timed steps per repetition (default 3).
-    reps : int, optional
-        Timed repetitions (default 3).
-    timeout, progress : optional
-        As for :func:`allgather`: seconds of real time each simulated job may take
-        (default 900), and where progress is reported.
-
-    Returns
-    -------
-    list of dict
-        One record per mode: times per step in µs (``t_us_min``, ``t_us_median``, ...)
-        and ``impl``, ``app``, ``mode``, ``pack``, ``nx``, ``ny``, ``dims``, ``sub``,
-        ``iters``, ``steps``, ``sum``, ``compute``, with the simulated run's
-        ``simulated``, ``platform``, ``label``, ``ranks``, ``map_by``,
-        ``oversubscribed``.
-
-    Raises
-    ------
-    ValueError
-        An unknown `app` or mode, a mode SMPI cannot simulate
-        (:data:`NOT_SIMULATED_HALO_MODES`), or neither `sub` nor `nx` and `ny`.
-    """
-    from .. import halo as _halo
-
-    validate.names(app, ("heat", "wave"), "app")
-    ranks = validate.count(ranks, "ranks")
-    py, px = _halo.process_grid(ranks)
-    if sub is not None:
-        nx = ny = None
-        nx, ny = validate.count(sub, "sub") * px, sub * py
-    if nx is None or ny is None:
-        raise ValueError("give sub (points per rank and axis) or nx and ny")
-    out = []
-    for mode in modes:
-        if mode in NOT_SIMULATED_HALO_MODES:
-            raise ValueError(f"mode {mode!r} is not simulated: {NOT_SIMULATED_HALO_MODES[mode]}")
-        validate.names(mode, SIMULATED_HALO_MODES, "mode")
-        _progress(progress, f"{label(globals()['platform'](platform).name)}: {app} {mode} "
-                            f"on {ranks} ranks ({py}x{px}), {nx}x{ny}")
-        objs, meta = run("mpilab-halo", [app, mode, pack, nx, ny, py, px, steps, warmup,
-                                         iters, reps],
-                         ranks=ranks, platform=platform, map_by=map_by,
-                         per_node=per_node, compute=compute, timeout=timeout)
-        o = objs[0]
-        rec = _record(o["times"], meta, size_bytes=8 * (nx // px), impl=mode, app=app,
-                      mode=mode, pack=pack, nx=nx, ny=ny, dims=[py, px], sub=sub,
-                      iters=o["iters"], steps=o["steps"], sum=o["sum"])
-        rec["compute"] = meta["compute"]
-        out.append(rec)
     return out
 
 

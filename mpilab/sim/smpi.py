@@ -20,7 +20,8 @@ KERNELS = _kernels.source_dir()  # the checkout's kernels/, or the installed pac
 #: The standalone programs and their sources under kernels/: the list setup.py builds
 #: with mpicc (the same C files the Python kernels are built from).
 PROGRAMS = _kernels.STANDALONE
-CFLAGS = ("-O3", "-std=gnu11", "-Wall", "-Wno-unused-function")
+#: -DMPILAB_SIM: the fixed compute model of kernels/common/mpilab_halo.h (HALO_CHARGE).
+CFLAGS = ("-O3", "-std=gnu11", "-Wall", "-Wno-unused-function", "-DMPILAB_SIM")
 
 
 class SimUnavailable(RuntimeError):
