@@ -349,6 +349,11 @@ def test_expect_timing_refuses_a_loop_longer_than_the_call_that_ran_it():
     assert "would be 1.95 times as long as the call" in said, said
     said = message(expect_timing, 100.0, 5.0, iters=200, elapsed_us=4100.0)
     assert "was not measured" in said and "did you time the round trip" not in said, said
+    # with no band (factor inf: lab 01's runs besides the one nearest the course's time)
+    # only the call bounds the time
+    assert expect_timing(1e-5, 5.0, iters=200, elapsed_us=4100.0, factor=float("inf")) < 1e-5
+    assert "round trip" in message(expect_timing, 20.0, 5.0, iters=200, elapsed_us=4100.0,
+                                   factor=float("inf"))
     # the band speaks first: a whole loop's time is named as such
     assert "time of the whole loop" in message(expect_timing, 400 * 10.0, 10.0, iters=200,
                                                 elapsed_us=4100.0)

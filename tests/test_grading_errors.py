@@ -104,8 +104,9 @@ def test_the_bench_notes_both_ratios_of_the_ping_pong_check():
     assert g.expect_timing(10.0, 5.0, iters=200, elapsed_us=4000.0) == 2.0
     with pytest.raises(AssertionError, match="did you time the round trip"):
         g.expect_timing(20.0, 5.0, iters=200, elapsed_us=4000.0)  # the round trip
+    g.expect_timing(10.0, 5.0, iters=200, elapsed_us=8000.0, factor=math.inf)  # no band
     assert seen == [("run_1", 2.0), ("loop_in_call_1", 1.0), ("run_2", 4.0),
-                    ("loop_in_call_2", 2.0)]
+                    ("loop_in_call_2", 2.0), ("loop_in_call_3", 0.5)]
 
 
 @pytest.mark.graded_timing  # it takes the grading lock, as a measurement does

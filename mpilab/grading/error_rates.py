@@ -196,20 +196,25 @@ def _ratio(a, b) -> float | None:
 def _observed(seen: list) -> Any:
     """:mod:`mpilab.grading` as a test cell's check receives it (``g``), its
     ``expect_timing`` also noting in `seen` each ratio it applies, as (name, ratio): the
-    student's time over the course's (``run_K``), and, given the call's time, the loop
-    the student's time stands for (``2 * iters`` messages) over that call's time
-    (``loop_in_call_K``); the verdict is still the real ``expect_timing``'s."""
+    student's time over the course's where a band is applied (``run_K``), and, given
+    the call's time, the loop the student's time stands for (``2 * iters`` messages)
+    over that call's time (``loop_in_call_K``); the verdict is still the real
+    ``expect_timing``'s."""
     from types import SimpleNamespace
 
     from .. import grading
 
+    def note(prefix: str, value: float | None) -> None:
+        k = 1 + sum(name.startswith(prefix) for name, _ in seen)
+        seen.append((f"{prefix}{k}", value))
+
     def expect_timing(got_us, reference_us, *args, **kwargs):
-        k = 1 + sum(name.startswith("run_") for name, _ in seen)
-        seen.append((f"run_{k}", _ratio(got_us, reference_us)))
+        if math.isfinite(kwargs.get("factor", 20.0)):
+            note("run_", _ratio(got_us, reference_us))
         iters, took = kwargs.get("iters"), kwargs.get("elapsed_us")
         if iters and took is not None:
             loop = None if _ratio(got_us, 1) is None else float(got_us) * 2 * iters
-            seen.append((f"loop_in_call_{k}", _ratio(loop, took)))
+            note("loop_in_call_", _ratio(loop, took))
         return grading.expect_timing(got_us, reference_us, *args, **kwargs)
 
     g = SimpleNamespace(**{n: getattr(grading, n) for n in dir(grading)
