@@ -88,7 +88,7 @@ GRADED: list[Graded] = [
            "measured:RING", ((2, 10.0), (5, 1.0)), args={"p": 0, "fixed": 1},
            slips=("lap-p-1-hops", "shift-p-hops", "twice", "half", "constant")),
     Graded("lab01-pingpong", "test_pingpong", "pingpong", "check_pingpong", None,
-           (65536, 200), args={"iters": 2}, in_cell=True, tolerance=(1 / 20, 20.0),
+           (65536, 2000), args={"iters": 2}, in_cell=True, tolerance=(1 / 20, 20.0),
            ranks=2, slips=("round-trip", "whole-loop", "seconds", "constant-time")),
     Graded("lab01-pingpong", "test_predict_measured", "predict_us",
            "pingpong_model:check_predict_held_out", "pingpong_model:HELD_OUT", None, ranks=2,
