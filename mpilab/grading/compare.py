@@ -375,9 +375,9 @@ def _expect_inside_call(got: float, elapsed_us: float, iters: int, what: str) ->
         return
     times = loop / elapsed_us
     said = (f"{what} is {_fmt(got)} µs, so the {iters} round trips ({2 * iters} one-way "
-            f"messages) would take {loop:.4g} µs; but the whole call of your function took "
-            f"{elapsed_us:.4g} µs, timed around it on rank 0 with the same clock: the loop "
-            f"your time stands for would be {times:.3g} times as long as the call")
+            f"messages) would take {loop:.4g} µs; but your function ran for "
+            f"{elapsed_us:.4g} µs in all (timed on rank 0 by the check): the loop your time "
+            f"stands for would be {times:.3g} times as long as the whole call")
     if times <= 2 * rel + 0.05:
         hint = ("Your time is about twice the one-way time: did you time the round trip? "
                 "A round trip is two one-way messages: divide the loop's time by 2 * iters.")
