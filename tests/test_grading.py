@@ -336,6 +336,29 @@ def test_expect_timing_explains_units_and_loop_totals():
     assert 0.5 < expect_timing(5.0, 3.0) < 2
 
 
+def test_expect_timing_refuses_a_loop_longer_than_the_call_that_ran_it():
+    """Lab 01: 200 round trips of 10 µs one way make a loop of 4,000 µs, which fits a call
+    of 4,100 µs (or of 4,000, the clock's granularity allowed); the round trip reported as
+    one way (20 µs: 8,000) does not, though it is within the band of the course's time;
+    a made-up 100 µs does not either."""
+    assert expect_timing(10.0, 5.0, iters=200, elapsed_us=4100.0) == 2.0
+    assert expect_timing(10.0, 5.0, iters=200, elapsed_us=4000.0 / 1.005) == 2.0
+    assert expect_timing(20.0, 5.0, iters=200) == 4.0  # the band alone lets it through
+    said = message(expect_timing, 20.0, 5.0, iters=200, elapsed_us=4100.0)
+    assert "did you time the round trip?" in said and "ran for 4100 µs" in said, said
+    assert "would be 1.95 times as long as the whole call" in said, said
+    said = message(expect_timing, 100.0, 5.0, iters=200, elapsed_us=4100.0)
+    assert "was not measured" in said and "did you time the round trip" not in said, said
+    # with no band (factor inf: lab 01's runs besides the one nearest the course's time)
+    # only the call bounds the time
+    assert expect_timing(1e-5, 5.0, iters=200, elapsed_us=4100.0, factor=float("inf")) < 1e-5
+    assert "round trip" in message(expect_timing, 20.0, 5.0, iters=200, elapsed_us=4100.0,
+                                   factor=float("inf"))
+    # the band speaks first: a whole loop's time is named as such
+    assert "time of the whole loop" in message(expect_timing, 400 * 10.0, 10.0, iters=200,
+                                                elapsed_us=4100.0)
+
+
 def test_reload_restores_patched_helpers():
     grading.expect_equal = lambda *a, **k: None  # what a hostile submission does
     g = importlib.reload(grading)

@@ -96,6 +96,19 @@ def test_the_ping_pong_models_and_check_come_from_the_lab_not_from_here():
     assert M.tolerance(g) == (0.05, 20.0)
 
 
+def test_the_bench_notes_both_ratios_of_the_ping_pong_check():
+    """Lab 01's ping-pong check compares a time with the course's and the loop it stands
+    for with the call's time: the bench notes both ratios, the real check's verdict."""
+    seen: list = []
+    g = E._observed(seen)
+    assert g.expect_timing(10.0, 5.0, iters=200, elapsed_us=4000.0) == 2.0
+    with pytest.raises(AssertionError, match="did you time the round trip"):
+        g.expect_timing(20.0, 5.0, iters=200, elapsed_us=4000.0)  # the round trip
+    g.expect_timing(10.0, 5.0, iters=200, elapsed_us=8000.0, factor=math.inf)  # no band
+    assert seen == [("run_1", 2.0), ("loop_in_call_1", 1.0), ("run_2", 4.0),
+                    ("loop_in_call_2", 2.0), ("loop_in_call_3", 0.5)]
+
+
 @pytest.mark.graded_timing  # it takes the grading lock, as a measurement does
 def test_an_own_session_measures_anew_and_keeps_it_to_itself():
     """Inside own_session a measurement is made once for the session, not read from what

@@ -20,6 +20,7 @@ from mpilab.grading import collectives_model as CM
 from mpilab.grading import halo as H
 from mpilab.grading import halo_model as HM
 from mpilab.grading import measured as M
+from mpilab.grading import pingpong_model as PM
 
 
 def test_a_prediction_within_the_tolerance_passes_and_gives_the_ratio():
@@ -158,11 +159,13 @@ def test_the_course_measurements_run_and_agree_with_their_models(lab, monkeypatc
     monkeypatch.setattr(M, "cache_dir", lambda: None)  # measured now, not read back
     monkeypatch.setattr(M, "_CACHE", {})
     ring, bc, ex, ag = M.ring_now(), C.bcast_now(), H.exchange_now(), A.allgather_now()
-    pp = M.pingpong_now(ranks=2)
-    assert pp["sizes"] == [8, 1 << 20, 4 << 20] and pp["ranks"] == 2
-    lo, hi = M.HELD_OUT_TOLERANCE
+    pp = PM.pingpong_now(ranks=2)
+    assert pp["sizes"] == [8, 256, 1 << 20, 4 << 20] and pp["ranks"] == 2
+    lo, hi = PM.HELD_OUT_TOLERANCE
     held = pp["held_out_us"] / (pp["alpha_us"] + (4 << 20) / pp["beta_MBps"])
     assert lo <= held <= hi, pp
+    lo, hi = PM.SMALL_TOLERANCE
+    assert lo <= pp["small_us"] / (pp["alpha_us"] + 256 / pp["beta_MBps"]) <= hi, pp
     p = M.measuring_ranks(4)
     assert ring["ranks"] == bc["ranks"] == ex["ranks"] == p and ex["dims"] == (p, 1)
     assert ring["oversubscribed"] is (p > runtime.usable_cores())

@@ -87,7 +87,7 @@ def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments
     """Lab 01's held-out check has no made-up cases: its related arguments (twice the size;
     twice α and half β) refuse a prediction that ignores the size or α and β, and pass
     any α + n / β-shaped one, the latency left out included."""
-    from mpilab.grading.measured import HELD_OUT
+    from mpilab.grading.pingpong_model import HELD_OUT
     from mpilab.grading.prediction import ab_related
 
     assert HELD_OUT.related is ab_related
@@ -108,3 +108,71 @@ def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments
                            (lambda n, a, b: "fast", "should be a number")):
         with pytest.raises(CheckFailed, match=said):
             held.check(nonsense, ranks=2)
+
+
+def test_a_part_may_carry_its_own_band_and_hint():
+    """A part's tolerance replaces the prediction's for that part alone, and its hint,
+    from what the function returned, ends the message of a miss."""
+    def parts(band):
+        return lambda m: [
+            Part("a small message", (1000, m["alpha_us"], m["beta_MBps"]), m["small_us"],
+                 "small_predicted_us", "small_ratio", tolerance=band,
+                 hint=lambda got: f"Hint: {got:g} µs."),
+            Part("a big message", (1 << 20, m["alpha_us"], m["beta_MBps"]), m["big_us"],
+                 "big_predicted_us", "big_ratio")]
+
+    # the small message's ratio is 3.5 / 3.0 = 1.17: inside the prediction's (0.5, 2.5)
+    assert made_up(parts=parts(None)).check(reference, ranks=2)["small_ratio"] > 1.1
+    with pytest.raises(CheckFailed) as exc:
+        made_up(parts=parts((0.9, 1.1))).check(reference, ranks=2)
+    text = str(exc.value)
+    assert text.startswith("a small message") and "should be 0.9 to 1.1 times" in text
+    assert text.endswith("it is 1.17 times. Hint: 3 µs."), text
+
+
+# -- lab 01's held-out sizes, on a made-up measurement shaped like the course's VM's ------
+
+def _lab01(ratio_small: float = 1.15, ratio_big: float = 2.0):
+    """Lab 01's prediction as graded, its measurement made up: α 0.6 µs, β 26,000 MB/s
+    (the course's VM under load, 2026-11-28), 256 B and 4 MiB taking `ratio_*` times the
+    right model's prediction."""
+    import dataclasses
+
+    from mpilab.grading import pingpong_model as PM
+
+    a, b = 0.6, 26_000.0
+    m = {"ranks": 2, "cores": 2, "oversubscribed": False, "alpha_us": a, "beta_MBps": b,
+         "small_us": ratio_small * (a + PM.SMALL_BYTES / b),
+         "held_out_us": ratio_big * (a + PM.HELD_OUT_BYTES / b)}
+    return dataclasses.replace(PM.HELD_OUT, now=lambda ranks: dict(m))
+
+
+def test_lab01_right_model_passes_both_sizes():
+    got = _lab01().check(reference, ranks=2)
+    assert got["small_ratio"] == pytest.approx(1.15) and got["ratio"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("model, said", [
+    (lambda n, a, b: n / b, "the latency α is missing"),  # bandwidth only
+    (lambda n, a, b: 2 * a + n / b, "That counts α twice"),  # the fixed cost twice
+    (lambda n, a, b: a + 8 * n / b, "must take n / β longer"),  # bits for bytes: 8 n / β
+    (lambda n, a, b: a + 0 * n, "must grow with the size"),  # latency only
+    (lambda n, a, b: 2 * (a + n / b), "must take n / β longer"),  # twice
+])
+def test_lab01_models_whose_terms_differ_fail_with_what_was_wrong(model, said):
+    """α + n / β-shaped slips (no α, α twice) predict 4 MiB as well as the right model;
+    256 B, where α is nearly all of the time, refuses them and says why."""
+    with pytest.raises(CheckFailed, match=said):
+        _lab01().check(model, ranks=2)
+
+
+def test_lab01_bands_lie_between_the_right_model_and_alpha_twice():
+    """The measured ratios of the bands' comment: the right model's lowest at 256 B
+    passes, α counted twice's highest fails."""
+    from mpilab.grading import pingpong_model as PM
+
+    lo, _hi = PM.SMALL_TOLERANCE
+    assert 0.60 < lo < 1.12
+    _lab01(ratio_small=1.12).check(reference, ranks=2)
+    with pytest.raises(CheckFailed, match="counts α twice"):  # 2α + n/β: about half
+        _lab01(ratio_small=1.19).check(lambda n, a, b: 2 * a + n / b, ranks=2)

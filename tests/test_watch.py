@@ -92,6 +92,27 @@ def test_an_honest_answer_runs_as_unwatched(student):
     assert student("honest")(4) == 5 + 2
 
 
+def test_a_watched_function_says_how_long_it_ran_without_the_watchs_own_cost():
+    """watched_seconds: the student's code alone (lab 01 bounds a time the student measured
+    by it), not the watch's checks before and after, and not a clock the code replaced."""
+    import time
+
+    cell = ("import time\n\n\ndef sleeps(s):\n    time.sleep(s)\n\n\n"
+            "def fakes_the_clock(s):\n    time.sleep(s)\n    time.perf_counter = lambda: 1e9\n")
+    ns: dict = {"__name__": "__main__"}
+    exec(compile(cell, "/tmp/ipykernel_1/cell.py", "exec"), ns)
+    real = time.perf_counter
+    try:
+        for name in ("sleeps", "fakes_the_clock"):
+            f = watched(cloudpickle.loads(cloudpickle.dumps(ns[name])))
+            t0 = real()
+            f(0.05)
+            took = real() - t0
+            assert 0.05 <= f.watched_seconds <= took, (name, f.watched_seconds, took)
+    finally:
+        time.perf_counter = real
+
+
 def test_the_courses_answers_are_refused_by_name(student):
     sched = [{"step": 1, "src": 0, "dst": 1, "bytes": 8}]
     said = refused(lambda: student("helper_answer")(sched, [0, 1]))

@@ -27,6 +27,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import types
 from typing import Any
 
@@ -53,6 +54,9 @@ _UNDOING = [(sys, "settrace"), (sys, "gettrace"), (sys, "setprofile"), (sys, "ge
             (sys, "_getframe"), (gc, "get_objects"), (gc, "get_referrers"),
             (gc, "get_referents"), (threading, "settrace"), (threading, "setprofile")]
 _REAL = {(mod.__name__, name): getattr(mod, name) for mod, name in _UNDOING}
+#: the clock of ``watched_seconds``, held here: a student's function replacing
+#: ``time.perf_counter`` does not change it
+_CLOCK = time.perf_counter
 
 
 class Refused(Exception):
@@ -350,7 +354,10 @@ def watched(func: Any) -> Any:
         For a Python function, a function of the same name and signature that runs it
         under a :class:`_Watch` (a trace function: one call per Python frame; C calls
         cost nothing) and raises :class:`Refused` when it returns (or raises)
-        after calling a part of the course it may not use; else `func` itself.
+        after calling a part of the course it may not use; else `func` itself. Its
+        ``watched_seconds`` is how long `func` itself ran in the last call (the
+        watch's own checks before and after, tens of ms, left out): a harness bounds a
+        time the student measured inside `func` by it (lab 01's ping-pong).
     """
     if not isinstance(func, types.FunctionType):
         return func
@@ -367,6 +374,7 @@ def watched(func: Any) -> Any:
             setattr(mod, name, guard)
         _REAL[("threading", "settrace")](watch)
         settrace(watch)
+        started = _CLOCK()
         try:
             value = func(*args, **kwargs)
         except BaseException:
@@ -375,6 +383,7 @@ def watched(func: Any) -> Any:
             else:
                 raise
         finally:
+            run.watched_seconds = _CLOCK() - started  # set after the student's code ran
             undone = gettrace() is not watch
             settrace(None)
             _REAL[("threading", "settrace")](None)

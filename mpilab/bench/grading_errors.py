@@ -221,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'; ' + m['load_note'] if m['load_note'] else ''}\n"
                 f"# {m['settings']['repeats']} gradings per model, each against a fresh "
                 "measurement; rate = false-fail (correct) or false-pass (wrong), "
-                "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: the "
-                "student's time / the course's)\n"
+                "Clopper-Pearson 95 %; ratio = measured / predicted (lab 01 ping-pong: run, the "
+                "student's time / the course's; loop in call, the 2 * iters messages the "
+                "student's time stands for / the call's time, at most 1.01)\n"
                 + "".join(f"# {how}: {h['holds']} holds of up to {h['groups']} students' "
                           f"servers, median {h['median_s']:.2f} s, longest {h['max_s']:.2f} s\n"
                           for how, h in m.get("holds", {}).items())

@@ -18,7 +18,8 @@ import numpy as np
 from ..autograder.failures import CheckFailed, fail
 from ..autograder.wire import plain
 
-__all__ = ["expect", "expect_equal", "expect_close", "expect_per_rank", "expect_timing"]
+__all__ = ["expect", "expect_equal", "expect_close", "expect_per_rank", "expect_timing",
+           "INSIDE_CALL_SLACK"]
 
 
 def _fmt(x: Any, limit: int = 80) -> str:
@@ -278,12 +279,25 @@ def expect_per_rank(got: Sequence, want: Sequence, what: str = "returned", *,
         fail(CheckFailed(head + "\n  ".join(shown) + (f"\n{hint}" if hint else "")))
 
 
-def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way time", *,
-                  factor: float = 20.0, iters: int | None = None) -> float:
-    """Fail unless `got_us` is a time in µs within `factor` of a reference measured alongside.
+#: How much longer than the call that ran it the loop a one-way time stands for may seem
+#: (:func:`expect_timing`'s `elapsed_us`): both are read on the same clock of one rank,
+#: the loop inside the call, so only the clock's granularity: 1 % and 1 µs.
+INSIDE_CALL_SLACK = (1.01, 1.0)
 
-    Timings on a shared machine vary by several times, so only what is off by far more
-    than noise fails: a time in seconds, or the total of a loop instead of one message.
+
+def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way time", *,
+                  factor: float = 20.0, iters: int | None = None,
+                  elapsed_us: float | None = None) -> float:
+    """Fail unless `got_us` is a time in µs within `factor` of a reference measured alongside
+    and, given `elapsed_us`, one the call that measured it had time for.
+
+    Timings on a shared machine vary by several times, so the band only refuses what is
+    off by far more than noise: a time in seconds, or the total of a loop instead of one
+    message. A round trip reported as one way (twice the time) is within noise of the
+    course's reference, but not of the call that ran the loop: a one-way time of a loop
+    of `iters` round trips stands for ``2 * iters`` messages, which cannot take longer
+    than the call that sent them (timed around it on the same rank and clock: this holds
+    under any load, so a correct time never fails it).
 
     Parameters
     ----------
@@ -298,6 +312,10 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
     iters : int, optional
         Round trips the student's loop made; with it a failure can recognise the time of
         the whole loop instead of one message.
+    elapsed_us : float, optional
+        How long the call of the student's function that measured `got_us` took, in µs,
+        timed around it on the same rank (with `iters`): ``2 * iters * got_us`` may not
+        exceed it (by more than :data:`INSIDE_CALL_SLACK`).
 
     Returns
     -------
@@ -307,8 +325,9 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
     Raises
     ------
     CheckFailed
-        When `got_us` is not a positive finite number or is off by more than `factor`,
-        naming the likely slip (seconds instead of µs, the whole loop).
+        When `got_us` is not a positive finite number, is off by more than `factor`, or
+        stands for a loop longer than the call that ran it, naming the likely slip
+        (seconds instead of µs, the whole loop, the round trip).
     """
     __tracebackhide__ = True
     got, why = _trusted(got_us)
@@ -322,6 +341,8 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
     said = (f"{what} is {_fmt(got)} µs, {ratio:.3g}× the course's own measurement "
             f"({reference_us:.3g} µs, taken just now on the same ranks)")
     if 1 / factor <= ratio <= factor:
+        if elapsed_us is not None and iters:
+            _expect_inside_call(got, float(elapsed_us), int(iters), what)
         return ratio
     # Which slip explains the ratio best? (factor of the slip, what to say)
     slips = [(1e-6, "seconds instead of µs (× 1e6)"),
@@ -342,4 +363,25 @@ def expect_timing(got_us: Any, reference_us: float, what: str = "the one-way tim
         hint = "Too fast to be true: is the time divided by too much?"
     else:
         hint = "Is the loop timing only the messages, with the clock in µs?"
+    fail(CheckFailed(f"{said}. {hint}"))
+
+
+def _expect_inside_call(got: float, elapsed_us: float, iters: int, what: str) -> None:
+    """`got` µs one way, 2 * `iters` times, fits in the `elapsed_us` the call took."""
+    __tracebackhide__ = True
+    loop = got * 2 * iters
+    rel, plus = INSIDE_CALL_SLACK
+    if loop <= elapsed_us * rel + plus:
+        return
+    times = loop / elapsed_us
+    said = (f"{what} is {_fmt(got)} µs, so the {iters} round trips ({2 * iters} one-way "
+            f"messages) would take {loop:.4g} µs; but your function ran for "
+            f"{elapsed_us:.4g} µs in all (timed on rank 0 by the check): the loop your time "
+            f"stands for would be {times:.3g} times as long as the whole call")
+    if times <= 2 * rel + 0.05:
+        hint = ("Your time is about twice the one-way time: did you time the round trip? "
+                "A round trip is two one-way messages: divide the loop's time by 2 * iters.")
+    else:
+        hint = ("A time longer than the call that measured it was not measured: read "
+                "MPI.Wtime() before and after the loop and divide by 2 * iters.")
     fail(CheckFailed(f"{said}. {hint}"))

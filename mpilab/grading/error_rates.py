@@ -186,19 +186,35 @@ def _link_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
     return out
 
 
+def _ratio(a, b) -> float | None:
+    try:
+        return float(a) / float(b)
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+
+
 def _observed(seen: list) -> Any:
     """:mod:`mpilab.grading` as a test cell's check receives it (``g``), its
-    ``expect_timing`` also noting each ratio it is given (the student's time over the
-    course's) in `seen`; the verdict is still the real ``expect_timing``'s."""
+    ``expect_timing`` also noting in `seen` each ratio it applies, as (name, ratio): the
+    student's time over the course's where a band is applied (``run_K``), and, given
+    the call's time, the loop the student's time stands for (``2 * iters`` messages)
+    over that call's time (``loop_in_call_K``); the verdict is still the real
+    ``expect_timing``'s."""
     from types import SimpleNamespace
 
     from .. import grading
 
+    def note(prefix: str, value: float | None) -> None:
+        k = 1 + sum(name.startswith(prefix) for name, _ in seen)
+        seen.append((f"{prefix}{k}", value))
+
     def expect_timing(got_us, reference_us, *args, **kwargs):
-        try:
-            seen.append(float(got_us) / float(reference_us))
-        except (ArithmeticError, TypeError, ValueError):
-            seen.append(None)
+        if math.isfinite(kwargs.get("factor", 20.0)):
+            note("run_", _ratio(got_us, reference_us))
+        iters, took = kwargs.get("iters"), kwargs.get("elapsed_us")
+        if iters and took is not None:
+            loop = None if _ratio(got_us, 1) is None else float(got_us) * 2 * iters
+            note("loop_in_call_", _ratio(loop, took))
         return grading.expect_timing(got_us, reference_us, *args, **kwargs)
 
     g = SimpleNamespace(**{n: getattr(grading, n) for n in dir(grading)
@@ -250,7 +266,7 @@ def grade(g: Graded, cells: dict[str, str], repeats: int,
                     with_cases = _verdict(lambda h=handle: check(h, g.cases))
                     alone = _verdict(lambda h=handle: check(h, ()))
                 try:
-                    ratios = ({f"run_{i + 1}": x for i, x in enumerate(seen)} if g.in_cell
+                    ratios = (dict(seen) if g.in_cell
                               else _prediction_ratios(g, func) if g.prediction
                               else _link_ratios(g, func))
                 except (CheckFailed, Ungradable):  # no measurement could be made

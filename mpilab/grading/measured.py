@@ -3,9 +3,9 @@
 A graded prediction (:mod:`mpilab.grading.prediction`: the shape, and the comparisons
 with the model and with the measurement) is graded against a **fresh measurement** of the
 same operation, made here: :func:`measure` (and :func:`with_alpha_beta`) run a timed
-function of the course on the ranks, timed by :func:`mpilab.timing.best_us`. Labs 00 and 01's
-predictions (a lap and a shift of the ring; a held-out ping-pong size) are declared here
-too, as :data:`RING` and :data:`HELD_OUT`.
+function of the course on the ranks, timed by :func:`mpilab.timing.best_us`. Lab 00's
+prediction (a lap and a shift of the ring) is declared here too, as :data:`RING`; lab 01's
+(held-out ping-pong sizes) is :mod:`mpilab.grading.pingpong_model`'s.
 
 The measurements run where the check runs, made by the course's own code, never the
 student's: at autograde time that is the grader's kernel. One measurement serves a whole
@@ -32,24 +32,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import runtime
 from ..autograder import quiet
 from ..autograder.failures import Ungradable, fail
 from ..buffers import doubles
-from ..pingpong import alpha_beta, one_way_times, round_trip
+from ..pingpong import alpha_beta, round_trip
 from ..timing import best_us
 from . import steady
-from .compare import _fmt, _is_num, _trusted
-from .prediction import Part, Prediction, ab_related, expect_model, expect_prediction, shown, where
+from .compare import _fmt, _is_num
+from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "own_session", "measuring_ranks",
            "measure",
            "with_alpha_beta", "expect_prediction", "expect_model", "where",
-           # labs 00 and 01
-           "ring_times", "ring_now", "check_ring_times", "show_ring_times", "pingpong_now",
-           "check_predict_held_out"]
+           # lab 00
+           "ring_times", "ring_now", "check_ring_times", "show_ring_times"]
 
 #: A measurement or a traced schedule is made once per grading session: kept in this
 #: kernel, and in a folder only this user can write, for this many seconds, so the
@@ -513,82 +510,3 @@ def show_ring_times(ring_times_us: Callable, ranks: int = 4) -> None:
         It prints; nothing while grading.
     """
     return RING.show(ring_times_us, ranks)
-
-
-#: Lab 01: the held-out 4 MiB message may take this many times the model's prediction
-#: from α (8 B) and β (1 MiB): the Hockney line is straight, the machine is not (pages,
-#: caches and the single-copy path change the cost per byte between the sizes).
-#: Alone on the course's 2-core VM a correct model's ratio was 1.16-1.99 in four runs in a
-#: row (2026-11-27), and 2.7 once beside other gradings' start: the ceiling is 3.
-HELD_OUT_TOLERANCE = (0.5, 3.0)
-HELD_OUT_BYTES = 4 << 20
-
-
-def pingpong_now(ranks: int = 2) -> dict:
-    """Lab 01: one-way times of 8 B, 1 MiB and 4 MiB on this notebook's ranks (once per
-    grading session), with α and β from the first two.
-
-    Parameters
-    ----------
-    ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`mpilab.pingpong.one_way_times`'s ``sizes`` and ``t_us`` (µs), with ``alpha_us`` (µs),
-        ``beta_MBps`` (MB/s), ``held_out_bytes`` and ``held_out_us`` (µs), and
-        :func:`measure`'s ``ranks``, ``cores`` and ``oversubscribed``.
-    """
-    m = measure("held-out", one_way_times, [8, RING_BYTES, HELD_OUT_BYTES],
-                ranks=ranks)
-    alpha, t_big, t_held = m["t_us"]
-    return {**m, "alpha_us": alpha, "beta_MBps": RING_BYTES / max(t_big - alpha, 1e-3),
-            "held_out_bytes": HELD_OUT_BYTES, "held_out_us": t_held}
-
-
-def _one_number(got: Any) -> Any:
-    """A one-element array as its number (a prediction computed with NumPy)."""
-    got, _ = _trusted(got)
-    try:
-        got = float(np.ravel(got)[0]) if isinstance(got, np.ndarray) and got.size == 1 else got
-    except (TypeError, ValueError):
-        pass
-    return got
-
-
-#: Lab 01: ``predict_us(n, α, β)`` for a held-out size, from α and β measured just now.
-HELD_OUT = Prediction(
-    related=ab_related,
-    name="predict_us", now=pingpong_now, tolerance=HELD_OUT_TOLERANCE, returned=_one_number,
-    parts=lambda m: [Part("one message of 4 MiB, one way",
-                          (HELD_OUT_BYTES, m["alpha_us"], m["beta_MBps"]), m["held_out_us"])],
-    model=lambda m: (f"α = {m['alpha_us']:.3g} µs (8 B) and β = {m['beta_MBps']:,.0f} MB/s "
-                     f"(1 MiB), measured just now on {where(m)}"))
-
-
-def check_predict_held_out(predict_us: Callable, *, ranks: int = 2) -> dict:
-    """Lab 01: ``predict_us(4 MiB, α, β)`` with α and β measured just now (8 B and 1 MiB)
-    against the 4 MiB one-way time measured in the same run, within
-    :data:`HELD_OUT_TOLERANCE`. Returns the measurement with ``predicted_us``, ``ratio``.
-
-    Parameters
-    ----------
-    predict_us : callable
-        The student's ``predict_us(nbytes, alpha_us, beta_MBps)``, in µs.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`pingpong_now`'s measurement with ``predicted_us`` (µs) and ``ratio``
-        (measured / predicted).
-
-    Raises
-    ------
-    CheckFailed
-        The prediction is not a number, or outside :data:`HELD_OUT_TOLERANCE`.
-    """
-    __tracebackhide__ = True
-    return HELD_OUT.check(predict_us, ranks=ranks)

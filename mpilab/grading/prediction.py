@@ -46,7 +46,7 @@ _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
 
 
 def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float, float],
-                      what: str, model: str, unit: str = "µs") -> float:
+                      what: str, model: str, unit: str = "µs", hint: str = "") -> float:
     """Fail unless ``measured / predicted`` lies in `tolerance` (lo, hi); return the ratio.
 
     `what` names the measured case ("a lap of the ring on 2 ranks, 1 MiB"), `model` the
@@ -67,6 +67,9 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
         The numbers the prediction was made from, in words.
     unit : str, optional
         The unit of both times: "s", "ms", "µs" (the default) or "ns".
+    hint : str, optional
+        What a miss most likely means, added to the message (a unit slip is named
+        besides); none by default.
 
     Returns
     -------
@@ -101,7 +104,7 @@ def expect_prediction(predicted: Any, measured: float, *, tolerance: tuple[float
         if other != unit and unit in scale and lo <= ratio * scale[unit] / scale[other] <= hi:
             said += f" Is the prediction in {_UNIT_NAMES[other]} instead of {unit}?"
             break
-    _fail(CheckFailed(said))
+    _fail(CheckFailed(f"{said} {hint}" if hint else said))
 
 
 def expect_model(func: Callable, name: str, cases, reference: Callable,
@@ -298,6 +301,13 @@ class Part:
     pick : callable, optional
         This part's number out of what the function returned (lab 00's function returns
         a lap and a shift for the same arguments; it is called once for both).
+    tolerance : (float, float), optional
+        This part's band of ``measured / predicted``, where it is not the
+        prediction's (lab 01: a message α dominates and one n / β does); None: the
+        :class:`Prediction`'s.
+    hint : callable, optional
+        ``hint(got) -> str``: what a miss of this part most likely means, from what the
+        function returned for it ("" when nothing is likely).
     """
 
     what: str
@@ -306,6 +316,8 @@ class Part:
     predicted: str = "predicted_us"
     ratio: str = "ratio"
     pick: Callable[[Any], Any] | None = None
+    tolerance: tuple[float, float] | None = None
+    hint: Callable[[Any], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -409,8 +421,9 @@ class Prediction:
                 # a model of its arguments first, whatever the (noisy) measurement says
                 # (a prediction that is no time at all is told so by expect_prediction)
                 expect_related(func, self.name, self.related(part.args, got), self.returned)
-            out[part.ratio] = expect_prediction(got, part.measured_us, tolerance=self.tolerance,
-                                                what=part.what, model=model)
+            out[part.ratio] = expect_prediction(
+                got, part.measured_us, tolerance=part.tolerance or self.tolerance,
+                what=part.what, model=model, hint=part.hint(got) if part.hint else "")
         return out
 
     def show(self, func: Callable, ranks: int) -> None:
