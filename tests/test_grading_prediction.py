@@ -108,3 +108,36 @@ def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments
                            (lambda n, a, b: "fast", "should be a number")):
         with pytest.raises(CheckFailed, match=said):
             held.check(nonsense, ranks=2)
+
+
+def test_the_cells_are_the_checks_under_the_labs_names(capsys, monkeypatch):
+    """``cells`` gives a lab's ``check_X`` and ``show_X``: the student's function under
+    its own name (a keyword too), the lab's defaults, the check's result, a module name
+    that pickles, and nothing shown while grading."""
+    import inspect
+    import pickle
+
+    check, show = made_up().cells(
+        __name__, "check_t_us", "show_t", "t_us(n, alpha_us, beta_MBps)",
+        against="a big message", shows="a big message", cases=((10, 1.0, 100.0),), ranks=3)
+    assert (check.__name__, show.__name__) == ("check_t_us", "show_t")
+    assert str(inspect.signature(check)).startswith("(t_us: collections.abc.Callable, cases")
+    assert "ranks: int = 3" in str(inspect.signature(check))
+    assert check(t_us=reference) == made_up().check(reference, [(10, 1.0, 100.0)], ranks=3)
+    assert check(reference, [], ranks=5)["asked"] == 5
+    with pytest.raises(CheckFailed, match="costs α"):
+        check(lambda n, a, b: n / b)  # the default cases
+    with pytest.raises(TypeError):
+        check(reference, [], 5)  # ranks is keyword-only, as the labs' checks had it
+    monkeypatch.delenv("MPILAB_GRADING", raising=False)
+    show(reference)
+    assert capsys.readouterr().out == "on 3: predicted      3.0 µs\n"
+    monkeypatch.setenv("MPILAB_GRADING", "1")  # the student's kernel while grading
+    assert show(reference) is None
+    assert capsys.readouterr().out.startswith("(not run while grading")
+
+    labs = pytest.importorskip("mpilab.grading.measured")
+    assert pickle.loads(pickle.dumps(labs.check_ring_times)) is labs.check_ring_times
+    assert labs.check_ring_times.__code__.co_name == "check_ring_times"  # refusals name it
+    assert "cases" not in inspect.signature(labs.check_predict_held_out).parameters
+    assert inspect.signature(labs.check_predict_held_out).parameters["ranks"].default == 2

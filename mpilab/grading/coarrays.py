@@ -332,49 +332,7 @@ PUSH = Prediction(
                      f"{m['copy_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_push_us(push_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
-    β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
-
-    Parameters
-    ----------
-    push_us : callable
-        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float`` (µs).
-    cases : iterable of tuple
-        Made-up ``(n_bytes, tiny_push_us, copy_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`push_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
-        predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return PUSH.check(push_us, cases, ranks=ranks)
-
-
-def show_push(push_us: Callable, ranks: int = 4) -> None:
-    """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
-    (the first call measures them, a few seconds), beside ``push_us``'s prediction.
-
-    Parameters
-    ----------
-    push_us : callable
-        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return PUSH.show(push_us, ranks)
+check_push_us, show_push = PUSH.cells(
+    __name__, "check_push_us", "show_push", "push_us(n_bytes, tiny_push_us, copy_MBps)",
+    against="a push of 1 MiB (image 1 stores into image 2)",
+    shows="sync_all, a tiny push, a local copy and a push of 1 MiB")

@@ -194,51 +194,7 @@ EXCHANGE = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_exchange_us(exchange_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
-    ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
-    exchange measured just now.
-
-    Parameters
-    ----------
-    exchange_us : callable
-        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``
-        (µs).
-    cases : iterable of tuple
-        Made-up ``(nx, ny, dims, alpha_us, beta_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`exchange_now`'s measurement, with ``predicted_us`` and ``ratio``
-        (measured / predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return EXCHANGE.check(exchange_us, cases, ranks=ranks)
-
-
-def show_exchange_us(exchange_us: Callable, ranks: int = 4) -> None:
-    """Not graded: α, β and the course's exchange measured now (the first call measures
-    them, a few seconds), beside ``exchange_us``'s prediction.
-
-    Parameters
-    ----------
-    exchange_us : callable
-        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return EXCHANGE.show(exchange_us, ranks)
+check_exchange_us, show_exchange_us = EXCHANGE.cells(
+    __name__, "check_exchange_us", "show_exchange_us",
+    "exchange_us(nx, ny, dims, alpha_us, beta_MBps)", against="the course's exchange",
+    shows="α, β and the course's exchange")

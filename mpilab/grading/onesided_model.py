@@ -154,51 +154,7 @@ EPOCH = Prediction(
                      f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_epoch_us(epoch_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
-    ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
-    measured just now.
-
-    Parameters
-    ----------
-    epoch_us : callable
-        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``
-        (µs).
-    cases : iterable of tuple
-        Made-up ``(n_bytes, empty_epoch_us, beta_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`epoch_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
-        predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return EPOCH.check(epoch_us, cases, ranks=ranks)
-
-
-def show_epoch(epoch_us: Callable, ranks: int = 4) -> None:
-    """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
-    first call measures them, a few seconds), beside ``epoch_us``'s prediction.
-
-    Parameters
-    ----------
-    epoch_us : callable
-        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return EPOCH.show(epoch_us, ranks)
+check_epoch_us, show_epoch = EPOCH.cells(
+    __name__, "check_epoch_us", "show_epoch", "epoch_us(n_bytes, empty_epoch_us, beta_MBps)",
+    against="a Put + Fence epoch of 1 MiB (rank 0 puts into rank 1)",
+    shows="the empty epoch, β and a Put + Fence epoch of 1 MiB")
