@@ -159,7 +159,9 @@ def allgather_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): the allgathers span one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`); recursive doubling only a
+        power of two of them.
 
     Returns
     -------

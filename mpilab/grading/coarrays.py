@@ -94,16 +94,9 @@ def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 
     Parameters
     ----------
-    exchange : callable
-        The student's ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+    exchange, nx, ny, dims, steps, timeout
+        As for :func:`mpilab.grading.onesided.check_put` (the student's ``exchange(cart,
+        u)`` on ``py * px`` images; 20 s before it fails as stuck), whose harness runs it.
 
     Raises
     ------
@@ -122,16 +115,8 @@ def check_pull(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 
     Parameters
     ----------
-    exchange : callable
-        The student's ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+    exchange, nx, ny, dims, steps, timeout
+        As for :func:`check_push`.
 
     Raises
     ------
@@ -153,16 +138,10 @@ def check_segments(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
     ----------
     exchange : callable
         The student's fixed ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    nx, ny, dims, steps, timeout
+        As for :func:`check_push`.
     given : callable, optional
         The lab's given exchange, shown first with slow ranks (5 s timeout, not graded).
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
 
     Raises
     ------
@@ -282,7 +261,8 @@ def push_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): one image per core of these (:func:`~mpilab.grading.measured.measuring_ranks`)
+        make every ``sync_all``; image 1 pushes into image 2.
 
     Returns
     -------

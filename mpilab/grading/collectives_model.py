@@ -132,7 +132,8 @@ def bcast_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): the broadcasts span one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`).
 
     Returns
     -------

@@ -200,10 +200,8 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
     ----------
     probes : sequence of numpy.ndarray
         Rank by rank, the framed ``new`` after one step from the numbered grid.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`ghost_problems`.
 
     Returns
     -------

@@ -108,7 +108,8 @@ def epoch_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): one rank per core of these (:func:`~mpilab.grading.measured.measuring_ranks`)
+        make every Fence; rank 0 puts into rank 1.
 
     Returns
     -------
