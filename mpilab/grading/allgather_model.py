@@ -137,10 +137,9 @@ def reference_allgather_us(alg: str, ranks: int, block_bytes: float, alpha_us: f
         Number of ranks.
     block_bytes : float
         Bytes of each rank's block.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Each step's message costs α (µs) plus its bytes at β (MB/s): Hockney's
+        :class:`~mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------

@@ -184,10 +184,9 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     nbytes : int
         Bytes of the large push and of the copy (rounded down to whole doubles, at least
         one).
-    iters : int, optional
-        Calls per repetition (default 20).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` calls (default 20)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------

@@ -111,10 +111,9 @@ def reference_bcast_us(alg: str, ranks: int, n_bytes: float, alpha_us: float,
         Number of ranks.
     n_bytes : float
         Bytes broadcast.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Each message (the root's in turn, or a step of the tree) costs α (µs) plus
+        `n_bytes` at β (MB/s): Hockney's :class:`~mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------

@@ -68,10 +68,9 @@ def reference_message_us(n_bytes: float, alpha_us: float, beta_MBps: float) -> f
     ----------
     n_bytes : float
         Message size, in bytes.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Hockney's latency α (µs) and bandwidth β (MB/s), as in
+        :class:`mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------

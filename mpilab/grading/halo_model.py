@@ -42,10 +42,9 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
         The p ranks of the p × 1 process grid.
     nx, ny : int
         The grid: rows of `nx` doubles, `ny` rows split over the ranks.
-    iters : int, optional
-        Exchanges per repetition (default 10).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` exchanges (default 10)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------
@@ -102,10 +101,9 @@ def reference_exchange_us(nx: int, ny: int, dims: Sequence[int], alpha_us: float
         The grid.
     dims : (int, int)
         The process grid ``(py, px)``.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s (an edge of n doubles is 8 n bytes).
+    alpha_us, beta_MBps : float
+        Each edge's message costs α (µs) plus its bytes at β (MB/s), Hockney's
+        :class:`~mpilab.models.hockney.HockneyFit`; an edge of n doubles is 8 n bytes.
 
     Returns
     -------

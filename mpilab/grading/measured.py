@@ -487,7 +487,8 @@ def pingpong_now(ranks: int = 2) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
+        Ranks of the lab's cluster (default 2): ranks 0 and 1 ping-pong, the others of
+        the measuring ranks (:func:`measuring_ranks`) wait.
 
     Returns
     -------

@@ -45,10 +45,9 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
         Two ranks or more.
     nbytes : int
         Bytes of the Put (rounded down to whole doubles, at least one).
-    iters : int, optional
-        Epochs per repetition (default 20).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` epochs (default 20)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------
