@@ -278,8 +278,8 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
         ``allgather(comm, sendbuf, recvbuf)``.
     ranks : iterable of int
         The rank counts to check.
-    n : int
-        Float64 per block (each message must carry one block).
+    n : int, optional
+        Float64 per block (default 3; each message must carry one block).
     name, timeout
         As for :func:`mpilab.grading.collectives.check_bcast`.
 
@@ -302,14 +302,8 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     ----------
     allgather : callable
         ``allgather(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
-    n : int, optional
-        Float64 per block (default 3).
-    name : str, optional
-        What messages call `allgather` (its ``__name__`` by default).
-    timeout : float, optional
-        Seconds before a run fails as stuck (default 10).
+    ranks, n, name, timeout
+        As for :func:`check_ring_steps`.
 
     Returns
     -------

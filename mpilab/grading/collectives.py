@@ -174,7 +174,7 @@ def butterfly_steps(ranks: int) -> tuple[int, str]:
     Parameters
     ----------
     ranks : int
-        Number of ranks (1 or more).
+        Ranks of the allreduce (1 or more).
 
     Returns
     -------
@@ -246,8 +246,8 @@ def check_bcast_schedule(info: dict, ranks: int, root: int, *,
         One rank's :func:`bcast_harness` output (``schedule``, ``error``, ``untraced``).
     ranks, root : int
         Ranks and root of the run.
-    name : str
-        What messages call the function.
+    name : str, optional
+        What messages call the function (default "bcast_binomial").
 
     Returns
     -------
@@ -293,18 +293,15 @@ def check_allreduce_schedule(info: dict, ranks: int, *, name: str = "allreduce_b
 
     Parameters
     ----------
-    info : dict
-        One rank's :func:`allreduce_harness` output (``schedule``, ``error``,
-        ``untraced``).
-    ranks : int
-        Ranks of the run.
+    info, ranks
+        One rank's :func:`allreduce_harness` output, and the run's ranks.
     name : str, optional
         What messages call the function (default "allreduce_butterfly").
 
     Returns
     -------
     int
-        The steps it took.
+        The steps it took (at most :func:`butterfly_steps`).
 
     Raises
     ------

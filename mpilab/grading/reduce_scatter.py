@@ -200,14 +200,9 @@ def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int =
     ----------
     reduce_scatter : callable
         ``reduce_scatter(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
-    n : int, optional
-        Float64 per block (default 3).
-    name : str, optional
-        What messages call `reduce_scatter` (its ``__name__`` by default).
-    timeout : float, optional
-        Seconds before a case fails as stuck.
+    ranks, n, name, timeout
+        As for :func:`mpilab.grading.allgather.check_ring_steps` (`n` float64 per
+        block, 3 by default).
 
     Returns
     -------
