@@ -263,9 +263,8 @@ def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = 
         holds (:func:`block_problems`), with the messages step by step.
     """
     __tracebackhide__ = True
-    name = traced.label_of(allgather, name)
-    for p, n, dtype in traced.parse_cases(cases, "p n dtype", ("float64",)):
-        _allgather_run(allgather, p, n, dtype, name, timeout)
+    traced.check_cases(_allgather_run, allgather, cases, "p n dtype", ("float64",), name=name,
+                       timeout=timeout)
 
 
 def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,

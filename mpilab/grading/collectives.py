@@ -62,6 +62,7 @@ from mpilab.grading.collectives_model import (
     show_bcast_us,
 )
 from mpilab.grading.traced import (
+    check_cases,
     check_traced,
     expect_own_messages,
     expect_sendbuf_kept,
@@ -386,9 +387,8 @@ def check_bcast(bcast: Callable, cases: Iterable, *, name: str | None = None,
         buffer, ...), with the messages step by step and the ranks none reached.
     """
     __tracebackhide__ = True
-    name = label_of(bcast, name)
-    for p, n, root, dtype in parse_cases(cases, "p n root dtype", ("float64",)):
-        _bcast_run(bcast, p, n, root, dtype, name, timeout)
+    check_cases(_bcast_run, bcast, cases, "p n root dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_bcast_steps(bcast: Callable, cases: Iterable, *, name: str | None = None,
@@ -437,9 +437,8 @@ def check_allreduce(allreduce: Callable, cases: Iterable, *, name: str | None = 
         result is made of (:func:`sum_problems`) and the messages step by step.
     """
     __tracebackhide__ = True
-    name = label_of(allreduce, name)
-    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
-        _allreduce_run(allreduce, p, n, dtype, name, timeout)
+    check_cases(_allreduce_run, allreduce, cases, "p n dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_allreduce_steps(allreduce: Callable, ranks: Iterable[int], *,

@@ -28,10 +28,10 @@ import numpy as np
 from mpilab import grading, tracing
 from mpilab.grading.allgather_verdicts import check_ring_schedule
 from mpilab.grading.traced import (
+    check_cases,
     expect_sendbuf_kept,
     label_of,
     messages_hint,
-    parse_cases,
     ranks_text,
     run_traced,
     traced_steps,
@@ -184,9 +184,8 @@ def check_reduce_scatter(reduce_scatter: Callable, cases: Iterable, *,
         (:func:`block_problems`) and the messages step by step.
     """
     __tracebackhide__ = True
-    name = label_of(reduce_scatter, name)
-    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
-        _run(reduce_scatter, p, n, dtype, name, timeout)
+    check_cases(_run, reduce_scatter, cases, "p n dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int = 3,
