@@ -141,3 +141,16 @@ def test_the_cells_are_the_checks_under_the_labs_names(capsys, monkeypatch):
     assert labs.check_ring_times.__code__.co_name == "check_ring_times"  # refusals name it
     assert "cases" not in inspect.signature(labs.check_predict_held_out).parameters
     assert inspect.signature(labs.check_predict_held_out).parameters["ranks"].default == 2
+
+
+def test_the_unit_slips_of_a_fixed_part_plus_bytes_at_beta_are_named():
+    from mpilab.grading.prediction import unit_slips
+
+    n, fixed, beta = 1 << 20, 6.0, 40000.0
+    slips = unit_slips(fixed, n, beta, "β_copy")
+    right = fixed + n / beta
+    for got, said in ((fixed + 8 * n / beta, "n_bytes is already in bytes: n / β_copy."),
+                      (fixed + n / beta * 1e6, "1 MB/s is one byte per µs"),
+                      (fixed + n / beta / 1e6, "1 MB/s is one byte per µs")):
+        assert guessed(got, slips, "other").startswith(said)
+    assert guessed(right, slips, "other") == "other"

@@ -34,7 +34,7 @@ from mpilab import grading
 from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
 from mpilab.timing import best_us
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
@@ -260,8 +260,9 @@ def push_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4): one image per core of these (:func:`~mpilab.grading.measured.measuring_ranks`)
-        make every ``sync_all``; image 1 pushes into image 2.
+        Ranks of the lab's cluster (default 4): one image per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make every ``sync_all``;
+        image 1 pushes into image 2.
 
     Returns
     -------
@@ -283,9 +284,7 @@ def _push_hint(got, n: float, t: float, c: float) -> str:
                         "sync_all. Count it once."),
         (t + 2 * n / c, "The store copies the bytes once, straight into the other image's "
                         "block: one copy, not two."),
-        (t + 8 * n / c, "n_bytes is already in bytes: n / β_copy."),
-        (t + n / c * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
-        (t + n / c / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        *unit_slips(t, n, c, "β_copy"),
         (t, "The bytes take time too: n / β_copy."),
     ], "A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes and "
        "β_copy in MB/s).")

@@ -149,8 +149,8 @@ def exchange_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4): one rank per core of these (:func:`~mpilab.grading.measured.measuring_ranks`)
-        make the p × 1 process grid.
+        Ranks of the lab's cluster (default 4): one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make the p × 1 process grid.
 
     Returns
     -------

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from mpilab.buffers import doubles
 from mpilab.grading import measured
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
 from mpilab.timing import best_us
 
 __all__ = ["PREDICTION_TOLERANCE", "EPOCH_BYTES", "epoch_times", "reference_epoch_us",
@@ -107,8 +107,9 @@ def epoch_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4): one rank per core of these (:func:`~mpilab.grading.measured.measuring_ranks`)
-        make every Fence; rank 0 puts into rank 1.
+        Ranks of the lab's cluster (default 4): one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make every Fence; rank 0
+        puts into rank 1.
 
     Returns
     -------
@@ -126,9 +127,7 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
                 "empty epoch's time."),
         (2 * e + n / b, "The empty epoch is already both Fences (Fence(); Fence()): count "
                         "it once."),
-        (e + 8 * n / b, "n_bytes is already in bytes: n / β."),
-        (e + n / b * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
-        (e + n / b / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        *unit_slips(e, n, b),
         (e, "The Put's bytes take time too: n / β."),
         (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
     ], "An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, with n "

@@ -44,7 +44,7 @@ from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
 __all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
-           "ab_related", "guessed", "where", "shown"]
+           "ab_related", "guessed", "unit_slips", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -233,6 +233,31 @@ def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> s
         return "Return a number of µs."
     return next((text for value, text in guesses if math.isclose(got, value, rel_tol=1e-9)),
                 otherwise)
+
+
+def unit_slips(fixed: float, n: float, beta: float, beta_name: str = "β") -> list:
+    """The unit slips of a time ``fixed + n / β`` (n in bytes, β in MB/s, µs), as
+    :func:`guessed`'s guesses: n taken as doubles, and n / β scaled by 1e6 either way.
+
+    Parameters
+    ----------
+    fixed : float
+        The time's fixed part (µs).
+    n : float
+        The bytes.
+    beta : float
+        The bandwidth (MB/s).
+    beta_name : str, optional
+        What the hint calls the bandwidth ("β" by default; lab 04's is "β_copy").
+
+    Returns
+    -------
+    list of (float, str)
+        What each slip gives, and its hint.
+    """
+    return [(fixed + 8 * n / beta, f"n_bytes is already in bytes: n / {beta_name}."),
+            (fixed + n / beta * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+            (fixed + n / beta / 1e6, "1 MB/s is one byte per µs: n / β is already in µs.")]
 
 
 def where(m: dict) -> str:
