@@ -56,10 +56,9 @@ def reduce_scatter_harness(comm, reduce_scatter: Callable, n: int, dtype: str) -
     reduce_scatter : callable
         The student's ``reduce_scatter(comm, sendbuf, recvbuf)`` (a sum), called with a
         :class:`mpilab.tracing.TracingComm`; what it returns is ignored.
-    n : int
-        Elements per block (`recvbuf` has `n`, `sendbuf` ``p n``).
-    dtype : str
-        NumPy type of the buffers, e.g. ``"float64"``, ``"int32"``.
+    n, dtype : int, str
+        Elements per block (`recvbuf` has `n`, `sendbuf` ``p n``), and the buffers'
+        NumPy type, e.g. ``"float64"``, ``"int32"``.
 
     Returns
     -------
