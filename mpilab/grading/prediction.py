@@ -484,9 +484,8 @@ class Prediction:
         shows : str, optional
             What the try-it cell measures and prints beside the prediction.
         cases : tuple or None, optional
-            The made-up cases' default; none (the default) makes them a required
-            argument, None leaves the check without them (it grades the measurement
-            only, with :attr:`related`).
+            The made-up cases' default. Left out, the check requires them; None, the
+            check takes none (it grades the measurement only, with :attr:`related`).
         ranks : int, optional
             The default rank count, that of the lab's cluster (4 unless said).
         keys : str, optional
