@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -133,11 +134,14 @@ def runtime_doc(path: Path, qualname: str) -> str | None:
 
 def problems(fn, doc: str | None = None) -> list[str]:
     """What `fn`'s docstring (`doc`: its docstring at run time, where not in the source) lacks."""
-    doc = ast.get_docstring(fn) or doc
+    return doc_problems(ast.get_docstring(fn) or doc, parameters(fn), returns_value(fn))
+
+
+def doc_problems(doc: str | None, params: list[str], returns: bool) -> list[str]:
+    """What a docstring lacks for a function of `params` that `returns` a value or not."""
     if not doc:
         return ["no docstring"]
     found = []
-    params = parameters(fn)
     if params:
         body = section(doc, "Parameters")
         if body is None:
@@ -146,7 +150,7 @@ def problems(fn, doc: str | None = None) -> list[str]:
             missing = [p for p in params if p not in documented_names(body)]
             if missing:
                 found.append(f"Parameters does not name {', '.join(missing)}")
-    if returns_value(fn) and section(doc, "Returns") is None and section(doc, "Yields") is None:
+    if returns and section(doc, "Returns") is None and section(doc, "Yields") is None:
         found.append("no Returns section")
     return found
 
@@ -159,6 +163,33 @@ def test_public_functions_have_numpydoc_sections(module):
             doc = None if ast.get_docstring(fn) else runtime_doc(path, name)
             for p in problems(fn, doc):
                 bad.append(f"{path.relative_to(ROOT)}:{fn.lineno} {name}: {p}")
+    assert not bad, f"{len(bad)} gaps:\n" + "\n".join(bad)
+
+
+def made_functions(path: Path):
+    """(name, function) of each public function module `path` makes at import rather than
+    defines with ``def`` (a lab's ``check_X``, ``show_X``: ``Prediction.cells``)."""
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    defined = {n for n, _ in public_functions(path)}
+    module = importlib.import_module(name.removesuffix(".__init__"))
+    for attr, obj in vars(module).items():
+        if isinstance(obj, types.FunctionType) and not attr.startswith("_") \
+                and attr not in defined and obj.__module__ == module.__name__ \
+                and obj.__name__ == attr:
+            yield attr, obj
+
+
+@pytest.mark.parametrize("module", DOCUMENTED)
+def test_functions_made_at_import_have_numpydoc_sections(module):
+    bad = []
+    for path in module_files(module):
+        if path.name == "__main__.py":
+            continue
+        for name, fn in made_functions(path):
+            sig = inspect.signature(fn)
+            returns = sig.return_annotation not in (None, "None", inspect.Signature.empty)
+            for p in doc_problems(inspect.getdoc(fn), list(sig.parameters), returns):
+                bad.append(f"{path.relative_to(ROOT)} {name}: {p}")
     assert not bad, f"{len(bad)} gaps:\n" + "\n".join(bad)
 
 

@@ -138,6 +138,26 @@ def test_cases_are_checked_before_anything_runs():
         gc.parse_cases([(4,)], "p n dtype", ("float64",))
 
 
+def test_a_graded_functions_check_runs_every_case_with_its_defaults_and_label():
+    """traced.check_cases: the shape of check_bcast, check_allreduce, check_allgather and
+    check_reduce_scatter (the runner itself runs on ranks in the tests below)."""
+    from mpilab.grading.traced import check_cases
+
+    def bcast_mine(comm, buf, root):
+        pass
+
+    ran = []
+    check_cases(lambda f, *case: ran.append((f, *case)), bcast_mine,
+                [(4, 10, 1), (3, 7, 2, "int32")], "p n root dtype", ("float64",), name=None,
+                timeout=7)
+    assert ran == [(bcast_mine, 4, 10, 1, "float64", "bcast_mine", 7),
+                   (bcast_mine, 3, 7, 2, "int32", "bcast_mine", 7)]
+    with pytest.raises(ValueError, match="root 4 is not a rank of 4"):
+        check_cases(lambda *a: ran.append(a), bcast_mine, [(4, 10, 4)], "p n root dtype",
+                    ("float64",), name="b", timeout=1)
+    assert len(ran) == 2  # cases are checked before any runs
+
+
 # --------------------------------------------------------------------------------------
 # tampering: the module calls mpilab.grading at call time, and a reload undoes patches
 

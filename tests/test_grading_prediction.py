@@ -176,3 +176,50 @@ def test_lab01_bands_lie_between_the_right_model_and_alpha_twice():
     _lab01(ratio_small=1.12).check(reference, ranks=2)
     with pytest.raises(CheckFailed, match="counts α twice"):  # 2α + n/β: about half
         _lab01(ratio_small=1.19).check(lambda n, a, b: 2 * a + n / b, ranks=2)
+
+
+def test_the_cells_are_the_checks_under_the_labs_names(capsys, monkeypatch):
+    """``cells`` gives a lab's ``check_X`` and ``show_X``: the student's function under
+    its own name (a keyword too), the lab's defaults, the check's result, a module name
+    that pickles, and nothing shown while grading."""
+    import inspect
+    import pickle
+
+    check, show = made_up().cells(
+        __name__, "check_t_us", "show_t", "t_us(n, alpha_us, beta_MBps)",
+        against="a big message", shows="a big message", cases=((10, 1.0, 100.0),), ranks=3)
+    assert (check.__name__, show.__name__) == ("check_t_us", "show_t")
+    assert str(inspect.signature(check)).startswith("(t_us: collections.abc.Callable, cases")
+    assert "ranks: int = 3" in str(inspect.signature(check))
+    assert check(t_us=reference) == made_up().check(reference, [(10, 1.0, 100.0)], ranks=3)
+    assert check(reference, [], ranks=5)["asked"] == 5
+    with pytest.raises(CheckFailed, match="costs α"):
+        check(lambda n, a, b: n / b)  # the default cases
+    with pytest.raises(TypeError):
+        check(reference, [], 5)  # ranks is keyword-only, as the labs' checks had it
+    monkeypatch.delenv("MPILAB_GRADING", raising=False)
+    show(reference)
+    assert capsys.readouterr().out == "on 3: predicted      3.0 µs\n"
+    monkeypatch.setenv("MPILAB_GRADING", "1")  # the student's kernel while grading
+    assert show(reference) is None
+    assert capsys.readouterr().out.startswith("(not run while grading")
+
+    labs = pytest.importorskip("mpilab.grading.measured")
+    assert pickle.loads(pickle.dumps(labs.check_ring_times)) is labs.check_ring_times
+    assert labs.check_ring_times.__code__.co_name == "check_ring_times"  # refusals name it
+    held_out = pytest.importorskip("mpilab.grading.pingpong_model").check_predict_held_out
+    assert "cases" not in inspect.signature(held_out).parameters
+    assert inspect.signature(held_out).parameters["ranks"].default == 2
+
+
+def test_the_unit_slips_of_a_fixed_part_plus_bytes_at_beta_are_named():
+    from mpilab.grading.prediction import unit_slips
+
+    n, fixed, beta = 1 << 20, 6.0, 40000.0
+    slips = unit_slips(fixed, n, beta, "β_copy")
+    right = fixed + n / beta
+    for got, said in ((fixed + 8 * n / beta, "n_bytes is already in bytes: n / β_copy."),
+                      (fixed + n / beta * 1e6, "1 MB/s is one byte per µs"),
+                      (fixed + n / beta / 1e6, "1 MB/s is one byte per µs")):
+        assert guessed(got, slips, "other").startswith(said)
+    assert guessed(right, slips, "other") == "other"

@@ -263,9 +263,8 @@ def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = 
         holds (:func:`block_problems`), with the messages step by step.
     """
     __tracebackhide__ = True
-    name = traced.label_of(allgather, name)
-    for p, n, dtype in traced.parse_cases(cases, "p n dtype", ("float64",)):
-        _allgather_run(allgather, p, n, dtype, name, timeout)
+    traced.check_cases(_allgather_run, allgather, cases, "p n dtype", ("float64",), name=name,
+                       timeout=timeout)
 
 
 def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
@@ -278,8 +277,8 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
         ``allgather(comm, sendbuf, recvbuf)``.
     ranks : iterable of int
         The rank counts to check.
-    n : int
-        Float64 per block (each message must carry one block).
+    n : int, optional
+        Float64 per block (default 3; each message must carry one block).
     name, timeout
         As for :func:`mpilab.grading.collectives.check_bcast`.
 
@@ -302,14 +301,8 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     ----------
     allgather : callable
         ``allgather(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
-    n : int, optional
-        Float64 per block (default 3).
-    name : str, optional
-        What messages call `allgather` (its ``__name__`` by default).
-    timeout : float, optional
-        Seconds before a run fails as stuck (default 10).
+    ranks, n, name, timeout
+        As for :func:`check_ring_steps`.
 
     Returns
     -------

@@ -15,7 +15,7 @@ re-exports them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -137,10 +137,9 @@ def reference_allgather_us(alg: str, ranks: int, block_bytes: float, alpha_us: f
         Number of ranks.
     block_bytes : float
         Bytes of each rank's block.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Each step's message costs α (µs) plus its bytes at β (MB/s): Hockney's
+        :class:`~mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------
@@ -159,7 +158,9 @@ def allgather_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): the allgathers span one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`); recursive doubling only a
+        power of two of them.
 
     Returns
     -------
@@ -239,58 +240,11 @@ ALLGATHER = Prediction(
                      f"(1 KiB), measured just now on {where(m)}"))
 
 
-def check_allgather_us(allgather_us: Callable, cases: Iterable, *,
-                       ranks: int = 4) -> dict:
-    """``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)`` equals the model on
-    `cases` ((alg, p, n, α, β) tuples), and its predictions hold against the course's
-    compiled allgathers of 1 KiB blocks measured just now, each within
-    :data:`PREDICTION_TOLERANCE`. Returns the measurement with ``{alg}_predicted_us`` and
-    ``{alg}_ratio`` for every algorithm measured.
-
-    Parameters
-    ----------
-    allgather_us : callable
-        The student's model, ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps) ->
-        float`` (µs).
-    cases : iterable of tuple
-        Made-up ``(alg, p, block_bytes, alpha_us, beta_MBps)`` to compare it with the
-        model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`allgather_now`'s measurement, with ``{alg}_predicted_us`` (µs) and
-        ``{alg}_ratio`` (measured / predicted) per algorithm measured.
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or a measurement is outside
-        :data:`PREDICTION_TOLERANCE` times its prediction.
-    """
-    __tracebackhide__ = True
-    return ALLGATHER.check(allgather_us, cases, ranks=ranks)
-
-
-def show_allgather_us(allgather_us: Callable, ranks: int = 4) -> None:
-    """Not graded: α, β and the course's allgathers of 1 KiB blocks measured now (the
-    first call measures them, a few seconds), beside ``allgather_us``'s predictions; then
-    the same model for 1 MiB blocks with β from a ping-pong that resends one array and
-    from one that forwards what it received (:func:`mpilab.pingpong.forwarding_times`).
-
-    Parameters
-    ----------
-    allgather_us : callable
-        The student's model, ``allgather_us(alg, p, block_bytes, alpha_us, beta_MBps) ->
-        float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return ALLGATHER.show(allgather_us, ranks)
+check_allgather_us, show_allgather_us = ALLGATHER.cells(
+    __name__, "check_allgather_us", "show_allgather_us",
+    "allgather_us(alg, p, block_bytes, alpha_us, beta_MBps)",
+    against="each of the course's compiled allgathers of 1 KiB blocks",
+    shows=("α, β and the course's allgathers of 1 KiB blocks, then the same model for 1 MiB "
+           "blocks with β from a ping-pong that resends one array and from one that forwards "
+           "what it received (:func:`mpilab.pingpong.forwarding_times`),"),
+    keys="``{alg}_predicted_us`` and ``{alg}_ratio`` per algorithm measured")

@@ -91,10 +91,10 @@ def check_ring_schedule(info: dict, ranks: int, n: int, *, name: str = "allgathe
         One rank's :func:`allgather_harness` output.
     ranks, n : int
         Ranks, and elements per block.
-    name : str
-        What messages call the function.
-    itemsize : int
-        Bytes per element.
+    name : str, optional
+        What messages call the function (default "allgather_ring").
+    itemsize : int, optional
+        Bytes per element (default 8).
 
     Returns
     -------
@@ -128,19 +128,15 @@ def check_log_schedule(info: dict, ranks: int, n: int, *, name: str, itemsize: i
 
     Parameters
     ----------
-    info : dict
-        One rank's :func:`allgather_harness` output.
-    ranks, n : int
-        Ranks, and elements per block.
+    info, ranks, n, itemsize
+        As for :func:`check_ring_schedule`.
     name : str
-        What messages call the function.
-    itemsize : int, optional
-        Bytes per element (default 8).
+        What messages call the function (the student's, e.g. "allgather_bruck").
 
     Returns
     -------
     int
-        The steps it took.
+        The steps it took (at most ``ceil(log2 p)``).
 
     Raises
     ------

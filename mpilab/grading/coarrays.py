@@ -34,7 +34,7 @@ from mpilab import grading
 from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
 from mpilab.timing import best_us
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
@@ -94,16 +94,9 @@ def check_push(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 
     Parameters
     ----------
-    exchange : callable
-        The student's ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+    exchange, nx, ny, dims, steps, timeout
+        As for :func:`mpilab.grading.onesided.check_put` (the student's ``exchange(cart,
+        u)`` on ``py * px`` images; 20 s before it fails as stuck), whose harness runs it.
 
     Raises
     ------
@@ -122,16 +115,8 @@ def check_pull(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps:
 
     Parameters
     ----------
-    exchange : callable
-        The student's ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
+    exchange, nx, ny, dims, steps, timeout
+        As for :func:`check_push`.
 
     Raises
     ------
@@ -153,16 +138,10 @@ def check_segments(exchange: Callable, nx: int, ny: int, dims: Sequence[int], st
     ----------
     exchange : callable
         The student's fixed ``exchange(cart, u)``, run on every image.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` images.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    nx, ny, dims, steps, timeout
+        As for :func:`check_push`.
     given : callable, optional
         The lab's given exchange, shown first with slow ranks (5 s timeout, not graded).
-    timeout : float, optional
-        Seconds before the check fails as stuck (default 20: the slow ranks pause).
 
     Raises
     ------
@@ -205,10 +184,9 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
     nbytes : int
         Bytes of the large push and of the copy (rounded down to whole doubles, at least
         one).
-    iters : int, optional
-        Calls per repetition (default 20).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` calls (default 20)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------
@@ -282,7 +260,9 @@ def push_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): one image per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make every ``sync_all``;
+        image 1 pushes into image 2.
 
     Returns
     -------
@@ -304,9 +284,7 @@ def _push_hint(got, n: float, t: float, c: float) -> str:
                         "sync_all. Count it once."),
         (t + 2 * n / c, "The store copies the bytes once, straight into the other image's "
                         "block: one copy, not two."),
-        (t + 8 * n / c, "n_bytes is already in bytes: n / β_copy."),
-        (t + n / c * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
-        (t + n / c / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        *unit_slips(t, n, c, "β_copy"),
         (t, "The bytes take time too: n / β_copy."),
     ], "A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes and "
        "β_copy in MB/s).")
@@ -332,49 +310,7 @@ PUSH = Prediction(
                      f"{m['copy_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_push_us(push_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``push_us(n_bytes, tiny_push_us, copy_MBps)`` equals the model on `cases` ((n, tiny,
-    β_copy) tuples), and its prediction holds against a push of 1 MiB measured just now.
-
-    Parameters
-    ----------
-    push_us : callable
-        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float`` (µs).
-    cases : iterable of tuple
-        Made-up ``(n_bytes, tiny_push_us, copy_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`push_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
-        predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return PUSH.check(push_us, cases, ranks=ranks)
-
-
-def show_push(push_us: Callable, ranks: int = 4) -> None:
-    """Not graded: sync_all, a tiny push, a local copy and a push of 1 MiB measured now
-    (the first call measures them, a few seconds), beside ``push_us``'s prediction.
-
-    Parameters
-    ----------
-    push_us : callable
-        The student's model, ``push_us(n_bytes, tiny_push_us, copy_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return PUSH.show(push_us, ranks)
+check_push_us, show_push = PUSH.cells(
+    __name__, "check_push_us", "show_push", "push_us(n_bytes, tiny_push_us, copy_MBps)",
+    against="a push of 1 MiB (image 1 stores into image 2)",
+    shows="sync_all, a tiny push, a local copy and a push of 1 MiB")

@@ -62,6 +62,7 @@ from mpilab.grading.collectives_model import (
     show_bcast_us,
 )
 from mpilab.grading.traced import (
+    check_cases,
     check_traced,
     expect_own_messages,
     expect_sendbuf_kept,
@@ -174,7 +175,7 @@ def butterfly_steps(ranks: int) -> tuple[int, str]:
     Parameters
     ----------
     ranks : int
-        Number of ranks (1 or more).
+        Ranks of the allreduce (1 or more).
 
     Returns
     -------
@@ -246,8 +247,8 @@ def check_bcast_schedule(info: dict, ranks: int, root: int, *,
         One rank's :func:`bcast_harness` output (``schedule``, ``error``, ``untraced``).
     ranks, root : int
         Ranks and root of the run.
-    name : str
-        What messages call the function.
+    name : str, optional
+        What messages call the function (default "bcast_binomial").
 
     Returns
     -------
@@ -293,18 +294,15 @@ def check_allreduce_schedule(info: dict, ranks: int, *, name: str = "allreduce_b
 
     Parameters
     ----------
-    info : dict
-        One rank's :func:`allreduce_harness` output (``schedule``, ``error``,
-        ``untraced``).
-    ranks : int
-        Ranks of the run.
+    info, ranks
+        One rank's :func:`allreduce_harness` output, and the run's ranks.
     name : str, optional
         What messages call the function (default "allreduce_butterfly").
 
     Returns
     -------
     int
-        The steps it took.
+        The steps it took (at most :func:`butterfly_steps`).
 
     Raises
     ------
@@ -389,9 +387,8 @@ def check_bcast(bcast: Callable, cases: Iterable, *, name: str | None = None,
         buffer, ...), with the messages step by step and the ranks none reached.
     """
     __tracebackhide__ = True
-    name = label_of(bcast, name)
-    for p, n, root, dtype in parse_cases(cases, "p n root dtype", ("float64",)):
-        _bcast_run(bcast, p, n, root, dtype, name, timeout)
+    check_cases(_bcast_run, bcast, cases, "p n root dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_bcast_steps(bcast: Callable, cases: Iterable, *, name: str | None = None,
@@ -440,9 +437,8 @@ def check_allreduce(allreduce: Callable, cases: Iterable, *, name: str | None = 
         result is made of (:func:`sum_problems`) and the messages step by step.
     """
     __tracebackhide__ = True
-    name = label_of(allreduce, name)
-    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
-        _allreduce_run(allreduce, p, n, dtype, name, timeout)
+    check_cases(_allreduce_run, allreduce, cases, "p n dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_allreduce_steps(allreduce: Callable, ranks: Iterable[int], *,

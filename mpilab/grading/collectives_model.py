@@ -14,7 +14,7 @@ re-exports them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from mpilab import grading
@@ -111,10 +111,9 @@ def reference_bcast_us(alg: str, ranks: int, n_bytes: float, alpha_us: float,
         Number of ranks.
     n_bytes : float
         Bytes broadcast.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Each message (the root's in turn, or a step of the tree) costs α (µs) plus
+        `n_bytes` at β (MB/s): Hockney's :class:`~mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------
@@ -132,7 +131,8 @@ def bcast_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): the broadcasts span one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`).
 
     Returns
     -------
@@ -182,52 +182,8 @@ BCAST = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_bcast_us(bcast_us: Callable, cases: Iterable, *, ranks: int = 4) -> dict:
-    """``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)`` equals the model on `cases`
-    ((alg, p, n, α, β) tuples), and its predictions for both broadcasts on this machine
-    hold against the broadcasts measured just now.
-
-    Parameters
-    ----------
-    bcast_us : callable
-        The student's model, ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps) -> float``
-        (µs).
-    cases : iterable of tuple
-        Made-up ``(alg, p, n_bytes, alpha_us, beta_MBps)`` to compare it with the model
-        on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`bcast_now`'s measurement, with ``linear_predicted_us``, ``linear_ratio``,
-        ``binomial_predicted_us`` and ``binomial_ratio`` (measured / predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or a measurement is outside
-        :data:`PREDICTION_TOLERANCE` times its prediction.
-    """
-    __tracebackhide__ = True
-    return BCAST.check(bcast_us, cases, ranks=ranks)
-
-
-def show_bcast_us(bcast_us: Callable, ranks: int = 4) -> None:
-    """Not graded: α, β and both broadcasts measured now (the first call measures them, a
-    few seconds), beside ``bcast_us``'s predictions.
-
-    Parameters
-    ----------
-    bcast_us : callable
-        The student's model, ``bcast_us(alg, p, n_bytes, alpha_us, beta_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return BCAST.show(bcast_us, ranks)
+check_bcast_us, show_bcast_us = BCAST.cells(
+    __name__, "check_bcast_us", "show_bcast_us", "bcast_us(alg, p, n_bytes, alpha_us, beta_MBps)",
+    against="each of the two broadcasts of 1 MiB", shows="α, β and both broadcasts",
+    keys="``linear_predicted_us``, ``linear_ratio``, ``binomial_predicted_us`` and "
+         "``binomial_ratio``")

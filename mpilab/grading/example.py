@@ -68,10 +68,9 @@ def reference_message_us(n_bytes: float, alpha_us: float, beta_MBps: float) -> f
     ----------
     n_bytes : float
         Message size, in bytes.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s.
+    alpha_us, beta_MBps : float
+        Hockney's latency α (µs) and bandwidth β (MB/s), as in
+        :class:`mpilab.models.hockney.HockneyFit`.
 
     Returns
     -------
@@ -126,49 +125,7 @@ MESSAGE = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_message_us(message_us: Callable, cases=((0, 2.0, 1000.0), (1e6, 1.5, 5000.0)),
-                     *, ranks: int = 2) -> dict:
-    """``message_us(n, α, β)`` equals α + n / β on `cases`, and its prediction holds
-    against a message of 4 MiB measured just now.
-
-    Parameters
-    ----------
-    message_us : callable
-        The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
-    cases : iterable of tuple, optional
-        Made-up ``(n_bytes, alpha_us, beta_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`message_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
-        predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return MESSAGE.check(message_us, cases, ranks=ranks)
-
-
-def show_message(message_us: Callable, ranks: int = 2) -> None:
-    """Not graded: the message measured now beside ``message_us``'s prediction.
-
-    Parameters
-    ----------
-    message_us : callable
-        The student's model, ``message_us(n_bytes, alpha_us, beta_MBps) -> float`` (µs).
-    ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return MESSAGE.show(message_us, ranks)
+check_message_us, show_message = MESSAGE.cells(
+    __name__, "check_message_us", "show_message", "message_us(n_bytes, alpha_us, beta_MBps)",
+    against="a message of 4 MiB", shows="the message of 4 MiB", ranks=2,
+    cases=((0, 2.0, 1000.0), (1e6, 1.5, 5000.0)))

@@ -200,10 +200,8 @@ def step_problems(probes: Sequence[np.ndarray], nx: int, ny: int,
     ----------
     probes : sequence of numpy.ndarray
         Rank by rank, the framed ``new`` after one step from the numbered grid.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`ghost_problems`.
 
     Returns
     -------
@@ -271,10 +269,8 @@ def where_on(label: str, nx: int, ny: int, dims: Sequence[int]) -> str:
     ----------
     label : str
         What ran, e.g. "exchange".
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`ghost_problems`.
 
     Returns
     -------
@@ -294,10 +290,8 @@ def expect_heat(outs: Sequence[dict], where: str, nx: int, ny: int, dims: Sequen
         Rank by rank, the harness's output, with ``field`` (the rank's unframed block).
     where : str
         What the message calls the run (:func:`where_on`).
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`ghost_problems`.
     steps : int
         Heat steps the run made.
     hint : str
@@ -372,10 +366,8 @@ def heat_difference(outs: Sequence[dict], nx: int, ny: int, dims: Sequence[int],
     ----------
     outs : sequence of dict
         Rank by rank, the harness's output, with ``field`` (the rank's unframed block).
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``.
+    nx, ny, dims
+        As for :func:`ghost_problems`.
     steps : int
         Heat steps the run made.
 

@@ -42,10 +42,9 @@ def exchange_times(comm, nx: int, ny: int, iters: int = 10, reps: int = 7) -> di
         The p ranks of the p × 1 process grid.
     nx, ny : int
         The grid: rows of `nx` doubles, `ny` rows split over the ranks.
-    iters : int, optional
-        Exchanges per repetition (default 10).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` exchanges (default 10)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------
@@ -102,10 +101,9 @@ def reference_exchange_us(nx: int, ny: int, dims: Sequence[int], alpha_us: float
         The grid.
     dims : (int, int)
         The process grid ``(py, px)``.
-    alpha_us : float
-        Latency α, in µs.
-    beta_MBps : float
-        Bandwidth β, in MB/s (an edge of n doubles is 8 n bytes).
+    alpha_us, beta_MBps : float
+        Each edge's message costs α (µs) plus its bytes at β (MB/s), Hockney's
+        :class:`~mpilab.models.hockney.HockneyFit`; an edge of n doubles is 8 n bytes.
 
     Returns
     -------
@@ -151,7 +149,8 @@ def exchange_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make the p × 1 process grid.
 
     Returns
     -------
@@ -194,51 +193,7 @@ EXCHANGE = Prediction(
                      f"measured just now on {where(m)}"))
 
 
-def check_exchange_us(exchange_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``exchange_us(nx, ny, dims, alpha_us, beta_MBps)`` equals the model on `cases`
-    ((nx, ny, dims, α, β) tuples), and its prediction holds against the course's
-    exchange measured just now.
-
-    Parameters
-    ----------
-    exchange_us : callable
-        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``
-        (µs).
-    cases : iterable of tuple
-        Made-up ``(nx, ny, dims, alpha_us, beta_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`exchange_now`'s measurement, with ``predicted_us`` and ``ratio``
-        (measured / predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return EXCHANGE.check(exchange_us, cases, ranks=ranks)
-
-
-def show_exchange_us(exchange_us: Callable, ranks: int = 4) -> None:
-    """Not graded: α, β and the course's exchange measured now (the first call measures
-    them, a few seconds), beside ``exchange_us``'s prediction.
-
-    Parameters
-    ----------
-    exchange_us : callable
-        The student's model, ``exchange_us(nx, ny, dims, alpha_us, beta_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return EXCHANGE.show(exchange_us, ranks)
+check_exchange_us, show_exchange_us = EXCHANGE.cells(
+    __name__, "check_exchange_us", "show_exchange_us",
+    "exchange_us(nx, ny, dims, alpha_us, beta_MBps)", against="the course's exchange",
+    shows="α, β and the course's exchange")

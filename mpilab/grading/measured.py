@@ -462,51 +462,9 @@ RING = Prediction(
     expect_cases=_expect_ring_cases, shows=_ring_lines)
 
 
-def check_ring_times(ring_times_us: Callable, cases=((2, 10.0), (3, 2.5), (5, 1.0),
-                                                     (8, 40.0)),
-                     *, ranks: int = 4) -> dict:
-    """Lab 00: ``ring_times_us(p, hop_us)`` returns (lap, shift) = (p·hop, hop) on the
-    `cases`, and its prediction holds against a lap and a shift measured just now.
-
-    Parameters
-    ----------
-    ring_times_us : callable
-        The student's ``ring_times_us(p, hop_us)``, returning (lap, shift) in µs.
-    cases : sequence of (int, float), optional
-        (p, hop in µs) pairs the formula is checked on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        The measurement (:func:`ring_now`), with the predicted lap and shift (µs) and
-        measured / predicted ratios.
-
-    Raises
-    ------
-    CheckFailed
-        A case is wrong, or the prediction is outside :data:`RING_TOLERANCE` of the
-        measurement.
-    """
-    __tracebackhide__ = True
-    return RING.check(ring_times_us, cases, ranks=ranks)
-
-
-def show_ring_times(ring_times_us: Callable, ranks: int = 4) -> None:
-    """Not graded: the hop, lap and shift measured now (the first call measures them, a few
-    seconds), beside ``ring_times_us``'s predictions.
-
-    Parameters
-    ----------
-    ring_times_us : callable
-        The student's ``ring_times_us(p, hop_us)``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return RING.show(ring_times_us, ranks)
+#: Lab 00's test cell and try-it cell.
+check_ring_times, show_ring_times = RING.cells(
+    __name__, "check_ring_times", "show_ring_times", "ring_times_us(p, hop_us) -> (lap, shift)",
+    against="a lap and a shift of 1 MiB arrays", shows="the hop, lap and shift",
+    cases=((2, 10.0), (3, 2.5), (5, 1.0), (8, 40.0)),
+    keys="``predicted_lap_us``, ``lap_ratio``, ``predicted_shift_us`` and ``shift_ratio``")

@@ -198,12 +198,9 @@ def check_put(exchange: Callable, nx: int, ny: int, dims: Sequence[int], steps: 
     ----------
     exchange : callable
         The student's ``exchange(cart, u)``, run on every rank.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    nx, ny, dims, steps
+        The grid, the process grid ``(py, px)`` (the check runs on ``py * px`` ranks)
+        and the heat steps, as for :func:`mpilab.grading.halo.check_exchange`.
     name : str, optional
         What messages call `exchange`; its ``__name__`` by default.
     timeout : float, optional
@@ -243,12 +240,8 @@ def check_shared(setup: Callable, exchange: Callable, nx: int, ny: int, dims: Se
         the rank's framed block (rows + 2 by cols + 2, float64) inside it.
     exchange : callable
         The student's ``exchange(cart, win, u)``, run on every rank.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    nx, ny, dims, steps
+        As for :func:`check_put`.
     timeout : float, optional
         Seconds before the check fails as stuck (default 20).
 
@@ -290,12 +283,8 @@ def check_mailbox(exchange: Callable, nx: int, ny: int, dims: Sequence[int], ste
     ----------
     exchange : callable
         The student's fixed ``exchange(cart, u)``, run on every rank.
-    nx, ny : int
-        The grid.
-    dims : (int, int)
-        The process grid ``(py, px)``; the check runs on ``py * px`` ranks.
-    steps : int
-        Heat steps compared with :func:`mpilab.halo.serial_heat`.
+    nx, ny, dims, steps
+        As for :func:`check_put`.
     given : callable, optional
         The lab's given (broken) exchange, shown first with slow ranks (not graded).
     name : str, optional
@@ -365,12 +354,9 @@ def show_exchange(exchange: Callable, nx: int = 8, ny: int = 6, ranks: int | Non
     ----------
     exchange : callable
         The student's ``exchange(cart, u)``.
-    nx, ny : int, optional
-        The grid (default 8 × 6).
-    ranks : int, optional
-        Number of ranks; 4, or what `dims` holds, by default.
-    dims : (int, int), optional
-        The process grid ``(py, px)``.
+    nx, ny, ranks, dims
+        The grid (8 × 6), the rank count and the process grid ``(py, px)``, as for
+        :func:`mpilab.grading.halo.show_exchange`.
     blocks : bool, optional
         Print every rank's block, frame included (default True); the problems are
         printed either way.
@@ -418,18 +404,14 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable,
 
     Parameters
     ----------
-    nx, ny : int
-        The grid.
-    steps : int
-        Heat steps.
+    nx, ny, steps
+        The grid and the heat steps.
     exchange : callable
         The student's ``exchange(cart, u)``, or ``exchange(cart, win, u)`` with `setup`.
     setup : callable, optional
         The student's ``setup(cart, rows, cols) -> (win, u)``, for a shared window.
-    ranks : int, optional
-        Number of ranks; 4, or what `dims` holds, by default.
-    dims : (int, int), optional
-        The process grid ``(py, px)``.
+    ranks, dims
+        As for :func:`mpilab.grading.halo.show_exchange`.
     timeout : float, optional
         Seconds before the run counts as stuck (default 20).
 

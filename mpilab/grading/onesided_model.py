@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from mpilab.buffers import doubles
 from mpilab.grading import measured
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, where
+from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
 from mpilab.timing import best_us
 
 __all__ = ["PREDICTION_TOLERANCE", "EPOCH_BYTES", "epoch_times", "reference_epoch_us",
@@ -45,10 +45,9 @@ def epoch_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
         Two ranks or more.
     nbytes : int
         Bytes of the Put (rounded down to whole doubles, at least one).
-    iters : int, optional
-        Epochs per repetition (default 20).
-    reps : int, optional
-        Repetitions, of which the fastest counts (default 7).
+    iters, reps : int, optional
+        The fastest of `reps` (default 7) repetitions of `iters` epochs (default 20)
+        counts (:func:`mpilab.timing.best_us`).
 
     Returns
     -------
@@ -108,7 +107,9 @@ def epoch_now(ranks: int = 4) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
+        Ranks of the lab's cluster (default 4): one rank per core of these
+        (:func:`~mpilab.grading.measured.measuring_ranks`) make every Fence; rank 0
+        puts into rank 1.
 
     Returns
     -------
@@ -126,9 +127,7 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
                 "empty epoch's time."),
         (2 * e + n / b, "The empty epoch is already both Fences (Fence(); Fence()): count "
                         "it once."),
-        (e + 8 * n / b, "n_bytes is already in bytes: n / β."),
-        (e + n / b * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
-        (e + n / b / 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+        *unit_slips(e, n, b),
         (e, "The Put's bytes take time too: n / β."),
         (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
     ], "An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, with n "
@@ -154,51 +153,7 @@ EPOCH = Prediction(
                      f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
 
 
-def check_epoch_us(epoch_us: Callable, cases, *, ranks: int = 4) -> dict:
-    """``epoch_us(n_bytes, empty_epoch_us, beta_MBps)`` equals the model on `cases`
-    ((n, empty, β) tuples), and its prediction holds against a Put + Fence epoch of 1 MiB
-    measured just now.
-
-    Parameters
-    ----------
-    epoch_us : callable
-        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``
-        (µs).
-    cases : iterable of tuple
-        Made-up ``(n_bytes, empty_epoch_us, beta_MBps)`` to compare it with the model on.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    dict
-        :func:`epoch_now`'s measurement, with ``predicted_us`` and ``ratio`` (measured /
-        predicted).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When the model is wrong on a case, or the measurement is outside
-        :data:`PREDICTION_TOLERANCE` times the prediction.
-    """
-    __tracebackhide__ = True
-    return EPOCH.check(epoch_us, cases, ranks=ranks)
-
-
-def show_epoch(epoch_us: Callable, ranks: int = 4) -> None:
-    """Not graded: the empty epoch, β and a Put + Fence epoch of 1 MiB measured now (the
-    first call measures them, a few seconds), beside ``epoch_us``'s prediction.
-
-    Parameters
-    ----------
-    epoch_us : callable
-        The student's model, ``epoch_us(n_bytes, empty_epoch_us, beta_MBps) -> float``.
-    ranks : int, optional
-        Ranks of the lab's cluster (default 4); the measurement uses at most these.
-
-    Returns
-    -------
-    None
-        It prints; nothing while grading.
-    """
-    return EPOCH.show(epoch_us, ranks)
+check_epoch_us, show_epoch = EPOCH.cells(
+    __name__, "check_epoch_us", "show_epoch", "epoch_us(n_bytes, empty_epoch_us, beta_MBps)",
+    against="a Put + Fence epoch of 1 MiB (rank 0 puts into rank 1)",
+    shows="the empty epoch, β and a Put + Fence epoch of 1 MiB")

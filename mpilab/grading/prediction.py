@@ -13,7 +13,7 @@ and β), and the grade compares it twice:
 
 A lab declares its prediction as data, a :class:`Prediction`, and its notebook's
 ``check_X_us`` and ``show_X`` are the prediction's :meth:`~Prediction.check` and
-:meth:`~Prediction.show`::
+:meth:`~Prediction.show`, named and documented by :meth:`~Prediction.cells`::
 
     PUSH = Prediction(
         name="push_us", reference=reference_push_us, hint=_push_hint, now=push_now,
@@ -21,6 +21,9 @@ A lab declares its prediction as data, a :class:`Prediction`, and its notebook's
         parts=lambda m: [Part(what="a push of 1 MiB ...", measured_us=m["push_us"],
                               args=(m["nbytes"], m["tiny_push_us"], m["copy_MBps"]))],
         shows=_push_lines)
+    check_push_us, show_push = PUSH.cells(
+        __name__, "check_push_us", "show_push", "push_us(n_bytes, tiny_push_us, copy_MBps)",
+        against="a push of 1 MiB", shows="sync_all, a tiny push, a local copy and a push")
 
 How the measurement is made (once per grading session, on one rank per core) is
 :mod:`mpilab.grading.measured`'s; this module never measures.
@@ -28,7 +31,9 @@ How the measurement is made (once per grading session, on one rank per core) is
 
 from __future__ import annotations
 
+import inspect
 import math
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +44,7 @@ from .compare import _fmt, _is_num, _trusted, expect_close
 from .running import call_local, not_while_grading
 
 __all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
-           "ab_related", "guessed", "where", "shown"]
+           "ab_related", "guessed", "unit_slips", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
                "ns": "nanoseconds"}
@@ -231,6 +236,31 @@ def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> s
         return "Return a number of µs."
     return next((text for value, text in guesses if math.isclose(got, value, rel_tol=1e-9)),
                 otherwise)
+
+
+def unit_slips(fixed: float, n: float, beta: float, beta_name: str = "β") -> list:
+    """The unit slips of a time ``fixed + n / β`` (n in bytes, β in MB/s, µs), as
+    :func:`guessed`'s guesses: n taken as doubles, and n / β scaled by 1e6 either way.
+
+    Parameters
+    ----------
+    fixed : float
+        The time's fixed part (µs).
+    n : float
+        The bytes.
+    beta : float
+        The bandwidth (MB/s).
+    beta_name : str, optional
+        What the hint calls the bandwidth ("β" by default; lab 04's is "β_copy").
+
+    Returns
+    -------
+    list of (float, str)
+        What each slip gives, and its hint.
+    """
+    return [(fixed + 8 * n / beta, f"n_bytes is already in bytes: n / {beta_name}."),
+            (fixed + n / beta * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
+            (fixed + n / beta / 1e6, "1 MB/s is one byte per µs: n / β is already in µs.")]
 
 
 def where(m: dict) -> str:
@@ -440,3 +470,111 @@ class Prediction:
         if not_while_grading():
             return None
         self.shows(func, self.now(ranks), ranks)
+
+    def cells(self, module: str, check: str, show: str | None, calls: str, *, against: str,
+              shows: str = "", cases: Any = inspect.Parameter.empty, ranks: int = 4,
+              keys: str = "``predicted_us`` and ``ratio``") -> tuple[Callable, Callable | None]:
+        """The functions a lab's notebook calls: its test cell's ``check(func, cases, *,
+        ranks)`` (:meth:`check`) and its try-it cell's ``show(func, ranks)``
+        (:meth:`show`), named and documented for the lab.
+
+        Every lab's pair is this one pair with other words, so the words are data: the
+        functions take the student's function under :attr:`name` (as a keyword too),
+        and their numpydoc docstrings are written from the arguments below.
+
+        Parameters
+        ----------
+        module : str
+            The lab's checks module (its ``__name__``): where the functions are found
+            (help, pickling).
+        check, show : str
+            The two functions' names; `show` None for a lab without a try-it cell.
+        calls : str
+            The student's function as it is called, e.g. ``"push_us(n_bytes,
+            tiny_push_us, copy_MBps)"``; its arguments are what a made-up case holds.
+        against : str
+            What the prediction is graded against, measured just now ("a push of 1 MiB").
+        shows : str, optional
+            What the try-it cell measures and prints beside the prediction.
+        cases : tuple or None, optional
+            The made-up cases' default. Left out, the check requires them; None, the
+            check takes none (it grades the measurement only, with :attr:`related`).
+        ranks : int, optional
+            The default rank count, that of the lab's cluster (4 unless said).
+        keys : str, optional
+            The keys the check's result gives the predictions and ratios under, in words.
+
+        Returns
+        -------
+        (callable, callable or None)
+            The check and the show function (None where `show` is).
+        """
+        P = inspect.Parameter
+        lo, hi = self.tolerance
+        student = P(self.name, P.POSITIONAL_OR_KEYWORD, annotation=Callable)
+        made_up = ([] if cases is None else
+                   [P("cases", P.POSITIONAL_OR_KEYWORD, default=cases, annotation=Iterable)])
+        checks = inspect.Signature(
+            [student, *made_up, P("ranks", P.KEYWORD_ONLY, default=ranks, annotation=int)],
+            return_annotation=dict)
+        showing = inspect.Signature(
+            [student, P("ranks", P.POSITIONAL_OR_KEYWORD, default=ranks, annotation=int)],
+            return_annotation=None)
+        model = "prediction" if self.reference is None and self.expect_cases is None \
+            else "model"
+        func = (f"{self.name} : callable\n    The student's {model}, ``{calls}`` (µs).\n")
+        cluster = ("ranks : int, optional\n    Ranks of the lab's cluster (default "
+                   f"{ranks}); the measurement uses at most these.\n")
+        made = ("" if cases is None else
+                f"cases : iterable of tuple{', optional' * (cases is not P.empty)}\n"
+                f"    Made-up ``({calls.partition('(')[2].partition(')')[0]})`` to compare "
+                "it with the model on.\n")
+
+        def check_cell(*args: Any, **kwargs: Any) -> dict:
+            __tracebackhide__ = True
+            given = checks.bind(*args, **kwargs)
+            given.apply_defaults()
+            return self.check(given.arguments[self.name], given.arguments.get("cases", ()),
+                              ranks=given.arguments["ranks"])
+
+        def show_cell(*args: Any, **kwargs: Any) -> None:
+            given = showing.bind(*args, **kwargs)
+            given.apply_defaults()
+            return self.show(given.arguments[self.name], given.arguments["ranks"])
+
+        equals = "" if cases is None else "equals the model on `cases`, and then "
+        _named(check_cell, module, check, checks, _numpydoc(
+            f"``{calls}`` {equals}{against}, measured just now, must take {lo:g} to {hi:g} "
+            "times what it predicts from numbers measured in the same run.",
+            func + made + cluster,
+            f"dict\n    :func:`{self.now.__name__}`'s measurement, with {keys} (the "
+            "prediction in µs, and measured / predicted).\n",
+            "mpilab.grading.CheckFailed\n    When the model is wrong on a case, or a "
+            f"measurement is outside {lo:g} to {hi:g} times its prediction.\n"))
+        if show is None:
+            return check_cell, None
+        _named(show_cell, module, show, showing, _numpydoc(
+            f"Not graded: {shows} measured now (the first call measures them, a few "
+            f"seconds), beside ``{self.name}``'s prediction.", func + cluster,
+            "None\n    It prints; nothing while grading.\n"))
+        return check_cell, show_cell
+
+
+def _numpydoc(summary: str, parameters: str, returns: str, raises: str = "") -> str:
+    """A numpydoc docstring from its summary and its sections' bodies (unindented)."""
+    sections = [("Parameters", parameters), ("Returns", returns), ("Raises", raises)]
+    return "\n\n".join([textwrap.fill(summary, 88)] + [
+        f"{title}\n{'-' * len(title)}\n" + "\n".join(
+            textwrap.fill(line, 88, initial_indent="    ", subsequent_indent="    ")
+            if line.startswith("    ") else line for line in body.rstrip().splitlines())
+        for title, body in sections if body])
+
+
+def _named(func: Callable, module: str, name: str, signature: inspect.Signature,
+           doc: str) -> None:
+    """Make `func` module `module`'s `name` for help, introspection, pickling and the
+    names a traceback or a refusal (:mod:`mpilab.autograder.watch`) gives its frames."""
+    func.__module__, func.__name__, func.__qualname__ = module, name, name
+    func.__code__ = func.__code__.replace(co_name=name, co_qualname=name)
+    func.__signature__ = signature
+    func.__doc__ = doc

@@ -28,10 +28,10 @@ import numpy as np
 from mpilab import grading, tracing
 from mpilab.grading.allgather_verdicts import check_ring_schedule
 from mpilab.grading.traced import (
+    check_cases,
     expect_sendbuf_kept,
     label_of,
     messages_hint,
-    parse_cases,
     ranks_text,
     run_traced,
     traced_steps,
@@ -56,10 +56,9 @@ def reduce_scatter_harness(comm, reduce_scatter: Callable, n: int, dtype: str) -
     reduce_scatter : callable
         The student's ``reduce_scatter(comm, sendbuf, recvbuf)`` (a sum), called with a
         :class:`mpilab.tracing.TracingComm`; what it returns is ignored.
-    n : int
-        Elements per block (`recvbuf` has `n`, `sendbuf` ``p n``).
-    dtype : str
-        NumPy type of the buffers, e.g. ``"float64"``, ``"int32"``.
+    n, dtype : int, str
+        Elements per block (`recvbuf` has `n`, `sendbuf` ``p n``), and the buffers'
+        NumPy type, e.g. ``"float64"``, ``"int32"``.
 
     Returns
     -------
@@ -184,9 +183,8 @@ def check_reduce_scatter(reduce_scatter: Callable, cases: Iterable, *,
         (:func:`block_problems`) and the messages step by step.
     """
     __tracebackhide__ = True
-    name = label_of(reduce_scatter, name)
-    for p, n, dtype in parse_cases(cases, "p n dtype", ("float64",)):
-        _run(reduce_scatter, p, n, dtype, name, timeout)
+    check_cases(_run, reduce_scatter, cases, "p n dtype", ("float64",), name=name,
+                timeout=timeout)
 
 
 def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int = 3,
@@ -200,14 +198,9 @@ def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int =
     ----------
     reduce_scatter : callable
         ``reduce_scatter(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
-    n : int, optional
-        Float64 per block (default 3).
-    name : str, optional
-        What messages call `reduce_scatter` (its ``__name__`` by default).
-    timeout : float, optional
-        Seconds before a case fails as stuck.
+    ranks, n, name, timeout
+        As for :func:`mpilab.grading.allgather.check_ring_steps` (`n` float64 per
+        block, 3 by default).
 
     Returns
     -------

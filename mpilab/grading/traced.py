@@ -25,7 +25,7 @@ from typing import Any
 from mpilab import grading, tracing
 
 __all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explained", "label_of",
-           "check_traced", "parse_cases", "run_traced", "expect_sendbuf_kept",
+           "check_traced", "parse_cases", "check_cases", "run_traced", "expect_sendbuf_kept",
            "expect_own_messages", "traced_steps", "show_trace"]
 
 
@@ -219,6 +219,37 @@ def parse_cases(cases: Iterable, fields: str, defaults: tuple = ()) -> list[tupl
             raise ValueError(f"root {case[names.index('root')]!r} is not a rank of {p}")
         out.append(case)
     return out
+
+
+def check_cases(run: Callable, func: Callable, cases: Iterable, fields: str,
+                defaults: tuple = (), *, name: str | None, timeout: float) -> None:
+    """A graded function's check, case by case: ``run(func, *case, label, timeout)`` for
+    each of `cases` (:func:`parse_cases` of `fields` and `defaults`), `label` being what
+    messages call `func` (:func:`label_of`); `run` runs it on the case's ranks and fails
+    saying what is wrong.
+
+    Parameters
+    ----------
+    run : callable
+        ``run(func, *case, label, timeout)``: one case, checked (the lab's runner).
+    func : callable
+        The student's function.
+    cases, fields, defaults
+        As for :func:`parse_cases`.
+    name : str or None
+        What messages call `func`; its ``__name__`` when None.
+    timeout : float
+        Seconds before a case fails as stuck.
+
+    Raises
+    ------
+    mpilab.grading.CheckFailed
+        As `run` raises it, on the first case that fails.
+    """
+    __tracebackhide__ = True
+    label = label_of(func, name)
+    for case in parse_cases(cases, fields, defaults):
+        run(func, *case, label, timeout)
 
 
 def run_traced(harness: Callable, func: Callable, *args: Any, ranks: int, name: str,
