@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import validate
+from .. import runtime, validate
 from . import course as C
 
 BARS_S = {"correct": 20.0, "hostile": 60.0}
@@ -48,19 +48,6 @@ def _sandbox_facts() -> dict:
     return {"sandbox": "bubblewrap" if why is None else f"none ({why})",
             "as_root": os.geteuid() == 0, "cgroups": cg if os.geteuid() == 0 else None,
             "grader_ranks": POOL_RANKS}
-
-
-def _library() -> dict:
-    """The MPI library as a fresh process reports it (this one stays without MPI), at the
-    thread level the graders' ranks ask for (``funneled``, :mod:`mpilab.autograder.pool`)."""
-    import json
-    import subprocess
-
-    res = subprocess.run([sys.executable, "-c", "import json; from mpilab import runtime; "
-                          "print(json.dumps(runtime.library_info()))"],
-                         capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "MPI4PY_RC_THREAD_LEVEL": "funneled"})
-    return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
 def _known(labs: list[str]) -> None:
@@ -129,7 +116,8 @@ def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
                           f"{'' if rec['scores_as_expected'] else ' UNEXPECTED'}"
                           f"{'' if rec['within_bar'] else '  over the bar'}",
                           file=sys.stderr)
-    meta = context(ranks=_sandbox_facts()["grader_ranks"], library=_library())
+    meta = context(ranks=_sandbox_facts()["grader_ranks"],
+                   library=runtime.library_info_of_a_fresh_process("funneled"))
     meta.update(_sandbox_facts())
     meta["settings"] = {"labs": labs, "reps": reps, "bars_s": BARS_S}
     meta["command"] = " ".join(["python", "-m", "mpilab.bench", "autograde", *sys.argv[2:]])
@@ -219,7 +207,8 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
                   f"({60 * students / wall:.1f} per minute; p95 {records[-1]['p95_s']} s)"
                   f"{'' if records[-1]['scores_as_expected'] else ' UNEXPECTED SCORES'}",
                   file=sys.stderr)
-    meta = context(ranks=_sandbox_facts()["grader_ranks"], library=_library())
+    meta = context(ranks=_sandbox_facts()["grader_ranks"],
+                   library=runtime.library_info_of_a_fresh_process("funneled"))
     meta.update(_sandbox_facts())
     meta["settings"] = {"labs": labs, "students": students, "jobs": jobs,
                         "hostile_every": 5, "class_bars_s_for_30": CLASS_BARS_S}

@@ -34,26 +34,12 @@ from __future__ import annotations
 
 import sys
 
-from .. import validate
+from .. import runtime, validate
 from ..autograder import reserve
 from . import finish, parser
 
 DEFAULT_LABS = ["lab00-mpi-basics", "lab01-pingpong", "lab02-halo", "lab03-one-sided",
                 "lab04-coarrays", "lab05-collectives", "lab06-allgather"]
-
-
-def _library() -> dict:
-    """The MPI library as a fresh process reports it (this one stays without MPI), at the
-    thread level the graders' ranks ask for (``funneled``, :mod:`mpilab.autograder.pool`)."""
-    import json
-    import os
-    import subprocess
-
-    res = subprocess.run([sys.executable, "-c", "import json; from mpilab import runtime; "
-                          "print(json.dumps(runtime.library_info()))"],
-                         capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "MPI4PY_RC_THREAD_LEVEL": "funneled"})
-    return json.loads(res.stdout) if res.returncode == 0 else {}
 
 
 def cells(lab: str) -> dict[str, str]:
@@ -137,7 +123,7 @@ def measure(labs: list[str], repeats: int, busy: int, note: str | None,
         facts, records = error_rates.run(labs, code, repeats, busy, progress=progress)
     made = [v for r in records if r["kind"] == "measurement" for v in r["values"].values()
             if isinstance(v, dict)]
-    meta = context(library=_library())
+    meta = context(library=runtime.library_info_of_a_fresh_process("funneled"))
     meta.update(facts)
     meta["oversubscribed"] = any(v.get("oversubscribed") for v in made)
     meta["measuring_ranks"] = sorted({v["ranks"] for v in made if "ranks" in v})

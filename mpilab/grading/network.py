@@ -133,11 +133,8 @@ def reference_predict_ms(schedule: Sequence[dict], hosts: Sequence, alpha_us: fl
 
     Parameters
     ----------
-    schedule : sequence of dict
-        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
-        from 1.
-    hosts : sequence
-        The node of each rank, rank ``r`` at index ``r``.
+    schedule, hosts : sequence
+        As for :func:`reference_loads`: the traced schedule and each rank's node.
     alpha_us : float
         The link's latency α, in µs.
     beta_MBps : float

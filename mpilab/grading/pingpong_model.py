@@ -62,7 +62,8 @@ def pingpong_now(ranks: int = 2) -> dict:
     Parameters
     ----------
     ranks : int, optional
-        Ranks of the lab's cluster (default 2); the measurement uses at most these.
+        Ranks of the lab's cluster (default 2): ranks 0 and 1 send the messages, any
+        others of :func:`~mpilab.grading.measured.measuring_ranks` wait.
 
     Returns
     -------

@@ -319,10 +319,8 @@ def fit_cache_betas(sizes_bytes, times_us, cache_bytes: int, *,
 
     Parameters
     ----------
-    sizes_bytes : array_like
-        Message sizes in bytes (>= 0); sizes may repeat.
-    times_us : array_like
-        One-way times in µs (> 0), one per size.
+    sizes_bytes, times_us : array_like
+        As for :func:`fit_hockney`: sizes in bytes and one-way times in µs, one per size.
     cache_bytes : int
         Size of the cache, in bytes (the last level's:
         :func:`mpilab.runtime.last_level_cache`).

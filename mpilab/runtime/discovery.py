@@ -172,6 +172,31 @@ def library_info() -> dict:
     }
 
 
+def library_info_of_a_fresh_process(thread_level: str = "funneled") -> dict:
+    """:func:`library_info` as a fresh Python process reports it, MPI asked for at
+    `thread_level`: for a process that must stay without MPI itself (a bench that starts
+    graders) yet label its results with the library their ranks load.
+
+    Parameters
+    ----------
+    thread_level : str, optional
+        The level the fresh process's mpi4py asks for (``MPI4PY_RC_THREAD_LEVEL``); default
+        ``"funneled"``, the graders' ranks' (:mod:`mpilab.autograder.pool`).
+
+    Returns
+    -------
+    dict
+        What :func:`library_info` returned there; empty when the process failed.
+    """
+    import json
+
+    res = subprocess.run([sys.executable, "-c", "import json; from mpilab import runtime; "
+                          "print(json.dumps(runtime.library_info()))"],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "MPI4PY_RC_THREAD_LEVEL": thread_level})
+    return json.loads(res.stdout) if res.returncode == 0 else {}
+
+
 def _launcher_family_of_tool(path: str, base: str) -> str:
     """Which library an environment's mpicc/mpiexec belongs to (by the files beside it)."""
     bindir = os.path.dirname(path)
