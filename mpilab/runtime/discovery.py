@@ -141,7 +141,8 @@ def library_info() -> dict:
         ``mpi4py_version`` and ``thread_level``: the level ``MPI_Init_thread`` provided
         to this process (``MPI_Query_thread``: ``single``, ``funneled``, ``serialized``
         or ``multiple``; the cluster's engines ask for ``funneled``, the benchmarks'
-        jobs for ``single``, :func:`mpilab.runtime.launch`).
+        jobs for ``single``, :func:`mpilab.runtime.launch`; None where MPI is not
+        running, as in the doctor's probe, which does not start it).
     """
     from mpi4py import MPI
 
@@ -166,9 +167,12 @@ def library_info() -> dict:
         "mpi_library_version": first,
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi4py_version": mpi4py.__version__,
-        "thread_level": {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-                         MPI.THREAD_SERIALIZED: "serialized",
-                         MPI.THREAD_MULTIPLE: "multiple"}[MPI.Query_thread()],
+        # MPI_Query_thread is erroneous before MPI_Init (Open MPI 5 raises): the doctor
+        # asks for the library's name without starting MPI
+        "thread_level": ({MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+                          MPI.THREAD_SERIALIZED: "serialized",
+                          MPI.THREAD_MULTIPLE: "multiple"}[MPI.Query_thread()]
+                         if MPI.Is_initialized() and not MPI.Is_finalized() else None),
     }
 
 
