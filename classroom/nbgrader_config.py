@@ -13,4 +13,5 @@ c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
 c.CourseDirectory.groupshared = True
 c.ExchangeFactory.submit = "mpilab.autograder.exchange.PrivateSubmit"
 c.ExchangeFactory.release_feedback = "mpilab.autograder.exchange.PrivateReleaseFeedback"
-# appended by scripts/classroom.sh: c.CourseDirectory.course_id, c.Exchange.root
+# appended by scripts/classroom.sh: c.CourseDirectory.course_id, and c.Exchange.root as
+# $MPILAB_EXCHANGE (the hub sets it for every user's server) or else the class's exchange

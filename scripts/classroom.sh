@@ -231,8 +231,12 @@ make_exchange() {
   chmod 3773 "$EXCHANGE/$COURSE_ID/inbound"
   chmod 2771 "$EXCHANGE/$COURSE_ID/feedback"
   mkdir -p "$VENV/etc/jupyter"
+  # The exchange: what the user's server says ($MPILAB_EXCHANGE, set by the hub for every
+  # server, so its terminals and kernels have it too), else this class's. Two classes that
+  # share a venv (MPILAB_CLASSROOM_VENV) each keep their own exchange that way.
   { cat classroom/nbgrader_config.py
-    printf 'c.CourseDirectory.course_id = "%s"\nc.Exchange.root = "%s"\n' "$COURSE_ID" "$EXCHANGE"
+    printf 'c.CourseDirectory.course_id = "%s"\n' "$COURSE_ID"
+    printf 'c.Exchange.root = __import__("os").environ.get("MPILAB_EXCHANGE") or "%s"\n' "$EXCHANGE"
   } > "$VENV/etc/jupyter/nbgrader_config.py.new"
   mv "$VENV/etc/jupyter/nbgrader_config.py.new" "$VENV/etc/jupyter/nbgrader_config.py"
   chmod 644 "$VENV/etc/jupyter/nbgrader_config.py"

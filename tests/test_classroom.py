@@ -63,7 +63,8 @@ def as_user(login: str, *cmd: str, cwd: str | Path | None = None,
     """`cmd` as `login` (runuser), in a clean environment with the class's Python."""
     home = pwd.getpwnam(login).pw_dir
     env = ["env", "-i", f"HOME={home}", f"USER={login}", "LANG=C.UTF-8",
-           f"PATH={VENV}/bin:/usr/local/bin:/usr/bin:/bin"]
+           f"PATH={VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+           f"MPILAB_EXCHANGE={STATE / 'exchange'}"]  # as in a terminal of their server
     return subprocess.run(["runuser", "-u", login, "--", *env, *cmd], capture_output=True,
                           text=True, cwd=cwd or home, timeout=timeout)
 

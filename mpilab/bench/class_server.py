@@ -153,7 +153,8 @@ class Classroom:
         """
         home = pwd.getpwnam(login).pw_dir
         env = ["env", "-i", f"HOME={home}", f"USER={login}", "LANG=C.UTF-8",
-               f"PATH={self.venv}/bin:/usr/local/bin:/usr/bin:/bin"]
+               f"PATH={self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
+               f"MPILAB_EXCHANGE={self.state / 'exchange'}"]  # as in their server's terminal
         return subprocess.run(["runuser", "-u", login, "--", *env, *cmd], capture_output=True,
                               text=True, cwd=cwd or home, timeout=timeout)
 

@@ -203,8 +203,11 @@ def one_student(klass: Classroom, name: str, lecture: dict, answers: dict[str, s
     try:
         student.log_in(klass.passwords[name])
         out["server_start_s"] = round(student.start_server(), 3)
-        student.write_notebook(f"{LECTURE}.md", lecture)  # MyST, as the course has it
-        runs = run_notebook(student, f"{LECTURE}.md", lecture, cell_timeout, "lecture 00", out)
+        # in the student's own copy of the course (~/mpilab, the students' edition), where
+        # its cells find the course's reference data, as a student opens it
+        where = f"mpilab/lectures/{LECTURE}.md"
+        student.write_notebook(where, lecture)  # MyST, as the course has it
+        runs = run_notebook(student, where, lecture, cell_timeout, "lecture 00", out)
         out["cell_s"] += [r.seconds for r in runs]
         student.assignment("fetch", COURSE, LAB)
         path = f"{LAB}/{LAB}.ipynb"

@@ -275,6 +275,14 @@ def _teardown(fid: str, namespaces: list[str], bridge: str | None) -> None:
                 break
             time.sleep(0.05)
         _run(["ip", "netns", "delete", ns], check=False)
+    # A namespace's veths go when the kernel destroys it, which it does later, on a
+    # workqueue (seen still there under load right after `ip netns delete`): the host's
+    # ends (the switch ports) are deleted here, which takes each pair with it.
+    ports = re.compile(rf"^{PREFIX}{fid}h\d+$")
+    for line in _run(["ip", "-o", "link", "show"], check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if ports.match(name):
+            _run(["ip", "link", "delete", name], check=False)
     if bridge:
         _run(["ip", "link", "delete", bridge], check=False)
     shutil.rmtree(STATE / fid, ignore_errors=True)
