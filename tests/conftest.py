@@ -77,8 +77,6 @@ SPLIT_MODULES = {"test_grading_hostile"}
 # The longest groups start first (seconds side by side, roughly): a phase ends with its
 # longest worker.
 LONG_FIRST = ["test_grading_hostile::test_every_lab_survives_its_hostile_submission",
-              # a class each: accounts, the class's venv and edition checked, a hub, servers
-              "test_classroom", "test_classroom_term", "test_classroom_limits",
               "lecture-04", "test_lab07", "lectures-05-06",
               "test_labs", "test_lab05_06", "test_coarrays", "test_lab03", "test_lab04",
               "test_lab02", "lecture-03", "test_lab06_simulated", "test_netlab",
