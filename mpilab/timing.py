@@ -28,7 +28,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 
 import numpy as np
 
@@ -114,22 +113,11 @@ CI_LEVEL = 0.95
 def _order_index(n: int, level: float) -> tuple[int, float] | None:
     """The largest k with P(B <= k - 1) <= (1 - level) / 2, B ~ Binomial(n, 1/2), and the
     coverage 1 - 2 P(B <= k - 1) of [x(k), x(n-k+1)]; None when even k = 1 falls short."""
-    if n > 1000:  # exact sums of binomial coefficients grow as n^2: scipy's cdf instead
-        from scipy.stats import binom
+    from scipy.stats import binom
 
-        cdf2 = 2 * binom.cdf(np.arange(n // 2 + 1), n, 0.5)
-        k = int(np.count_nonzero(cdf2 <= 1 - level))  # cdf2 increases with the index
-        return (k, float(1 - cdf2[k - 1])) if k else None
-    alpha = Fraction(1) - Fraction(level).limit_denominator(10**6)
-    total, cdf, k = 2**n, 0, 0
-    while True:
-        nxt = cdf + math.comb(n, k)  # P(B <= k) * 2^n
-        if 2 * nxt > alpha * total or k + 1 > n - k:
-            break
-        cdf, k = nxt, k + 1
-    if k == 0:
-        return None
-    return k, float(1 - Fraction(2 * cdf, total))
+    cdf2 = 2 * binom.cdf(np.arange((n + 1) // 2), n, 0.5)  # 2 P(B <= j), j < n - j
+    k = int(np.count_nonzero(cdf2 <= 1 - level))  # cdf2 increases with the index
+    return (k, float(1 - cdf2[k - 1])) if k else None
 
 
 def median_ci(times_s: Sequence[float], level: float = CI_LEVEL) -> dict | None:
