@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -93,6 +95,7 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
         A cell raised (and is not tagged ``raises-exception``) or timed out. The
         notebook executed so far is attached as ``exc.notebook``.
     """
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
     path = Path(path).resolve()
@@ -101,7 +104,15 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
     kernel_env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
     kernel_env.update(env or {})
     kernel_env["MPILAB_NOTEBOOK"] = str(path)
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+    # the kernel talks over Unix sockets in a folder of its own: over tcp, jupyter_client
+    # picks free ports and closes them before the kernel binds them, and notebooks run side
+    # by side (tests, graders) can take each other's ports meanwhile ("Address already in
+    # use"; the kernel dies before it replies)
+    sockets = tempfile.mkdtemp(prefix="mpilab-kernel-")
+    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc",
+                            ip=os.path.join(sockets, "kernel"),
+                            connection_file=os.path.join(sockets, "kernel.json"))
+    client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                             interrupt_on_timeout=True, allow_errors=False,
                             record_timing=True,
                             resources={"metadata": {"path": str(path.parent)}})
@@ -115,6 +126,7 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
             pass
         raise
     finally:
+        shutil.rmtree(sockets, ignore_errors=True)
         killed = cluster.kill_cluster_processes(cid)
         # emulated nodes the kernel left up: it is gone, so they are stale
         stale = netlab.remove_stale() if netlab.available() is None else []

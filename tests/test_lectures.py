@@ -10,6 +10,7 @@ as text, and no process of the lecture's cluster may outlive the run.
 """
 
 import json
+import os
 import re
 
 import pytest
@@ -482,6 +483,22 @@ def test_runner_kills_the_cluster_of_a_dead_kernel(tmp_path, where):
         for ip in (["ip", "netns", "list"], ["ip", "-o", "link", "show"]):
             out = subprocess.run(ip, capture_output=True, text=True).stdout
             assert fid not in out, out
+
+
+def test_runner_kernels_use_unix_sockets_of_their_own(tmp_path):
+    """The runner's kernel talks over Unix sockets in a folder of its own, removed after
+    the run: no tcp ports to lose to a notebook run beside it."""
+    path = tmp_path / "sockets.md"
+    path.write_text(NOTEBOOK.format(cell=(
+        "import os\n"
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "app = IPKernelApp.instance()\n"
+        "print(app.transport, os.path.dirname(app.abs_connection_file))")))
+    nb = notebooks.execute(path, timeout=60)
+    transport, folder = text_of(code_cells(nb)[0]).split()
+    assert transport == "ipc"
+    assert os.path.basename(folder).startswith("mpilab-kernel-")
+    assert not os.path.exists(folder)
 
 
 def test_runner_interrupts_a_cell_past_its_timeout(tmp_path):

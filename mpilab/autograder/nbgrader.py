@@ -132,6 +132,12 @@ class IsolatedExecute(Execute):
         box.save(os.path.join(scratch, "sandbox.json"))
         cfg = {"sandbox": os.path.join(scratch, "sandbox.json"), "home": self._home,
                "pool": self._pool, "build": self._build, "exports": self._exports}
+        # the grader's kernel talks over Unix sockets in a folder only the grader may enter:
+        # over tcp, jupyter_client picks free ports and closes them before the kernel binds,
+        # and a grading beside it can take one meanwhile ("Address already in use", the
+        # kernel dies before kernel_info: seen in CI with 3 gradings side by side)
+        self._grader_ipc = os.path.join(scratch, "grader-ipc")
+        os.mkdir(self._grader_ipc, 0o700)
         self._config_path = os.path.join(scratch, "grader.json")
         Path(self._config_path).write_text(json.dumps(cfg))
         os.chmod(self._config_path, 0o600)
@@ -160,7 +166,9 @@ class IsolatedExecute(Execute):
     def _start_grader(self, resources) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "MPILAB_NOTEBOOK"))}
         env.update({ENV: self._config_path, "PYTHONSAFEPATH": "1", "MPLBACKEND": "Agg"})
-        km = AsyncKernelManager(kernel_name="python3", config=self.config)
+        km = AsyncKernelManager(kernel_name="python3", config=self.config, transport="ipc",
+                                ip=os.path.join(self._grader_ipc, "kernel"),
+                                connection_file=os.path.join(self._grader_ipc, "kernel.json"))
         self._gclient = NotebookClient(
             self.nb, km=km, timeout=self.test_timeout, allow_errors=True,
             interrupt_on_timeout=True, raise_on_iopub_timeout=False, record_timing=False,
