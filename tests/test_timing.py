@@ -75,3 +75,38 @@ def test_bad_arguments_are_python_errors(lab):
     with pytest.raises(cluster.RankError, match="sizes must be >= 0"):
         pingpong.pingpong(lab, [-8])
     assert lab.healthy()
+
+
+def _one_way_beside(busy: int) -> dict:
+    import json
+    import sys
+    from pathlib import Path
+
+    from mpilab import jobs, runtime
+
+    script = Path(__file__).parent / "mpi" / "one_way_beside_load.py"
+    spin = [sys.executable, "-c", "while True: pass"]
+    if busy:
+        with jobs.Job(runtime.launch(busy), spin):
+            res = jobs.run(runtime.launch(2), [sys.executable, str(script)], timeout=120)
+    else:
+        res = jobs.run(runtime.launch(2), [sys.executable, str(script)], timeout=120)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.measures
+def test_one_way_times_of_big_messages_hold_beside_busy_processes():
+    """Lab 01's grader measures 4 MiB beside whatever else runs: a repetition short
+    enough to fit in a time slice keeps its best as it is alone, where 10 round trips a
+    repetition are cut by the scheduler every time (on the course's 2-core VM, 2026-11-28:
+    4 MiB 277-301 µs alone and 283-297 beside 2 busy processes; with 10 round trips a
+    repetition 293-316 alone, 496-505 beside). Measured alone and beside in one test."""
+    alone, beside = _one_way_beside(0), _one_way_beside(2)
+    big = 1  # 4 MiB
+    assert beside["course"][big] < 1.3 * alone["course"][big], (alone, beside)
+    # the test can fail: the fixed repetitions do slow down beside the load (it has
+    # cores to share: 2 ranks and 2 busy processes on at most 2 cores)
+    from mpilab import runtime
+
+    if runtime.usable_cores() <= 2:
+        assert beside["fixed"][big] > 1.3 * beside["course"][big], (alone, beside)

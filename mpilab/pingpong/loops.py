@@ -330,11 +330,24 @@ def forwarding_times(comm, nbytes: int = 1 << 20, reps: int = 15, *,
     return {**got, "nbytes": int(nbytes), "ranks": p}
 
 
+#: A repetition of :func:`one_way_times` sends at most this many bytes each way: a
+#: repetition that lasts longer than a scheduler's time slice is cut by it whenever other
+#: processes share the cores, and then every repetition is, and the best is no better.
+#: On the course's 2-core VM beside 2 busy processes (2026-11-28), 10 round trips of 4 MiB
+#: a repetition gave 507-515 µs one way against 300-322 alone; one round trip a
+#: repetition gave 308-315 µs beside them, as alone.
+REP_BYTES = 1 << 20
+
+
 def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
-    """On every rank of `comm`: the one-way time (µs, half a round trip, the best of
-    `reps`) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
+    """On every rank of `comm`: the one-way time (µs, half a round trip, the best of the
+    repetitions) of each of `sizes` bytes between ranks 0 and 1, with ``Send``/``Recv`` of
     NumPy arrays as the labs' own code sends, on memory of one kind
     (:func:`mpilab.buffers.doubles`), timed by :func:`mpilab.timing.best_us`.
+
+    A size of more than :data:`REP_BYTES` / `iters` bytes times fewer round trips a
+    repetition (down to one, so that a repetition stays short) in more repetitions (up to
+    three times `reps`, about as many round trips in all).
 
     Parameters
     ----------
@@ -343,18 +356,21 @@ def one_way_times(comm, sizes, iters: int = 10, reps: int = 7) -> dict:
     sizes : sequence of int
         Message sizes, bytes (multiples of 8).
     iters, reps : int, optional
-        Round trips timed back to back per repetition, and repetitions (defaults 10
-        and 7).
+        Round trips timed back to back per repetition, and repetitions, of the small
+        sizes (defaults 10 and 7).
 
     Returns
     -------
     dict
         ``sizes`` (bytes) and ``t_us``: the one-way time of each, µs.
     """
+    iters, reps = validate.count(iters, "iters"), validate.count(reps, "reps")
 
     def one_way(nbytes: int) -> float:
         out, into = doubles(nbytes // 8), doubles(nbytes // 8, 0.0)
-        return best_us(comm, round_trip(comm, out, into), iters, reps) / 2
+        k = max(1, min(iters, REP_BYTES // max(nbytes, 1)))
+        r = min(3 * reps, -(-iters * reps // k))
+        return best_us(comm, round_trip(comm, out, into), k, r) / 2
 
     return {"sizes": [int(n) for n in sizes], "t_us": [one_way(int(n)) for n in sizes]}
 
