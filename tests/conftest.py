@@ -29,7 +29,7 @@ pytest.register_assert_rewrite("grading_batch", "jupyterlab_harness", "lab_gradi
 #  2. `graded_timing`: gradings scored against a measurement the grader makes itself,
 #     under the grading lock (mpilab.autograder.quiet: the measurement waits for the others'
 #     gradings to pause), side by side with each other only (TEST_JOBS_GRADED modules
-#     at once: the Makefile says why one);
+#     at once: the Makefile says why three is safe);
 #  3. `measures` (timings compared by the test itself: benchmarks, lectures, emulated
 #     links, the wall time of its own run; and nbgrader validate, whose solution cells do
 #     not take the lock): one process, nothing beside it.
