@@ -21,8 +21,10 @@ own bookkeeping between kernels (its processes are forked with nbgrader imported
 :mod:`mpilab.autograder.parallel`) and the ending of kernels and pools, bursts of a fraction
 of a second that a measurement's best-of-repetitions rides out. Beside two other lab
 modules' gradings, a grader's ping-pong once measured three times slow while kernels
-started unheld; their start is held since (and lab 01's 4 MiB message once measured 2.7
-times its prediction beside two other modules all the same: the Makefile's phase 2).
+started unheld; their start is held since. Lab 01's 4 MiB message once measured 2.7
+times its prediction beside two other modules all the same: its repetitions outlasted a
+time slice, so whatever the lock let through cut every one of them; they are short since
+(:data:`mpilab.pingpong.loops.REP_BYTES`).
 
 Nor does the lock see the students' own work on a class server: once the cores are held,
 a measurement also holds the students' servers back (:func:`mpilab.autograder.reserve.reserved`:
