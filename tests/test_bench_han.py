@@ -59,6 +59,8 @@ def test_on_one_host_han_steps_aside(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads(path.read_text())
     assert doc["meta"]["oversubscribed"] == (runtime.usable_cores() < 4)
+    skew = doc["meta"]["barrier_exit_skew"]  # measured before the repetitions
+    assert skew["jobs"] == 1 and 0 <= skew["us_median"] <= skew["us_max"]
     by = _by(doc)
     for op in hierarchical.OPS:
         for n in (8, 4096):

@@ -32,7 +32,7 @@ from pathlib import Path
 from .. import runtime
 from ..collectives import LIBRARY, calibrate, kernel_module
 from ..jobs import python_worker, worker_main
-from ..timing import record, run_meta
+from ..timing import barrier_skew, record, run_meta, skew_summary
 
 #: The collectives measured: both components implement them (han's bcast and allreduce).
 OPS = ("bcast", "allreduce")
@@ -137,6 +137,7 @@ def _worker(args_path: str, out_path: str) -> int:
                     for what in counters}
     for c in counters.values():
         c.close()
+    skew = barrier_skew(world)  # how far apart the ranks start a repetition
     iters = {}
     times: dict[str, list[float]] = {}
     for op in a["ops"]:
@@ -157,7 +158,7 @@ def _worker(args_path: str, out_path: str) -> int:
                 for key in counts}
         Path(out_path).write_text(json.dumps({
             "hosts": host, "sent": sent, "times": times, "iters": iters,
-            "library": library}))
+            "library": library, "barrier_skew": skew}))
     return 0
 
 
@@ -247,6 +248,8 @@ def measure(ranks: int, sizes, *, ops=OPS, reps: int = 5, rounds: int = 2,
                 "components": COMPONENTS, "counted_calls": COUNTED_CALLS, **where}
     m = run_meta(job, settings, library)
     m["oversubscribed"] = job.oversubscribed
+    if skew_summary([doc.get("barrier_skew")]):
+        m["barrier_exit_skew"] = skew_summary([doc.get("barrier_skew")])
     hosts = doc["hosts"]
     records = []
     for op in ops:
