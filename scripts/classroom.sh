@@ -234,12 +234,16 @@ make_exchange() {
   # The exchange: what the user's server says ($MPILAB_EXCHANGE, set by the hub for every
   # server, so its terminals and kernels have it too), else this class's. Two classes that
   # share a venv (MPILAB_CLASSROOM_VENV) each keep their own exchange that way.
+  # Written under a name of its own, then renamed into place: two classes starting at once
+  # into one venv each rename a whole file (a shared ".new" name was moved away under one).
+  local cfg
+  cfg=$(mktemp "$VENV/etc/jupyter/.nbgrader_config.py.XXXXXX")
   { cat classroom/nbgrader_config.py
     printf 'c.CourseDirectory.course_id = "%s"\n' "$COURSE_ID"
     printf 'c.Exchange.root = __import__("os").environ.get("MPILAB_EXCHANGE") or "%s"\n' "$EXCHANGE"
-  } > "$VENV/etc/jupyter/nbgrader_config.py.new"
-  mv "$VENV/etc/jupyter/nbgrader_config.py.new" "$VENV/etc/jupyter/nbgrader_config.py"
-  chmod 644 "$VENV/etc/jupyter/nbgrader_config.py"
+  } > "$cfg"
+  chmod 644 "$cfg"
+  mv -f "$cfg" "$VENV/etc/jupyter/nbgrader_config.py"
 }
 
 make_jupyter_config() {  # copies: students read these, not the checkout

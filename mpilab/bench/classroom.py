@@ -443,12 +443,14 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     # a SIGTERM (a test's or a job's time up) still stops and removes the class
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        return finish("classroom", a.json,
-                      lambda: run(a.students, a.venv, a.cell_timeout), show, ok)
-    except NoClass as exc:
-        print(f"mpilab.bench classroom: no class here: {exc}", file=sys.stderr)
-        return 2
+
+    def measure():
+        try:
+            return run(a.students, a.venv, a.cell_timeout)
+        except NoClass as exc:  # finish() says it and exits 2, as for a bad argument
+            raise NoClass(f"no class here: {exc}") from exc
+
+    return finish("classroom", a.json, measure, show, ok)
 
 
 if __name__ == "__main__":
