@@ -17,8 +17,9 @@
 #    releases instead (what `make test-latest` uses, in a copy of the tree).
 # With --classroom (`make classroom`): the proxy of JupyterHub, Debian's
 #    node-configurable-http-proxy (root on Debian only); scripts/classroom.sh does the rest.
-# 3. With --test: Chromium for the browser test and Slurm (slurm-wlm, munge) for the
-#    cluster-launcher test (root on Debian only), and a second cloudpickle release in
+# 3. With --test: Chromium for the browser test, Slurm (slurm-wlm, munge) for the
+#    cluster-launcher test and JupyterHub's proxy for the classroom tests (root on Debian
+#    only), and a second cloudpickle release in
 #    .venv/alt/ (tests/test_sources.py runs both).
 # The kernels are built by `make kernels`, which runs after this.
 set -euo pipefail
@@ -117,8 +118,9 @@ if ! have smpicc && ! apt_install libsimgrid-dev; then
   say "no SimGrid (not root, or not Debian/Ubuntu): simulated sections show reference data"
 fi
 
-# A class on this server (`make classroom`): JupyterHub's proxy, from Debian.
-if [[ $WANT_CLASSROOM == 1 ]] && ! have configurable-http-proxy; then
+# A class on this server (`make classroom`, and the classroom tests): JupyterHub's proxy,
+# from Debian.
+if [[ $WANT_CLASSROOM == 1 || $WANT_TEST == 1 ]] && ! have configurable-http-proxy; then
   apt_install node-configurable-http-proxy ||
     say "no configurable-http-proxy (not root, or not Debian/Ubuntu): make classroom cannot start a hub"
 fi
