@@ -289,8 +289,11 @@ print(sorted(os.listdir('/dev/shm')))
 
 
 def test_a_fork_swarm_stops_at_pids_max_and_b_still_runs(kernels):
+    # Python 3.13 warns that fork() in a threaded process (the kernel) may deadlock the
+    # child: true, and not what is tested here; the warning would join the output
     out, status = run(A, kernels, f"""
-import os, time
+import os, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
 kids = []
 try:
     while len(kids) < {2 * WANT.pids}:
@@ -303,10 +306,10 @@ try:
 except OSError as e:
     print('stopped', len(kids))
 """)
-    assert status == "ok", out
-    verdict, count = out.split()
-    assert verdict == "stopped" and int(count) < WANT.pids, out
-    try:
+    try:  # the swarm is ended whatever is asserted: it would keep A's kernels from starting
+        assert status == "ok", out
+        verdict, count = out.split()
+        assert verdict == "stopped" and int(count) < WANT.pids, out
         b_still_works(kernels)  # while A's swarm lives
         assert subprocess.run(["true"]).returncode == 0
     finally:
