@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."
 SUITE="${1:?usage: scripts/stock-root.sh bookworm|trixie [command ...]}"
 shift
 case "$SUITE" in bookworm|trixie) ;; *) echo "stock-root: bookworm or trixie, got '$SUITE'" >&2; exit 2 ;; esac
-[[ "$(id -u)" == 0 ]] || { echo "stock-root: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
+[[ "$(id -u)" == 0 ]] || { echo "stock-root: needs root (debootstrap, namespaces, mounts)" >&2; exit 2; }
 
 say() { printf 'stock-root (%s): %s\n' "$SUITE" "$*"; }
 STORE="${MPILAB_STOCK_ROOTS:-/var/cache/mpilab/stock-roots}"
@@ -138,7 +138,15 @@ unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
   mkdir -p "$R/var/cache/apt/archives" "$R/root/.cache/pip"
   mount --bind "$CACHE/apt" "$R/var/cache/apt/archives"
   mount --bind "$CACHE/pip" "$R/root/.cache/pip"
-  exec chroot "$R" /usr/bin/env -i HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 \
+  # The root becomes the namespace'"'"'s own root (pivot_root), not a chroot inside the
+  # machine'"'"'s: Linux refuses a user namespace to a chrooted process, and the sandbox
+  # (bubblewrap as an unprivileged user: an instructor grading on a class server) needs one.
+  mkdir -p "$R/.oldroot"
+  cd "$R"
+  pivot_root . .oldroot
+  umount -l /.oldroot
+  rmdir /.oldroot
+  exec /usr/bin/env -i HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 \
     TERM=dumb CI="${CI:-}" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /root/mpilab && $CMD"
 '
