@@ -78,18 +78,17 @@ def test_bad_arguments_are_python_errors(lab):
 
 
 def _one_way_beside(busy: int) -> dict:
+    """The script's times beside a second job of `busy` spinning processes (none: alone),
+    the load the grading-errors bench uses (:func:`mpilab.grading.error_rates.load`)."""
     import json
     import sys
     from pathlib import Path
 
     from mpilab import jobs, runtime
+    from mpilab.grading.error_rates import load
 
     script = Path(__file__).parent / "mpi" / "one_way_beside_load.py"
-    spin = [sys.executable, "-c", "while True: pass"]
-    if busy:
-        with jobs.Job(runtime.launch(busy), spin):
-            res = jobs.run(runtime.launch(2), [sys.executable, str(script)], timeout=120)
-    else:
+    with load(busy):
         res = jobs.run(runtime.launch(2), [sys.executable, str(script)], timeout=120)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
