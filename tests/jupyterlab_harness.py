@@ -102,8 +102,10 @@ class Lab:
     def log_tail(self, n: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
-    def get(self, path: str) -> tuple[int, str]:
-        return _get(self.url + path)
+    def get(self, path: str, timeout: float = 60) -> tuple[int, str]:
+        """GET a server API. 60 s: a first formgrader call builds the gradebook and scans
+        every lab, and with the suite keeping both cores busy one took over 10 s in CI."""
+        return _get(self.url + path, timeout)
 
     def descendants(self) -> list[psutil.Process]:
         try:
