@@ -217,9 +217,76 @@ def no_cluster_left_behind():
     assert not left, f"MPI clusters outlived the tests that started them: {left}"
 
 
+# --- where the CPU goes (issue 24: CI is bound by its 2 cores) ---------------------------
+# MPILAB_CPU_LOG=file: one JSON line per test: its wall time and the CPU seconds that this
+# pytest process and every process it started used meanwhile (engines, kernels, mpiexec,
+# nbgrader, compilers, daemons too): each pytest process runs in a cgroup of its own
+# (root and cgroup v2; else only the children it reaped count), so the suite's CPU work
+# can be summed per test and module.
+CPU_LOG = os.environ.get("MPILAB_CPU_LOG")
+_CPU_CGROUP: Path | None = None
+
+
+def _cpu_cgroup() -> Path | None:
+    """This process's own cgroup on the cgroup v2 hierarchy (the unified one of a hybrid
+    machine too: no controller is needed for cpu.stat), made on first use."""
+    global _CPU_CGROUP
+    if _CPU_CGROUP is None:
+        _CPU_CGROUP = Path()
+        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+        for fields in mounts:
+            if fields[2] == "cgroup2":
+                cg = Path(fields[1]) / f"mpilab-cpu-{os.getpid()}"
+                try:
+                    cg.mkdir(exist_ok=True)
+                    (cg / "cgroup.procs").write_text(str(os.getpid()))
+                    (cg / "cpu.stat").read_text()
+                    _CPU_CGROUP = cg
+                except OSError:
+                    pass
+                break
+    return _CPU_CGROUP if _CPU_CGROUP != Path() else None
+
+
+def _cpu_seconds() -> tuple[float, str]:
+    cg = _cpu_cgroup()
+    if cg is not None:
+        for line in (cg / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6, "cgroup"
+    import resource
+
+    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, "rusage"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    import json
+    import time
+
+    w0, (c0, how) = time.monotonic(), _cpu_seconds()
+    yield
+    w1, (c1, _) = time.monotonic(), _cpu_seconds()
+    with open(CPU_LOG, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "wall": round(w1 - w0, 2),
+                            "cpu": round(c1 - c0, 2), "how": how,
+                            "phase": os.environ.get("MPILAB_TEST_PHASE", ""),
+                            "worker": os.environ.get(XDIST_WORKER, "-")}) + "\n")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """This process's own MPI singleton (imported kernels) must not leave a segment."""
     runtime.release_singleton_segments()
+    if _CPU_CGROUP:  # back to where it came from, and the cgroup gone once it is empty
+        try:
+            (_CPU_CGROUP.parent / "cgroup.procs").write_text(str(os.getpid()))
+            _CPU_CGROUP.rmdir()
+        except OSError:
+            pass
 
 
 # --- Chromium through Playwright, for the JupyterLab tests (tests/jupyterlab_harness.py) ----
