@@ -236,6 +236,11 @@ def _cpu_cgroup() -> Path | None:
         mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
         for fields in mounts:
             if fields[2] == "cgroup2":
+                for old in Path(fields[1]).glob("mpilab-cpu-*"):  # of ended runs, if empty
+                    try:
+                        old.rmdir()
+                    except OSError:
+                        pass
                 cg = Path(fields[1]) / f"mpilab-cpu-{os.getpid()}"
                 try:
                     cg.mkdir(exist_ok=True)
