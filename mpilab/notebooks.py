@@ -21,9 +21,38 @@ import time
 from pathlib import Path
 from unittest import mock
 
+from jupyter_client.manager import AsyncKernelManager
+
 from . import cluster, netlab
 
 DEFAULT_TIMEOUT = 300.0
+
+
+class IPCKernelManager(AsyncKernelManager):
+    """A kernel reached over Unix sockets in a folder of its own, not over tcp.
+
+    Over tcp, jupyter_client picks free ports and closes them before the kernel binds
+    them, and kernels started side by side (tests, graders, a class's gradings) can take
+    each other's ports meanwhile ("Address already in use": the kernel dies before it
+    replies). Sockets in a private folder cannot be taken, and only the folder's owner can
+    reach them. Every kernel the course starts itself is one: a notebook run here
+    (:func:`execute`), the grader's kernel and the student's sandboxed kernel
+    (:class:`mpilab.autograder.student_kernel.SandboxKernelManager`).
+
+    Parameters
+    ----------
+    folder : str or path-like
+        An existing folder for the sockets (``kernel-*``) and the connection file
+        (``kernel.json``); whoever may enter it may talk to the kernel.
+    **kwargs
+        As for ``jupyter_client.manager.AsyncKernelManager`` (``kernel_name``,
+        ``config``, ...).
+    """
+
+    def __init__(self, *, folder: str | os.PathLike, **kwargs):
+        folder = os.fspath(folder)
+        super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"),
+                         connection_file=os.path.join(folder, "kernel.json"), **kwargs)
 
 
 def read(path: str | os.PathLike):
@@ -95,7 +124,6 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
         A cell raised (and is not tagged ``raises-exception``) or timed out. The
         notebook executed so far is attached as ``exc.notebook``.
     """
-    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
     path = Path(path).resolve()
@@ -104,14 +132,8 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
     kernel_env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
     kernel_env.update(env or {})
     kernel_env["MPILAB_NOTEBOOK"] = str(path)
-    # the kernel talks over Unix sockets in a folder of its own: over tcp, jupyter_client
-    # picks free ports and closes them before the kernel binds them, and notebooks run side
-    # by side (tests, graders) can take each other's ports meanwhile ("Address already in
-    # use"; the kernel dies before it replies)
-    sockets = tempfile.mkdtemp(prefix="mpilab-kernel-")
-    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc",
-                            ip=os.path.join(sockets, "kernel"),
-                            connection_file=os.path.join(sockets, "kernel.json"))
+    sockets = tempfile.mkdtemp(prefix="mpilab-kernel-")  # private (mode 700)
+    km = IPCKernelManager(folder=sockets, kernel_name=kernel_name)
     client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                             interrupt_on_timeout=True, allow_errors=False,
                             record_timing=True,

@@ -43,7 +43,6 @@ import sys
 import time
 from pathlib import Path
 
-from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -51,6 +50,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, Execute
 from traitlets import Bool, Integer, List, Unicode
 
+from ..notebooks import IPCKernelManager
 from . import quiet
 from .cells import classify, defined_sources, definitions, free_names
 from .isolated import ENV, sandbox_env
@@ -166,9 +166,7 @@ class IsolatedExecute(Execute):
     def _start_grader(self, resources) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "MPILAB_NOTEBOOK"))}
         env.update({ENV: self._config_path, "PYTHONSAFEPATH": "1", "MPLBACKEND": "Agg"})
-        km = AsyncKernelManager(kernel_name="python3", config=self.config, transport="ipc",
-                                ip=os.path.join(self._grader_ipc, "kernel"),
-                                connection_file=os.path.join(self._grader_ipc, "kernel.json"))
+        km = IPCKernelManager(folder=self._grader_ipc, kernel_name="python3", config=self.config)
         self._gclient = NotebookClient(
             self.nb, km=km, timeout=self.test_timeout, allow_errors=True,
             interrupt_on_timeout=True, raise_on_iopub_timeout=False, record_timing=False,

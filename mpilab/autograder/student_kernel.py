@@ -15,10 +15,10 @@ import subprocess
 import time
 from queue import Empty
 
-from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import DeadKernelError
 
+from ..notebooks import IPCKernelManager
 from .sandbox import NOBODY, Sandbox
 
 __all__ = ["SandboxKernelManager"]
@@ -35,7 +35,7 @@ del _os, _sys, _path
 """
 
 
-class SandboxKernelManager(AsyncKernelManager):
+class SandboxKernelManager(IPCKernelManager):
     """A kernel in the sandbox, reached through Unix sockets in a folder of the scratch.
 
     Its network namespace has only loopback, so the grader talks to it over ``ipc``
@@ -45,11 +45,8 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def __init__(self, *, box: Sandbox, home: str, ipc: str, exports: str,
                  env: dict[str, str], **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(folder=ipc, **kwargs)
         self.box, self.home, self.ipc, self.exports, self.box_env = box, home, ipc, exports, env
-        self.transport = "ipc"
-        self.ip = os.path.join(ipc, "kernel")
-        self.connection_file = os.path.join(ipc, "kernel.json")
 
     def format_kernel_cmd(self, extra_arguments=None):
         """The kernel's command line, wrapped to run in the sandbox (:meth:`Sandbox.command`).
