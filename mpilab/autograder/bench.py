@@ -83,7 +83,6 @@ def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
     ValueError
         For a lab not in ``LABS``, or `reps` below 1.
     """
-    from ..timing import context
 
     _known(labs)
     reps = validate.count(reps, "reps")
@@ -116,12 +115,7 @@ def run(labs: list[str], reps: int = 1) -> tuple[dict, list[dict]]:
                           f"{'' if rec['scores_as_expected'] else ' UNEXPECTED'}"
                           f"{'' if rec['within_bar'] else '  over the bar'}",
                           file=sys.stderr)
-    meta = context(ranks=_sandbox_facts()["grader_ranks"],
-                   library=runtime.library_info_of_a_fresh_process("funneled"))
-    meta.update(_sandbox_facts())
-    meta["settings"] = {"labs": labs, "reps": reps, "bars_s": BARS_S}
-    meta["command"] = " ".join(["python", "-m", "mpilab.bench", "autograde", *sys.argv[2:]])
-    return meta, records
+    return _meta({"labs": labs, "reps": reps, "bars_s": BARS_S}), records
 
 
 #: a class of 30 on 2 cores, graded within (s); other labs: lab 06's bar
@@ -160,7 +154,6 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
     """
     import numpy as np
 
-    from ..timing import context
     from . import parallel
 
     _known(labs)
@@ -207,13 +200,22 @@ def run_class(labs: list[str], students: int, jobs: int | None = None) -> tuple[
                   f"({60 * students / wall:.1f} per minute; p95 {records[-1]['p95_s']} s)"
                   f"{'' if records[-1]['scores_as_expected'] else ' UNEXPECTED SCORES'}",
                   file=sys.stderr)
-    meta = context(ranks=_sandbox_facts()["grader_ranks"],
+    return _meta({"labs": labs, "students": students, "jobs": jobs, "hostile_every": 5,
+                  "class_bars_s_for_30": CLASS_BARS_S}), records
+
+
+def _meta(settings: dict) -> dict:
+    """The JSON's meta: the machine, the MPI (a fresh process's), the sandbox, `settings`
+    and the command line."""
+    from ..timing import context
+
+    facts = _sandbox_facts()
+    meta = context(ranks=facts["grader_ranks"],
                    library=runtime.library_info_of_a_fresh_process("funneled"))
-    meta.update(_sandbox_facts())
-    meta["settings"] = {"labs": labs, "students": students, "jobs": jobs,
-                        "hostile_every": 5, "class_bars_s_for_30": CLASS_BARS_S}
+    meta.update(facts)
+    meta["settings"] = settings
     meta["command"] = " ".join(["python", "-m", "mpilab.bench", "autograde", *sys.argv[2:]])
-    return meta, records
+    return meta
 
 
 def main(argv: list[str] | None = None) -> int:

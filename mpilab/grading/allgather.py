@@ -235,11 +235,9 @@ def _allgather_run(allgather, p, n, dtype, name, timeout):
 
 def _steps(allgather, ranks, n, name, timeout, schedule) -> list[int]:
     __tracebackhide__ = True
-    name = traced.label_of(allgather, name)
-    return traced.traced_steps(ranks, "p",
-                               lambda p: _allgather_run(allgather, p, n, "float64", name,
-                                                        timeout),
-                               lambda info, p: schedule(info, p, n, name=name))
+    return traced.steps_on_each(_allgather_run, allgather, ranks, n,
+                                lambda info, p, name: schedule(info, p, n, name=name),
+                                name=name, timeout=timeout)
 
 
 def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = None,

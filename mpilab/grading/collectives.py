@@ -75,6 +75,7 @@ from mpilab.grading.traced import (
     run_traced,
     show_trace,
     skipped_note,
+    steps_on_each,
     traced_steps,
 )
 
@@ -460,7 +461,5 @@ def check_allreduce_steps(allreduce: Callable, ranks: Iterable[int], *,
         The steps on each rank count.
     """
     __tracebackhide__ = True
-    name = label_of(allreduce, name)
-    return traced_steps(ranks, "p",
-                        lambda p: _allreduce_run(allreduce, p, 6, "float64", name, timeout),
-                        lambda info, p: check_allreduce_schedule(info, p, name=name))
+    return steps_on_each(_allreduce_run, allreduce, ranks, 6, check_allreduce_schedule,
+                         name=name, timeout=timeout)

@@ -30,11 +30,10 @@ from mpilab.grading.allgather_verdicts import check_ring_schedule
 from mpilab.grading.traced import (
     check_cases,
     expect_sendbuf_kept,
-    label_of,
     messages_hint,
     ranks_text,
     run_traced,
-    traced_steps,
+    steps_on_each,
 )
 
 __all__ = ["reduce_scatter_harness", "block_problems", "check_reduce_scatter",
@@ -208,7 +207,6 @@ def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int =
         The steps on each rank count.
     """
     __tracebackhide__ = True
-    name = label_of(reduce_scatter, name)
-    return traced_steps(ranks, "p",
-                        lambda p: _run(reduce_scatter, p, n, "float64", name, timeout),
-                        lambda info, p: check_ring_schedule(info, p, n, name=name))
+    return steps_on_each(_run, reduce_scatter, ranks, n,
+                         lambda info, p, name: check_ring_schedule(info, p, n, name=name),
+                         name=name, timeout=timeout)

@@ -26,7 +26,7 @@ from mpilab import grading, tracing
 
 __all__ = ["log_steps", "ranks_text", "messages_hint", "skipped_note", "explained", "label_of",
            "check_traced", "parse_cases", "check_cases", "run_traced", "expect_sendbuf_kept",
-           "expect_own_messages", "traced_steps", "show_trace"]
+           "expect_own_messages", "traced_steps", "steps_on_each", "show_trace"]
 
 
 def log_steps(ranks: int) -> int:
@@ -379,6 +379,43 @@ def traced_steps(cases: Iterable, fields: str, run: Callable[..., list[dict]],
     """
     __tracebackhide__ = True
     return [schedule(run(*case)[0], *case) for case in parse_cases(cases, fields)]
+
+
+def steps_on_each(run: Callable, func: Callable, ranks: Iterable[int], n: int,
+                  schedule: Callable[..., int], *, name: str | None = None,
+                  timeout: float = 10) -> list[int]:
+    """A graded function's result on each rank count, then its steps (the labs' shape).
+
+    On each rank count ``p`` of `ranks`: ``run(func, p, n, "float64", label, timeout)``
+    runs and checks the student's `func` on `n` float64 (a lab's ``_run`` harness), then
+    ``schedule(rank 0's output, p, name=label)`` checks the traced steps against the
+    algorithm's and returns them (:func:`traced_steps`).
+
+    Parameters
+    ----------
+    run : callable
+        The lab's runner: ``run(func, p, n, dtype, label, timeout) -> list of dict``.
+    func : callable
+        The student's function.
+    ranks : iterable of int
+        The rank counts to check.
+    n : int
+        Float64 per block (or per buffer: what `run` makes of it).
+    schedule : callable
+        ``schedule(info, p, name=label) -> int``.
+    name, timeout
+        The name the messages use (default: `func`'s own, :func:`label_of`) and the
+        seconds each run may take.
+
+    Returns
+    -------
+    list of int
+        The steps on each rank count.
+    """
+    __tracebackhide__ = True
+    label = label_of(func, name)
+    return traced_steps(ranks, "p", lambda p: run(func, p, n, "float64", label, timeout),
+                        lambda info, p: schedule(info, p, name=label))
 
 
 def show_trace(run: Callable, *args: Any, ranks: int = 4, timeout: float = 10) -> None:
