@@ -68,10 +68,12 @@ instructor: setup
 # scored against the grader's own measurement); then the `measures` tests, which compare
 # timings measured now, one after another with nothing beside them. Every phase runs; any
 # failing fails. (Plain `pytest` runs them all in one process.)
-# Phase 1 two modules side by side, one a core: it keeps both cores 97 % busy either way,
-# and a third only makes the three take turns (2026-11-28, this tree, quiet 2-core VM:
-# 841 s with 2 against 909 s with 3). MPILAB_CPU_LOG=file counts each test's CPU (a
-# cgroup per worker, tests/conftest.py): gradings and lectures executed lead.
+# Phase 1 two modules side by side, one a core. The phase is bound by the 2 cores (88-98 %
+# busy), so a third only takes turns with them: 841 s with 2 against 909 s with 3 here,
+# 972 s with 2 in a clean-clone CI against 892 and 961 s with 3 (2026-11-28): no clear
+# gain either way, and with fewer at once fewer wait past their own timeouts (a first
+# formgrader request passed 10 s at 98 % busy). MPILAB_CPU_LOG=file counts each test's
+# CPU (a cgroup per worker, tests/conftest.py): gradings and executed lectures lead.
 TEST_JOBS ?= 2
 # Phase 2: three modules side by side (each still grades its submissions three side by
 # side, as a class is graded). It once failed so in CI: a correct lab 01's 4 MiB
