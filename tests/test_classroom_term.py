@@ -255,9 +255,11 @@ def test_the_class_benchmark(tmp_path):
     assert [r["impl"] for r in students] == ["student", "student"] and total["impl"] == "class"
     for r in students:
         assert r["failures"] == [], r["failures"]
-        # a measured check may fail a correct answer on a loaded machine (issue 27, item
-        # 4): listed apart, in words
-        assert all("measured" in x for x in r["measured_checks_failed"])
+        # a measured check may fail a correct answer on a loaded machine, or say it cannot
+        # judge it (Ungradable) when the load keeps its measurement from settling (issue
+        # 27, item 4): listed apart, in words
+        assert all("measured" in x or "could not be made stable" in x
+                   for x in r["measured_checks_failed"]), r["measured_checks_failed"]
         assert r["server_start_s"] > 0
         assert len(r["cluster_start_s"]) == 2  # lecture 00's cluster, lab 00's
         assert r["cells"] > 20 and 0 < r["cell_p50_s"] <= r["cell_p95_s"]

@@ -17,8 +17,9 @@ Records, one per student: ``server_start_s`` (the request to the hub's "ready"),
 ``cluster_start_s`` (each notebook's ``cluster.start`` cell), ``cell_p50_s`` and
 ``cell_p95_s`` over all code cells run, ``cells``, ``failures`` (what went wrong, in
 words: empty when everything worked), ``measured_checks_failed`` (lab checks that compare
-the correct answer with a measurement made just then and found it out of their band:
-the load's doing, issue 27's item 4, counted apart); then one record ``impl: "class"``
+the correct answer with a measurement made just then and found it out of their band, or
+said Ungradable because the measurement could not be made stable: the load's doing,
+issue 27's item 4, counted apart); then one record ``impl: "class"``
 with the same figures over every student. ``meta`` has the machine, the MPI library the class's Python
 loads, the settings and ``oversubscribed`` (students x ranks > cores): a timing of a
 loaded machine, not a reference, unless the machine was quiet.
@@ -113,9 +114,11 @@ def cluster_cells(sources: list[str]) -> set[int]:
 
 def measured_check_failed(run: CellRun) -> bool:
     """Whether `run` is a lab check that compared a correct answer with a measurement
-    made just then, and the measurement fell out of the check's band: the machine's load
-    (the class's, or anyone's) moved the measurement, not the answer. Issue 27's item 4
-    is about such checks; the benchmark counts them apart from its failures.
+    made just then, and the measurement fell out of the check's band, or could not be
+    made stable at all (the check then says it cannot judge: ``Ungradable``, which costs
+    a student nothing): the machine's load (the class's, or anyone's) moved the
+    measurement, not the answer. Issue 27's item 4 is about such checks; the benchmark
+    counts them apart from its failures.
 
     Parameters
     ----------
@@ -125,8 +128,11 @@ def measured_check_failed(run: CellRun) -> bool:
     Returns
     -------
     bool
-        A ``CheckFailed`` whose message says what was measured just now.
+        A ``CheckFailed`` whose message says what was measured just now, or an
+        ``Ungradable`` whose message says the measurement could not be made stable.
     """
+    if run.ename == "Ungradable":
+        return "could not be made stable" in run.evalue
     return run.ename == "CheckFailed" and "measured" in run.evalue and "just now" in run.evalue
 
 
@@ -414,8 +420,9 @@ def show(m: dict, recs: list[dict]) -> str:
                  f" s; cell p50 {f(total['cell_p50_s'])} s, p95 {f(total['cell_p95_s'])} s")
     if total["measured_checks_failed"]:
         lines.append(f"# {total['measured_checks_failed']} measured checks failed a correct "
-                     "answer: the load moved the measurement (issue 27, item 4); not counted "
-                     "as failures")
+                     "answer or could not judge it (Ungradable: the measurement could not "
+                     "be made stable): the load moved the measurement (issue 27, item 4); "
+                     "not counted as failures")
     lines.append("# left behind: " + ("nothing" if not total["left"] else "; ".join(total["left"])))
     return "\n".join(lines)
 
