@@ -22,8 +22,10 @@ The kill policy, the same on every path:
    tagged process; the call waits until they are gone (SIGKILL is asynchronous);
 3. shared-memory segments that no live process maps any more are removed
    (:func:`mpilab.runtime.remove_stale_shm_segments`), so a killed job leaves no
-   ``/dev/shm`` file behind, and so are MPICH's topology files in /tmp once no hydra
-   process is left (:func:`mpilab.runtime.remove_stale_hydra_files`).
+   ``/dev/shm`` file behind, and so are Open MPI's session folders in /tmp whose
+   launcher has ended (:func:`mpilab.runtime.remove_stale_session_dirs`: a killed
+   launcher leaves its PMIx store there, megabytes a job) and MPICH's topology files in
+   /tmp once no hydra process is left (:func:`mpilab.runtime.remove_stale_hydra_files`).
 
 A job that ends by itself is ended the same way, since a rank that aborted can leave its
 peers running for a moment.
@@ -147,6 +149,7 @@ def end(processes: Sequence, *, gentle: Callable[[Any], bool] = lambda p: False,
                 pass
     _wait_gone(procs, wait)
     runtime.remove_stale_shm_segments()
+    runtime.remove_stale_session_dirs()
     runtime.remove_stale_hydra_files()
     return len(procs)
 

@@ -345,6 +345,10 @@ remove_all() {
   stop_all
   for login in $(accounts); do
     ours "$login" || continue
+    # what the account left in the shared temporary folders (its grading folder
+    # mpilab-grading-<uid>, Open MPI's session folder): a later account given the same
+    # uid would find it as its own (userdel --remove takes only the home and the mail)
+    find /tmp /var/tmp -mindepth 1 -maxdepth 1 -user "$login" -exec rm -rf {} + 2>/dev/null || true
     userdel --remove "$login" 2>/dev/null || userdel "$login"
     say "account $login removed"
   done

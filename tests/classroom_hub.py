@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from mpilab.bench.class_server import Classroom, NoClass, free_ports, settle
+from mpilab.bench.class_server import Classroom, NoClass, free_ports, leftovers, settle
 
 __all__ = ["free_ports", "refused", "a_class", "ports_closed", "api", "log_in_and_start"]
 
@@ -114,3 +115,7 @@ def a_class(students: list[str], instructor: str, venv: str, root: Path, state: 
             with pytest.raises(KeyError):
                 pwd.getpwnam(name)
         assert not state.exists()
+        # nothing of the removed accounts in /tmp (their grading folders, Open MPI's
+        # session folders): a later account given the same uid would find it as its own
+        gone = leftovers(uids, tmp=tempfile.gettempdir())
+        assert not gone["tmp"] and not gone["processes"], f"left after remove: {gone}"

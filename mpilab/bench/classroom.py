@@ -11,7 +11,7 @@ password, starts their server, runs lecture 00's code cells in a kernel of their
 runs its cells, saves it and submits it. Then it stops the servers and the class,
 removes the accounts and the state folder, and says what was left: processes of the
 students' accounts and files of theirs in /dev/shm, once the servers were stopped and
-once the class was.
+once the class was (then in /tmp too: the accounts are gone).
 
 Records, one per student: ``server_start_s`` (the request to the hub's "ready"),
 ``cluster_start_s`` (each notebook's ``cluster.start`` cell), ``cell_p50_s`` and
@@ -39,6 +39,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -328,7 +329,8 @@ def run(students: int = 2, venv: str | None = None,
         except KeyError:
             uids = set()
         klass.stop()
-        after["class_stopped"] = settle(uids, 5.0)
+        # the accounts are gone: nothing of theirs in /tmp either
+        after["class_stopped"] = settle(uids, 5.0, tmp=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     out = []
     every_cell: list[float] = []

@@ -31,6 +31,7 @@ from .cleanup import (
     leaked_shm_segments,
     release_singleton_segments,
     remove_stale_hydra_files,
+    remove_stale_session_dirs,
     remove_stale_shm_segments,
     shm_segments,
 )
@@ -79,7 +80,8 @@ __all__ = [
     "last_level_cache", "launch", "launcher_family", "leaked_shm_segments", "library_info",
     "library_info_of_a_fresh_process", "machine_info",
     "memory_limit", "mpicc", "mpiexec", "openmpi_major", "physical_memory", "rank_counts",
-    "release_singleton_segments", "remove_stale_hydra_files", "remove_stale_shm_segments",
+    "release_singleton_segments", "remove_stale_hydra_files", "remove_stale_session_dirs",
+    "remove_stale_shm_segments",
     "resources", "selected_library", "shm_segments", "shm_size", "small_machine",
     "usable_cores", "without_mpi_singleton_env",
 ]

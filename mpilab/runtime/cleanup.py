@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 
@@ -179,6 +180,67 @@ def remove_stale_hydra_files(directory: str = "/tmp") -> int:
             os.unlink(os.path.join(directory, name))
             removed += 1
     return removed
+
+
+# Open MPI's session folders: the launcher (mpiexec / prterun) keeps its job's PMIx
+# shared-memory store there and removes it only when it ends normally. Open MPI 4.1:
+# $TMPDIR/ompi.<host>.<uid>/pid.<launcher pid>/ (several MB each: after a day of killed
+# jobs this machine held 1,219 of them, 8.4 GB of /tmp); Open MPI 5 (PRRTE):
+# $TMPDIR/ompi.<launcher pid>/. A folder whose launcher is no longer alive is stale.
+_SESSION_4 = re.compile(r"ompi\.[^/]+\.(\d+)$")
+_SESSION_5 = re.compile(r"ompi\.(\d+)$")
+
+
+def remove_stale_session_dirs(directory: str | None = None) -> int:
+    """Delete the session folders of Open MPI launchers that have ended; how many.
+
+    Only this user's folders whose launcher's process id no longer runs are removed (a
+    live process with that id, a reused one, keeps its folder: a later call catches it),
+    so running jobs are never touched.
+
+    Parameters
+    ----------
+    directory : str, optional
+        Where Open MPI makes them (default: ``$TMPDIR`` or ``/tmp``, as Open MPI).
+
+    Returns
+    -------
+    int
+        How many folders were removed (0 if `directory` cannot be listed).
+    """
+    import shutil
+    import tempfile
+
+    directory = directory or tempfile.gettempdir()
+    uid, removed, stale = os.geteuid(), 0, []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        top = os.path.join(directory, name)
+        m4, m5 = _SESSION_4.match(name), _SESSION_5.match(name)
+        if m4 and int(m4.group(1)) == uid and _owned_by(top, uid):
+            with contextlib.suppress(OSError):
+                stale += [os.path.join(top, n) for n in os.listdir(top)
+                          if n.startswith("pid.") and n[4:].isdigit()
+                          and not _alive(int(n[4:]))]
+        elif m5 and _owned_by(top, uid) and not _alive(int(m5.group(1))):
+            stale.append(top)
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+        removed += not os.path.exists(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _owned_by(path: str, uid: int) -> bool:

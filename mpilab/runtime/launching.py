@@ -15,7 +15,11 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from .cleanup import remove_stale_hydra_files, remove_stale_shm_segments
+from .cleanup import (
+    remove_stale_hydra_files,
+    remove_stale_session_dirs,
+    remove_stale_shm_segments,
+)
 from .discovery import _openmpi_major, launcher_family, mpiexec
 from .machine import is_root, usable_cores
 
@@ -256,6 +260,7 @@ def launch(ranks: int, transport: str = "shm", lib: str | None = None, *,
     args: list[str] = []
     if family == "openmpi":
         remove_stale_shm_segments()
+        remove_stale_session_dirs()
         if is_root():
             env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
