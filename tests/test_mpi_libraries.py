@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 from conftest import needs_mpi
@@ -104,8 +105,9 @@ def test_a_killed_job_leaves_no_shared_memory(script):
 
 
 def test_only_session_folders_of_ended_launchers_are_removed(tmp_path):
-    """Folders named as Open MPI 4.1's and 5's, of an ended process and of a live one;
-    a name of another kind stays whatever its number."""
+    """Folders named as Open MPI 4.1's and 5's, of an ended process, of a live one and of
+    a live one started after the folder (a reused id); a name of another kind, or another
+    uid's, stays whatever its number."""
     ended = subprocess.Popen(["true"])
     ended.wait()  # its pid runs no more (until reused: then it stays, which is safe)
     dead, live, uid = ended.pid, os.getpid(), os.geteuid()
@@ -116,8 +118,12 @@ def test_only_session_folders_of_ended_launchers_are_removed(tmp_path):
               tmp_path / f"prte.{dead}"):
         d.mkdir(parents=True)
     (four / f"pid.{dead}" / "0" / "smseg-1-0").write_bytes(b"x" * 4096)
-    assert runtime.remove_stale_session_dirs(str(tmp_path)) == 2
-    assert session_dirs(str(tmp_path)) == {f"ompi.somehost.{uid}/pid.{live}", f"ompi.{live}"}
+    # a live id whose folder is older than its process: a launcher of that id ended, the
+    # id was given again (this process started less than a day ago)
+    day_ago = time.time() - 86400
+    os.utime(tmp_path / f"ompi.{live}", (day_ago, day_ago))
+    assert runtime.remove_stale_session_dirs(str(tmp_path)) == 3
+    assert session_dirs(str(tmp_path)) == {f"ompi.somehost.{uid}/pid.{live}"}
     assert (four / "jf.0").is_dir() and (tmp_path / f"prte.{dead}").is_dir()
     assert (tmp_path / f"ompi.somehost.{uid + 1}" / f"pid.{dead}").is_dir()  # not this uid's
     assert runtime.remove_stale_session_dirs(str(tmp_path / "missing")) == 0

@@ -194,8 +194,8 @@ _SESSION_5 = re.compile(r"ompi\.(\d+)$")
 def remove_stale_session_dirs(directory: str | None = None) -> int:
     """Delete the session folders of Open MPI launchers that have ended; how many.
 
-    Only this user's folders whose launcher's process id no longer runs are removed (a
-    live process with that id, a reused one, keeps its folder: a later call catches it),
+    Only this user's folders whose launcher's process id no longer runs, or runs a
+    process that started after the folder last changed (the id was reused), are removed,
     so running jobs are never touched.
 
     Parameters
@@ -224,8 +224,8 @@ def remove_stale_session_dirs(directory: str | None = None) -> int:
             with contextlib.suppress(OSError):
                 stale += [os.path.join(top, n) for n in os.listdir(top)
                           if n.startswith("pid.") and n[4:].isdigit()
-                          and not _alive(int(n[4:]))]
-        elif m5 and _owned_by(top, uid) and not _alive(int(m5.group(1))):
+                          and not _alive(int(n[4:]), _mtime(os.path.join(top, n)))]
+        elif m5 and _owned_by(top, uid) and not _alive(int(m5.group(1)), _mtime(top)):
             stale.append(top)
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
@@ -233,14 +233,35 @@ def remove_stale_session_dirs(directory: str | None = None) -> int:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie."""
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _alive(pid: int, since: float | None = None) -> bool:
+    """Whether process `pid` exists, is not a zombie and, with `since` (a time, seconds
+    since the epoch), had started by then: a process with a reused id started later."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        return stat[stat.rindex(")") + 2] not in "ZX"
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] in "ZX":
+            return False
+        if since is None:
+            return True
+        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK") <= since + 1.0
     except (OSError, ValueError, IndexError):
         return False
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    raise ValueError("no btime in /proc/stat")
 
 
 def _owned_by(path: str, uid: int) -> bool:
