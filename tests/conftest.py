@@ -3,6 +3,8 @@ the phases and groups `make test` runs the suite in (pytest-xdist)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -224,33 +226,27 @@ def no_cluster_left_behind():
 # (root and cgroup v2; else only the children it reaped count), so the suite's CPU work
 # can be summed per test and module.
 CPU_LOG = os.environ.get("MPILAB_CPU_LOG")
-_CPU_CGROUP: Path | None = None
 
 
+@functools.cache
 def _cpu_cgroup() -> Path | None:
     """This process's own cgroup on the cgroup v2 hierarchy (the unified one of a hybrid
     machine too: no controller is needed for cpu.stat), made on first use."""
-    global _CPU_CGROUP
-    if _CPU_CGROUP is None:
-        _CPU_CGROUP = Path()
-        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-        for fields in mounts:
-            if fields[2] == "cgroup2":
-                for old in Path(fields[1]).glob("mpilab-cpu-*"):  # of ended runs, if empty
-                    try:
-                        old.rmdir()
-                    except OSError:
-                        pass
-                cg = Path(fields[1]) / f"mpilab-cpu-{os.getpid()}"
-                try:
-                    cg.mkdir(exist_ok=True)
-                    (cg / "cgroup.procs").write_text(str(os.getpid()))
-                    (cg / "cpu.stat").read_text()
-                    _CPU_CGROUP = cg
-                except OSError:
-                    pass
-                break
-    return _CPU_CGROUP if _CPU_CGROUP != Path() else None
+    v2 = [f[1] for f in map(str.split, Path("/proc/mounts").read_text().splitlines())
+          if f[2] == "cgroup2"]
+    if not v2:
+        return None
+    for old in Path(v2[0]).glob("mpilab-cpu-*"):  # of ended runs, if empty
+        with contextlib.suppress(OSError):
+            old.rmdir()
+    cg = Path(v2[0]) / f"mpilab-cpu-{os.getpid()}"
+    try:
+        cg.mkdir(exist_ok=True)
+        (cg / "cgroup.procs").write_text(str(os.getpid()))
+        (cg / "cpu.stat").read_text()
+    except OSError:
+        return None
+    return cg
 
 
 def _cpu_seconds() -> tuple[float, str]:
@@ -286,12 +282,11 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_sessionfinish(session, exitstatus):
     """This process's own MPI singleton (imported kernels) must not leave a segment."""
     runtime.release_singleton_segments()
-    if _CPU_CGROUP:  # back to where it came from, and the cgroup gone once it is empty
-        try:
-            (_CPU_CGROUP.parent / "cgroup.procs").write_text(str(os.getpid()))
-            _CPU_CGROUP.rmdir()
-        except OSError:
-            pass
+    cg = _cpu_cgroup() if CPU_LOG else None
+    if cg:  # back to where it came from, and the cgroup gone once it is empty
+        with contextlib.suppress(OSError):
+            (cg.parent / "cgroup.procs").write_text(str(os.getpid()))
+            cg.rmdir()
 
 
 # --- Chromium through Playwright, for the JupyterLab tests (tests/jupyterlab_harness.py) ----

@@ -243,15 +243,13 @@ def _mtime(path: str) -> float | None:
 def _alive(pid: int, since: float | None = None) -> bool:
     """Whether process `pid` exists, is not a zombie and, with `since` (a time, seconds
     since the epoch), had started by then: a process with a reused id started later."""
+    got = _proc_stat(pid)
+    if not got or not got[1] or got[1][0] in "ZX":
+        return False
+    if since is None:
+        return True
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] in "ZX":
-            return False
-        if since is None:
-            return True
-        return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK") <= since + 1.0
+        return _boot_time() + int(got[1][19]) / os.sysconf("SC_CLK_TCK") <= since + 1.0
     except (OSError, ValueError, IndexError):
         return False
 
@@ -277,16 +275,25 @@ def _hydra_running(uid: int) -> bool:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
+        got = _proc_stat(int(pid))
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
-            if (name in HYDRA_PROCESSES and state not in "ZX"
+            if (got and got[0] in HYDRA_PROCESSES and got[1][0] not in "ZX"
                     and os.stat(f"/proc/{pid}").st_uid == uid):
                 return True
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
     return False
+
+
+def _proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """Process `pid`'s name and the fields of /proc/<pid>/stat after it (state first);
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    except (OSError, ValueError):
+        return None
 
 
 def release_singleton_segments() -> int:
