@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a run's CPU goes, by kind of process: ``scripts/cpu-by-process.py OUT -- CMD...``
 runs CMD and, while it runs, reads every process's CPU time from /proc four times a
-second; at the end it writes OUT (JSON: each kind's CPU seconds, process count and the
-machine's total over the run) and prints the table.
+second; at the end it writes OUT (JSON: each kind's CPU seconds, process count and busiest
+command lines, and the machine's total over the run) and prints the table.
 
 A process is counted from the CPU it had used when last seen, so one that lives less than
 a sampling interval is missed, and one that ends loses at most an interval: the table's
@@ -40,6 +40,7 @@ KINDS = [  # first match wins; matched against the command line joined by spaces
     ("mpi program", r"mpilab-|/_bin/|coarray"),
     ("python other", r"python"),
 ]
+TOP = 12  # command lines kept per kind (digits as N, folders left out), by CPU
 _KIND_RE = [(name, re.compile(rx)) for name, rx in KINDS]
 
 
@@ -91,17 +92,21 @@ def main(argv: list[str]) -> int:
     sample(seen)
     wall, machine = time.time() - t0, (machine_ticks() - m0) / TICK
     kinds: dict[str, list] = {}
-    for key, (kind, cpu, _cmd) in seen.items():
+    for key, (kind, cpu, cmd) in seen.items():
         used = (cpu - before.get(key, 0)) / TICK
         if used <= 0:
             continue
-        k = kinds.setdefault(kind, [0.0, 0])
+        k = kinds.setdefault(kind, [0.0, 0, {}])
         k[0] += used
         k[1] += 1
+        line = re.sub(r"\d+", "N", re.sub(r"/\S*/", "", cmd))[:120]  # digits, folders out
+        k[2][line] = k[2].get(line, 0.0) + used
     counted = sum(v[0] for v in kinds.values())
     result = {"command": cmd, "exit": proc.returncode, "wall_s": round(wall, 1),
               "machine_cpu_s": round(machine, 1), "counted_cpu_s": round(counted, 1),
-              "kinds": {k: {"cpu_s": round(v[0], 1), "processes": v[1]}
+              "kinds": {k: {"cpu_s": round(v[0], 1), "processes": v[1],
+                            "top": {c: round(t, 1) for c, t in sorted(
+                                v[2].items(), key=lambda ct: -ct[1])[:TOP]}}
                         for k, v in sorted(kinds.items(), key=lambda kv: -kv[1][0])}}
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
