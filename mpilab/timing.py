@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -511,6 +511,30 @@ def frame(records: list[dict], ctx: dict):
             df[key] = ctx[key]
     df.attrs["context"] = ctx
     return df
+
+
+def text_table(columns: Sequence[tuple[str, int, str]], rows: Iterable[Sequence]) -> list[str]:
+    """Rows of values as the lines of a text table, under a header of the columns' titles.
+
+    Every column is right-aligned to its width, one space apart from the next.
+
+    Parameters
+    ----------
+    columns : sequence of (str, int, str)
+        Each column's title, width and format spec of its values (``".1f"``, ``".0%"``;
+        ``""`` writes a value as :func:`format` does).
+    rows : iterable of sequence
+        The values of each line, one per column.
+
+    Returns
+    -------
+    list of str
+        The header, then one line per row.
+    """
+    header = " ".join(f"{title:>{width}}" for title, width, _ in columns)
+    return [header] + [" ".join(f"{value:>{width}{spec}}"
+                                for value, (_, width, spec) in zip(row, columns, strict=True))
+                       for row in rows]
 
 
 def run_meta(launch: runtime.Launch, settings: dict, library: dict) -> dict:

@@ -35,7 +35,8 @@ from .core import (
 from .diagnostics import cluster_processes, kill_cluster_processes
 from .errors import ClusterDied, ClusterError, MPITimeout, RankError
 
-__all__ = ["DEFAULT_TIMEOUT", "LAUNCHERS", "ClusterDied", "ClusterError", "MPICluster",
-           "MPITimeout", "RankError", "cluster_processes", "connect", "current",
-           "default_cluster_id", "kill_cluster_processes", "start",
-           "start_engines_on_first_use"]
+__all__ = ["MPICluster", "start", "connect", "current", "start_engines_on_first_use",
+           "default_cluster_id", "DEFAULT_TIMEOUT", "LAUNCHERS",
+           # a cluster's processes (.diagnostics), and what a call raises (.errors)
+           "cluster_processes", "kill_cluster_processes",
+           "ClusterError", "ClusterDied", "MPITimeout", "RankError"]

@@ -78,11 +78,9 @@ def allgather_harness(comm, allgather: Callable, n: int, dtype: str) -> dict:
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        The ranks of the check.
-    allgather : callable
-        The student's ``allgather(comm, sendbuf, recvbuf)``, called with a
-        :class:`mpilab.tracing.TracingComm`; what it returns is ignored.
+    comm, allgather
+        As for :func:`mpilab.grading.collectives.bcast_harness` (the student's
+        ``allgather(comm, sendbuf, recvbuf)``, traced).
     n : int
         Elements per block.
     dtype : str
@@ -246,13 +244,10 @@ def check_allgather(allgather: Callable, cases: Iterable, *, name: str | None = 
 
     Parameters
     ----------
-    allgather : callable
-        ``allgather(comm, sendbuf, recvbuf)``, run on every rank.
-    cases : iterable of tuple
-        ``(p, n)`` or ``(p, n, dtype)``: ranks, elements per block, NumPy type
-        (``"float64"`` by default).
-    name, timeout
-        As for :func:`mpilab.grading.collectives.check_bcast`.
+    allgather, cases, name, timeout
+        As for :func:`mpilab.grading.collectives.check_allreduce`, with the student's
+        ``allgather(comm, sendbuf, recvbuf)`` and `n` elements per block (compared
+        exactly).
 
     Raises
     ------
@@ -271,14 +266,11 @@ def check_ring_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
 
     Parameters
     ----------
-    allgather : callable
+    allgather, ranks, name, timeout
+        As for :func:`mpilab.grading.collectives.check_allreduce_steps`, with the student's
         ``allgather(comm, sendbuf, recvbuf)``.
-    ranks : iterable of int
-        The rank counts to check.
     n : int, optional
         Float64 per block (default 3; each message must carry one block).
-    name, timeout
-        As for :func:`mpilab.grading.collectives.check_bcast`.
 
     Returns
     -------
@@ -305,7 +297,8 @@ def check_log_steps(allgather: Callable, ranks: Iterable[int], *, n: int = 3,
     Returns
     -------
     list of int
-        The steps on each rank count (:func:`check_log_schedule`).
+        The steps on each rank count, at most ``ceil(log2 p)`` each
+        (:func:`check_log_schedule`).
     """
     __tracebackhide__ = True
     return _steps(allgather, ranks, n, name, timeout, check_log_schedule)

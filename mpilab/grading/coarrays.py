@@ -34,7 +34,8 @@ from mpilab import grading
 from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
+from mpilab.grading.onesided_model import fixed_plus_bytes
+from mpilab.grading.prediction import guessed, unit_slips
 from mpilab.timing import best_us
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",
@@ -185,8 +186,7 @@ def push_times(comm, nbytes: int, iters: int = 20, reps: int = 7) -> dict:
         Bytes of the large push and of the copy (rounded down to whole doubles, at least
         one).
     iters, reps : int, optional
-        The fastest of `reps` (default 7) repetitions of `iters` calls (default 20)
-        counts (:func:`mpilab.timing.best_us`).
+        As for :func:`mpilab.grading.onesided_model.epoch_times` (calls instead of epochs).
 
     Returns
     -------
@@ -252,6 +252,22 @@ def reference_push_us(n_bytes: float, tiny_push_us: float, copy_MBps: float) -> 
     return tiny_push_us + n_bytes / copy_MBps
 
 
+def _push_hint(got, n: float, t: float, c: float) -> str:
+    return guessed(got, [
+        (n / c, "A store costs its fixed part even for one double (the indexing, the Put, "
+                "the sync_all that completes it): add the tiny push's time."),
+        (t * n / 8, "The tiny push is almost all fixed cost, paid once per store, not once "
+                    "per double: add the bytes' time, n / β_copy, to it."),
+        (2 * t + n / c, "A push is one segment: the tiny push already includes its "
+                        "sync_all. Count it once."),
+        (t + 2 * n / c, "The store copies the bytes once, straight into the other image's "
+                        "block: one copy, not two."),
+        *unit_slips(t, n, c, "β_copy"),
+        (t, "The bytes take time too: n / β_copy."),
+    ], "A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes and "
+       "β_copy in MB/s).")
+
+
 def push_now(ranks: int = 4) -> dict:
     """A ping-pong's α and β (for comparison), ``sync_all``, a push of one double, a push
     of 1 MiB and a local copy of 1 MiB, measured (once per grading session) on one image
@@ -274,43 +290,16 @@ def push_now(ranks: int = 4) -> dict:
                                     ranks=ranks)
 
 
-def _push_hint(got, n: float, t: float, c: float) -> str:
-    return guessed(got, [
-        (n / c, "A store costs its fixed part even for one double (the indexing, the Put, "
-                "the sync_all that completes it): add the tiny push's time."),
-        (t * n / 8, "The tiny push is almost all fixed cost, paid once per store, not once "
-                    "per double: add the bytes' time, n / β_copy, to it."),
-        (2 * t + n / c, "A push is one segment: the tiny push already includes its "
-                        "sync_all. Count it once."),
-        (t + 2 * n / c, "The store copies the bytes once, straight into the other image's "
-                        "block: one copy, not two."),
-        *unit_slips(t, n, c, "β_copy"),
-        (t, "The bytes take time too: n / β_copy."),
-    ], "A push of n bytes: the tiny push's time plus n / β_copy (µs, with n in bytes and "
-       "β_copy in MB/s).")
-
-
-def _push_lines(push_us: Callable, m: dict, _ranks: int) -> None:
-    t, c = m["tiny_push_us"], m["copy_MBps"]
-    print(f"measured on {m['ranks']} images ({m['cores']} cores): sync_all {m['sync_us']:.2f} "
-          f"µs, a tiny push {t:.2f} µs, a local copy β_copy = {c:,.0f} MB/s (a message's "
-          f"β, from a ping-pong: {m['beta_MBps']:,.0f} MB/s)")
-    print(f"a push of 1 MiB: measured {m['push_us']:8.1f} µs, predicted "
-          + shown(push_us, m["nbytes"], t, c, name="push_us"))
+def _measured(m: dict) -> str:
+    return (f"sync_all {m['sync_us']:.2f} µs, a tiny push {m['tiny_push_us']:.2f} µs, a local "
+            f"copy β_copy = {m['copy_MBps']:,.0f} MB/s (a message's β, from a ping-pong: "
+            f"{m['beta_MBps']:,.0f} MB/s)")
 
 
 #: Part D: ``push_us(n_bytes, tiny_push_us, copy_MBps)``, against a push of 1 MiB.
-PUSH = Prediction(
-    name="push_us", reference=reference_push_us, hint=_push_hint, now=push_now,
-    tolerance=PREDICTION_TOLERANCE, shows=_push_lines,
-    parts=lambda m: [Part(f"a push of 1 MiB on {m['ranks']} images (image 1 stores into "
-                          "image 2)", (m["nbytes"], m["tiny_push_us"], m["copy_MBps"]),
-                          m["push_us"])],
-    model=lambda m: (f"a tiny push of {m['tiny_push_us']:.3g} µs and β_copy = "
-                     f"{m['copy_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
-
-
-check_push_us, show_push = PUSH.cells(
-    __name__, "check_push_us", "show_push", "push_us(n_bytes, tiny_push_us, copy_MBps)",
-    against="a push of 1 MiB (image 1 stores into image 2)",
-    shows="sync_all, a tiny push, a local copy and a push of 1 MiB")
+PUSH, check_push_us, show_push = fixed_plus_bytes(
+    __name__, "check_push_us", "show_push", "push_us", "tiny_push_us", "copy_MBps",
+    reference=reference_push_us, hint=_push_hint, now=push_now, tolerance=PREDICTION_TOLERANCE,
+    case="a push of 1 MiB", who="image 1 stores into image 2", fixed_is="a tiny push",
+    besides=_measured, shows="sync_all, a tiny push, a local copy and a push of 1 MiB",
+    ranks_are="images", beta_is="β_copy")

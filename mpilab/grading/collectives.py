@@ -79,10 +79,11 @@ from mpilab.grading.traced import (
     traced_steps,
 )
 
-__all__ = ["bcast_harness", "allreduce_harness", "log_steps", "butterfly_steps",
-           "messages_hint", "sum_problems", "skipped_note", "check_traced",
+__all__ = ["bcast_harness", "allreduce_harness", "butterfly_steps", "sum_problems",
            "check_bcast_schedule", "check_allreduce_schedule", "check_bcast",
-           "check_bcast_steps", "check_allreduce", "check_allreduce_steps", "show_trace",
+           "check_bcast_steps", "check_allreduce", "check_allreduce_steps",
+           # re-exported: the shapes of a traced check (traced), Part E (collectives_model)
+           "log_steps", "messages_hint", "skipped_note", "check_traced", "show_trace",
            "parse_cases", "explained", "label_of", "ranks_text", "bcast_times",
            "reference_bcast_us", "bcast_now", "check_bcast_us", "show_bcast_us",
            "PREDICTION_TOLERANCE", "BCAST", "BCAST_BYTES"]

@@ -367,10 +367,8 @@ def check_overlap(step: Callable, nx: int, ny: int, dims: Sequence[int], steps: 
 
     Parameters
     ----------
-    step : callable
-        The student's ``step(cart, old, new)``.
-    nx, ny, dims, steps, name, timeout
-        As for :func:`check_exchange` (`timeout` in seconds, default 10).
+    step, nx, ny, dims, steps, name, timeout
+        As for :func:`check_step`.
     """
     __tracebackhide__ = True
     check_overlap_order(step, name=name)
@@ -523,12 +521,8 @@ def compare_heat(nx: int, ny: int, steps: int, exchange: Callable | None = None,
         The student's ``exchange(cart, u)``.
     step : callable, optional
         The student's ``step(cart, old, new)``; give this or `exchange`, not both.
-    ranks : int, optional
-        Number of ranks; 4, or what `dims` holds, by default.
-    dims : (int, int), optional
-        The process grid ``(py, px)``.
-    timeout : float, optional
-        Seconds before the run counts as stuck (default 5).
+    ranks, dims, timeout
+        As for :func:`show_exchange`.
 
     Returns
     -------

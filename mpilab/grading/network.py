@@ -179,8 +179,7 @@ def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]
     Parameters
     ----------
     schedule : sequence of dict
-        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
-        from 1.
+        A traced schedule, as for :func:`reference_loads`.
     nodes : int
         Number of nodes (it must divide the number of ranks).
 

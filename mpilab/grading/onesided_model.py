@@ -7,7 +7,9 @@ carrying one Put (the empty epoch plus ``n / β``), first against
 just now (:func:`epoch_times`, on the ranks through :mod:`mpilab.grading.measured`).
 
 The lab's test cells reach these through :mod:`mpilab.grading.onesided`, which
-re-exports them.
+re-exports them. :func:`fixed_plus_bytes` declares a prediction of this kind, one
+transfer as a fixed time plus ``n / β``, with its cells: :data:`EPOCH`, and lab 04's push
+(:mod:`mpilab.grading.coarrays`).
 """
 
 from __future__ import annotations
@@ -134,26 +136,81 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
        "in bytes and β in MB/s).")
 
 
-def _epoch_lines(epoch_us: Callable, m: dict, _ranks: int) -> None:
-    e, b = m["empty_epoch_us"], m["beta_MBps"]
-    print(f"measured on {m['ranks']} ranks ({m['cores']} cores): an empty epoch {e:.2f} µs; "
-          f"ping-pong: α = {m['alpha_us']:.2f} µs, β = {b:,.0f} MB/s")
-    print(f"a Put + Fence epoch of 1 MiB: measured {m['epoch_us']:8.1f} µs, predicted "
-          + shown(epoch_us, m["nbytes"], e, b, name="epoch_us"))
+def fixed_plus_bytes(module: str, check: str, show: str, name: str, fixed: str, beta: str, *,
+                     reference: Callable[..., float], hint: Callable[..., str],
+                     now: Callable[[int], dict], tolerance: tuple[float, float], case: str,
+                     who: str, fixed_is: str, besides: Callable[[dict], str], shows: str,
+                     ranks_are: str = "ranks", beta_is: str = "β"
+                     ) -> tuple[Prediction, Callable, Callable]:
+    """A prediction of one transfer of n bytes as a fixed time plus the bytes at a
+    bandwidth, ``fixed + n / β`` (lab 03's fence epoch with one Put, lab 04's push),
+    graded against the transfer of ``m["nbytes"]`` bytes in `now`'s measurement ``m``;
+    with its test and try-it cells' functions
+    (:meth:`~mpilab.grading.prediction.Prediction.cells`).
+
+    Parameters
+    ----------
+    module, check, show : str
+        The lab's checks module (its ``__name__``) and the names of the two cells'
+        functions, as for :meth:`~mpilab.grading.prediction.Prediction.cells`.
+    name : str
+        The student's function, as messages call it ("push_us"); the measurement holds
+        the measured transfer's time (µs) under the same key.
+    fixed, beta : str
+        The measurement's keys of the fixed time (µs) and of the bandwidth (MB/s) the
+        prediction is made from ("tiny_push_us", "copy_MBps"), as the student's
+        function names its arguments after ``n_bytes``.
+    reference, hint, now, tolerance
+        As for :class:`~mpilab.grading.prediction.Prediction`.
+    case : str
+        The measured transfer, in words ("a push of 1 MiB").
+    who : str
+        Which rank moves the bytes into which ("image 1 stores into image 2").
+    fixed_is : str
+        What the check's message calls the fixed time ("a tiny push").
+    besides : callable
+        ``besides(m) -> str``: what the try-it cell prints as measured besides the
+        transfer, after the ranks and cores.
+    shows : str
+        What the try-it cell measures and prints, in words, for its docstring.
+    ranks_are : str, optional
+        What the lab calls its ranks ("ranks" unless said; lab 04's are "images").
+    beta_is : str, optional
+        What the check's message calls the bandwidth ("β" unless said; lab 04's is
+        "β_copy").
+
+    Returns
+    -------
+    (Prediction, callable, callable)
+        The prediction, graded against one part, the transfer, predicted from
+        ``(m["nbytes"], m[fixed], m[beta])``; the test cell's check and the try-it cell's
+        show function.
+    """
+
+    def lines(func: Callable, m: dict, _ranks: int) -> None:
+        print(f"measured on {m['ranks']} {ranks_are} ({m['cores']} cores): " + besides(m))
+        print(f"{case}: measured {m[name]:8.1f} µs, predicted "
+              + shown(func, m["nbytes"], m[fixed], m[beta], name=name))
+
+    prediction = Prediction(
+        name=name, reference=reference, hint=hint, now=now, tolerance=tolerance, shows=lines,
+        parts=lambda m: [Part(f"{case} on {m['ranks']} {ranks_are} ({who})",
+                              (m["nbytes"], m[fixed], m[beta]), m[name])],
+        model=lambda m: (f"{fixed_is} of {m[fixed]:.3g} µs and {beta_is} = {m[beta]:,.0f} "
+                         f"MB/s, measured just now on {where(m)}"))
+    calls = f"{name}(n_bytes, {fixed}, {beta})"
+    return (prediction, *prediction.cells(module, check, show, calls, against=f"{case} ({who})",
+                                          shows=shows))
+
+
+def _measured(m: dict) -> str:
+    return (f"an empty epoch {m['empty_epoch_us']:.2f} µs; ping-pong: α = {m['alpha_us']:.2f} "
+            f"µs, β = {m['beta_MBps']:,.0f} MB/s")
 
 
 #: Part D: ``epoch_us(n_bytes, empty_epoch_us, beta_MBps)``, against an epoch of 1 MiB.
-EPOCH = Prediction(
-    name="epoch_us", reference=reference_epoch_us, hint=_epoch_hint, now=epoch_now,
-    tolerance=PREDICTION_TOLERANCE, shows=_epoch_lines,
-    parts=lambda m: [Part(f"a Put + Fence epoch of 1 MiB on {m['ranks']} ranks (rank 0 puts "
-                          "into rank 1)", (m["nbytes"], m["empty_epoch_us"], m["beta_MBps"]),
-                          m["epoch_us"])],
-    model=lambda m: (f"an empty epoch of {m['empty_epoch_us']:.3g} µs and β = "
-                     f"{m['beta_MBps']:,.0f} MB/s, measured just now on {where(m)}"))
-
-
-check_epoch_us, show_epoch = EPOCH.cells(
-    __name__, "check_epoch_us", "show_epoch", "epoch_us(n_bytes, empty_epoch_us, beta_MBps)",
-    against="a Put + Fence epoch of 1 MiB (rank 0 puts into rank 1)",
-    shows="the empty epoch, β and a Put + Fence epoch of 1 MiB")
+EPOCH, check_epoch_us, show_epoch = fixed_plus_bytes(
+    __name__, "check_epoch_us", "show_epoch", "epoch_us", "empty_epoch_us", "beta_MBps",
+    reference=reference_epoch_us, hint=_epoch_hint, now=epoch_now, tolerance=PREDICTION_TOLERANCE,
+    case="a Put + Fence epoch of 1 MiB", who="rank 0 puts into rank 1", fixed_is="an empty epoch",
+    besides=_measured, shows="the empty epoch, β and a Put + Fence epoch of 1 MiB")

@@ -25,6 +25,10 @@ A lab declares its prediction as data, a :class:`Prediction`, and its notebook's
         __name__, "check_push_us", "show_push", "push_us(n_bytes, tiny_push_us, copy_MBps)",
         against="a push of 1 MiB", shows="sync_all, a tiny push, a local copy and a push")
 
+The example is lab 04's push written out. It and lab 03's fence epoch are each one
+transfer, a fixed time plus ``n / β``, and are declared together, with their cells, by
+:func:`mpilab.grading.onesided_model.fixed_plus_bytes`.
+
 How the measurement is made (once per grading session, on one rank per core) is
 :mod:`mpilab.grading.measured`'s; this module never measures.
 """

@@ -50,11 +50,9 @@ def reduce_scatter_harness(comm, reduce_scatter: Callable, n: int, dtype: str) -
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        The ranks of the check.
-    reduce_scatter : callable
-        The student's ``reduce_scatter(comm, sendbuf, recvbuf)`` (a sum), called with a
-        :class:`mpilab.tracing.TracingComm`; what it returns is ignored.
+    comm, reduce_scatter
+        As for :func:`mpilab.grading.collectives.allreduce_harness` (the student's
+        ``reduce_scatter(comm, sendbuf, recvbuf)``, a sum, traced).
     n, dtype : int, str
         Elements per block (`recvbuf` has `n`, `sendbuf` ``p n``), and the buffers'
         NumPy type, e.g. ``"float64"``, ``"int32"``.

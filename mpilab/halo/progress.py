@@ -55,7 +55,7 @@ import numpy as np
 from .. import runtime, validate
 from ..jobs import python_worker, worker_main
 from ..netlab import placed
-from ..timing import record, run_meta
+from ..timing import record, run_meta, text_table
 from .parallel import gather, run_heat, timeline
 from .problem import PHASES, serial_heat
 
@@ -309,13 +309,11 @@ def table(records: list[dict]) -> str:
     str
         The table, one line per mode under a header.
     """
-    lines = [f"{'mode':>15} {'step (us)':>11} {'in MPI (us)':>12} {'computing (us)':>15} "
-             f"{'hidden':>7} {'OSU':>5}"]
-    for r in records:
-        lines.append(f"{r['mode']:>15} {r['t_us_median']:>11.1f} {r['mpi_us_median']:>12.1f} "
-                     f"{r['compute_us_median']:>15.1f} {r['hidden']:>7.0%} "
-                     f"{r['overlap_osu']:>5.0%}")
-    return "\n".join(lines)
+    columns = [("mode", 15, ""), ("step (us)", 11, ".1f"), ("in MPI (us)", 12, ".1f"),
+               ("computing (us)", 15, ".1f"), ("hidden", 7, ".0%"), ("OSU", 5, ".0%")]
+    return "\n".join(text_table(columns, [
+        (r["mode"], r["t_us_median"], r["mpi_us_median"], r["compute_us_median"], r["hidden"],
+         r["overlap_osu"]) for r in records]))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import sys
 from .. import runtime, validate
 from ..buffers import buffer, huge_page_share, message_buffer
 from ..jobs import python_worker, worker_main
-from ..timing import record, run_meta
+from ..timing import record, run_meta, text_table
 
 IMPLS = ("stencil", "memcopy", "store-copy")
 #: every record :func:`run` can make: :data:`IMPLS` and the update on 4 KiB pages
@@ -186,11 +186,10 @@ def table(records: list[dict]) -> str:
     str
         The table and the ``stencil / <copy> bandwidth`` lines.
     """
-    lines = [f"{'impl':>10} {'grid':>11} {'t median (ms)':>14} {'GB/s (median)':>14} "
-             f"{'GB/s (best)':>12}"]
-    for r in records:
-        lines.append(f"{r['impl']:>10} {str(r['nx']) + 'x' + str(r['ny']):>11} "
-                     f"{r['t_us_median'] / 1e3:>14.3f} {r['GBps']:>14.2f} {r['GBps_best']:>12.2f}")
+    columns = [("impl", 10, ""), ("grid", 11, ""), ("t median (ms)", 14, ".3f"),
+               ("GB/s (median)", 14, ".2f"), ("GB/s (best)", 12, ".2f")]
+    lines = text_table(columns, [(r["impl"], f"{r['nx']}x{r['ny']}", r["t_us_median"] / 1e3,
+                                  r["GBps"], r["GBps_best"]) for r in records])
     by = {r["impl"]: r for r in records}
     for other in ("memcopy", "store-copy"):
         if "stencil" in by and other in by:
