@@ -54,7 +54,14 @@ class CompileError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """Where compiled modules are kept (per user)."""
+    """Where compiled modules are kept (per user).
+
+    Returns
+    -------
+    pathlib.Path
+        ``$MPILAB_BUILD_CACHE`` when set, else ``$XDG_CACHE_HOME/mpilab/build``, else
+        ``~/.cache/mpilab/build``. It may not exist yet: the first compile makes it.
+    """
     if os.environ.get("MPILAB_BUILD_CACHE"):
         return Path(os.environ["MPILAB_BUILD_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -116,7 +123,15 @@ class CythonModule:
         self._deferred = deferred  # (label, root, final, timeout) until compiled
 
     def ensure(self) -> None:
-        """Compile now if the compile was deferred (the student's kernel at autograde)."""
+        """Compile now if the compile was deferred (the student's kernel at autograde).
+
+        Does nothing when the module is compiled already.
+
+        Raises
+        ------
+        CompileError
+            As :func:`cython`.
+        """
         if self._deferred is not None:
             label, root, final, timeout = self._deferred
             t0 = time.perf_counter()
@@ -132,7 +147,22 @@ class CythonModule:
                                 module=self if self._deferred is not None else None)
 
     def load(self):
-        """Import the module in this process (this starts MPI here, through mpi4py)."""
+        """Import the module in this process (this starts MPI here, through mpi4py).
+
+        A deferred compile is made first (:meth:`ensure`).
+
+        Returns
+        -------
+        module
+            The extension module, as :func:`load` gives it.
+
+        Raises
+        ------
+        CompileError
+            The deferred compile failed.
+        RuntimeError, ImportError
+            As :func:`load`.
+        """
         self.ensure()
         return load(str(self.path), self.module_name)
 
@@ -146,11 +176,37 @@ class SandboxedCompiler(Protocol):
     """How the grader compiles a student's Cython: in its sandbox (set by the grader)."""
 
     def folder(self) -> str:
-        """The build folder the sandbox may write."""
+        """The build folder the sandbox may write.
+
+        Returns
+        -------
+        str
+            The folder's path: :func:`cython` keeps the modules it compiles there.
+        """
 
     def compile(self, source: str, module_name: str, final: str,
                 timeout: float) -> tuple[int, str]:
-        """Compile `source` into the folder `final`; exit status and the report."""
+        """Compile `source` into the folder `final`; exit status and the report.
+
+        Parameters
+        ----------
+        source : str
+            The Cython source (a ``.pyx`` file's text).
+        module_name : str
+            The extension module's name; the module is ``final/module_name`` with the
+            interpreter's extension suffix.
+        final : str
+            The folder the built module goes into, under :meth:`folder`.
+        timeout : float
+            Seconds the compile may take.
+
+        Returns
+        -------
+        status : int
+            The compiler's exit status.
+        report : str
+            Its output, untrusted: shown as the error when no module was made.
+        """
 
 
 # How this process compiles, as the autograder sets it (this module never asks the
@@ -165,18 +221,29 @@ def use_sandboxed_compiler(compiler: SandboxedCompiler) -> None:
     :mod:`mpilab.autograder.isolated` calls this when it is imported in the grader: this
     module, below the grading layer, never imports it. From then on a source is compiled
     in the sandbox, never here, and :func:`load` refuses to load a module.
+
+    Parameters
+    ----------
+    compiler : SandboxedCompiler
+        The grader's compiler; it replaces any set before.
     """
     _SANDBOXED[:] = [compiler]
 
 
 def defer_compiles(defer: bool = True) -> None:
-    """Compile a source only when one of its functions is first used, from now on in this
-    process (the student's kernel at autograde, and the grader's ranks beside it).
+    """From now on in this process, compile a source only when its functions are first used.
 
+    For the student's kernel at autograde, and the grader's ranks beside it:
     :mod:`mpilab.autograder.student` calls this when the student's kernel starts: the
     checks compile their own copy in the grader's sandbox, so the student's is compiled
     only if their kernel uses it (a function called or sent to ranks, ``load()``). Has no
     effect in the grader's kernel (:func:`use_sandboxed_compiler`).
+
+    Parameters
+    ----------
+    defer : bool, optional
+        True (default): defer the compiles of later :func:`cython` calls; False: compile
+        at once again. A source already compiled (in the cache) is never compiled again.
     """
     _DEFER[0] = bool(defer)
 
@@ -187,7 +254,30 @@ def _sandboxed() -> SandboxedCompiler | None:
 
 
 def load(path: str, module_name: str):
-    """Import the extension module at `path` (once per process)."""
+    """Import the extension module at `path` (once per process).
+
+    Importing a module compiled against mpi4py starts MPI in this process.
+
+    Parameters
+    ----------
+    path : str
+        The extension module's file (a :class:`CythonModule`'s ``path``).
+    module_name : str
+        The module's name, as it was compiled (``{name}_{hash}``).
+
+    Returns
+    -------
+    module
+        The imported module; the same object on every later call with `path`.
+
+    Raises
+    ------
+    RuntimeError
+        In the grader's kernel (:func:`use_sandboxed_compiler`), which never loads a
+        student's module: its functions run on the sandboxed ranks instead.
+    ImportError
+        `path` does not exist on this host, or the module cannot be imported.
+    """
     if _sandboxed() is not None:
         raise RuntimeError("the grader never loads a student's compiled module: pass its "
                            "functions to mpilab.grading.run_on_ranks, which runs them on "
@@ -305,17 +395,34 @@ def cython(source: str, name: str = "student", *, timeout: float = 180.0,
     source : str
         A ``.pyx`` file's text. ``cimport mpi4py.MPI as MPI`` and
         ``from mpi4py.libmpi cimport *`` work; the language level is 3.
-    name : str
-        A label (letters, digits, underscore): the module is ``{name}_{hash}``.
-    timeout : float
-        Seconds allowed to each compiler step.
-    cache : path, optional
-        Cache directory instead of :func:`cache_dir`.
+    name : str, optional
+        A label (a letter or underscore, then up to 40 letters, digits, underscores;
+        default ``"student"``): the module is ``{name}_{hash}``.
+    timeout : float, optional
+        Seconds allowed to each compiler step (default 180).
+    cache : str or os.PathLike, optional
+        Cache directory instead of :func:`cache_dir` (ignored in the grader's kernel,
+        which compiles into its sandbox's folder).
+
+    Returns
+    -------
+    CythonModule
+        The handle: its attributes are the module's functions (:class:`CompiledFunction`);
+        ``cached`` says whether it was found compiled, ``seconds`` how long the compile
+        took. Where compiles are deferred (:func:`defer_compiles`), nothing is compiled
+        until a function is first used.
 
     Raises
     ------
+    TypeError
+        `source` is not a str.
+    ValueError
+        `name` is not a short identifier.
     CompileError
-        With Cython's error report (line and column in `source`), or the C compiler's.
+        With Cython's error report (line and column in `source`), or the C compiler's;
+        or a compiler step ran past `timeout` or could not be started.
+    mpilab.runtime.MPINotFound
+        No MPI compiler wrapper was found (:func:`mpilab.runtime.mpicc`).
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be the Cython code as a str, not {type(source).__name__}")

@@ -209,7 +209,13 @@ class CoArray:
 
     # -- synchronisation ------------------------------------------------------------
     def sync_all(self) -> None:
-        """``sync all``: collective; every Put and Get of the segment is complete."""
+        """``sync all``: collective; every Put and Get of the segment is complete.
+
+        Raises
+        ------
+        RuntimeError
+            This CoArray was freed (:meth:`free`).
+        """
         self._alive()
         self.win.Fence()
         self._pending.clear()

@@ -188,13 +188,31 @@ def _browser() -> str | None:
 def facts(timeout: float = TIMEOUT) -> dict:
     """What this machine offers, as one dict (the ``--json`` object).
 
-    Keys include ``cores``, ``affinity_cores``, ``cpu_quota``, ``cpu_quota_from``,
-    ``memory_bytes``, ``memory_from``, ``shm_bytes``, ``small`` (why the lectures take
-    small sweeps, or ""), ``mpi`` (the library mpi4py loads: ``openmpi``, ``mpich``, or
-    None), ``mpi_version``, ``mpi4py_version``, ``launcher``, ``compiler``, ``kernels``,
-    ``coarrays`` (bool) with ``coarrays_why_not``, ``netns`` (bool) with
-    ``netns_why_not``, ``simgrid``, ``slurm``, ``sandbox``, ``browser`` and
-    ``problems`` (the probes that failed). Never raises.
+    Never raises: a probe that fails is reported under ``problems`` (or its ``*_why_not``)
+    instead. MPI is not started in this process; the library is asked in a child process.
+
+    Parameters
+    ----------
+    timeout : float, optional
+        Seconds allowed to each program a probe starts (default :data:`TIMEOUT`, 20).
+
+    Returns
+    -------
+    dict
+        Keys include ``python``, ``executable``, ``root``, ``mpilab`` (the package's
+        folder), ``cores``, ``affinity_cores``, ``cpu_quota``, ``cpu_quota_from``,
+        ``memory_bytes``, ``memory_from``, ``physical_memory_bytes``, ``shm_bytes``,
+        ``shm_free_bytes`` (:func:`mpilab.runtime.resources`), ``small`` (why the lectures
+        take small sweeps, or ""), ``mpi`` (the library mpi4py loads: ``openmpi``,
+        ``mpich``, or None), ``mpi_version``, ``mpi_library_version``, ``mpi4py_version``,
+        ``mpi_selected``, ``launcher``, ``launcher_family``, ``compiler``, ``kernels`` (a
+        dict: ``built``, ``missing``, ``programs``, ``sources``, ``sources_problem``),
+        ``coarrays`` (bool) with ``coarrays_why_not``, ``netns`` (bool) with
+        ``netns_why_not``, ``simgrid`` (a dict: ``available``, ``why_not``, ``version``),
+        ``slurm`` (a dict: ``controller``, ``partitions``, ``why_not``, ...), ``sandbox``
+        (bool) with ``sandbox_why_not``, ``browser`` (a path or None), ``binder`` (bool),
+        ``problems`` (the probes that failed: name -> why) and ``seconds`` (how long the
+        probes took).
     """
     t0 = time.perf_counter()
     problems: dict[str, str] = {}
@@ -255,7 +273,19 @@ TITLES = {
 
 
 def oversubscription(f: dict) -> str:
-    """Which of the lectures' usual rank counts (2 and 4) oversubscribe the cores of `f`."""
+    """Which of the lectures' usual rank counts (2 and 4) oversubscribe the cores of `f`.
+
+    Parameters
+    ----------
+    f : dict
+        The facts (:func:`facts`); only ``cores`` is read (1 when missing).
+
+    Returns
+    -------
+    str
+        A phrase for the report: that 2- and 4-rank runs have a core each, or which of
+        them are oversubscribed on how many cores.
+    """
     cores = f.get("cores") or 1
     over = [r for r in (2, 4) if r > cores]
     if not over:
@@ -265,7 +295,20 @@ def oversubscription(f: dict) -> str:
 
 
 def lectures(f: dict) -> dict[str, str]:
-    """What each lecture will do on the machine `f` (:func:`facts`): number -> one line."""
+    """What each lecture will do on the machine `f`: number -> one line.
+
+    Parameters
+    ----------
+    f : dict
+        The facts (:func:`facts`).
+
+    Returns
+    -------
+    dict of str to str
+        For each lecture of :data:`TITLES` (``"00"`` to ``"07"``), whether it runs live
+        here, with small or full sweeps, or shows labelled reference data, and why;
+        every lecture "cannot run" when no MPI library or launcher was found.
+    """
     if not f.get("mpi") or not f.get("launcher"):
         why = f.get("problems", {}).get("mpi") or "no MPI library"
         return {n: f"cannot run: {why} (`make setup`, or conda: environment.yml)"
@@ -303,7 +346,19 @@ def lectures(f: dict) -> dict[str, str]:
 
 
 def report(f: dict) -> str:
-    """The facts and each lecture's line, as text for a person."""
+    """The facts and each lecture's line, as text for a person.
+
+    Parameters
+    ----------
+    f : dict
+        The facts (:func:`facts`).
+
+    Returns
+    -------
+    str
+        The report, lines joined by newlines (no newline at the end): the facts, what
+        each lecture does here (:func:`lectures`), and the problems found, if any.
+    """
     def yes(ok, why):
         return "yes" if ok else f"no: {why}"
 
@@ -356,6 +411,20 @@ def report(f: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m mpilab.doctor``: print the report, or with ``--json`` the facts.
+
+    The JSON object is :func:`facts` with ``lectures`` (:func:`lectures`) added.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``[--json] [--timeout SECONDS]`` (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0: a missing or broken part is reported, not an error.
+    """
     p = argparse.ArgumentParser(prog="python -m mpilab.doctor",
                                 description="What this machine offers the course.")
     p.add_argument("--json", action="store_true", help="print the facts as one JSON object")

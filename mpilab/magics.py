@@ -40,7 +40,31 @@ def _parse(line: str) -> tuple[float, bool]:
 
 
 def mpi(line: str, cell: str):
-    """Run the cell on every MPI rank of this notebook's cluster, with a timeout."""
+    """Run the cell on every MPI rank of this notebook's cluster, with a timeout.
+
+    Each rank's output is shown once the cell has finished (also when it raised), as
+    :meth:`mpilab.cluster.MPICluster.execute` shows it.
+
+    Parameters
+    ----------
+    line : str
+        The options after ``%%mpi``: ``--timeout SECONDS`` (or ``-t SECONDS``,
+        ``--timeout=SECONDS``; default 30, positive) and ``--restart`` (restart the
+        cluster at once after a timeout).
+    cell : str
+        The cell's code, run in each engine's namespace.
+
+    Raises
+    ------
+    mpilab.cluster.ClusterError
+        No cluster is running in this notebook, or it is unusable since an earlier
+        failure.
+    ValueError
+        An unknown option, or a timeout that is not a positive number.
+    mpilab.cluster.MPITimeout, mpilab.cluster.RankError, mpilab.cluster.ClusterDied
+        Some rank was still busy after the timeout; the cell raised on some rank; an
+        engine died.
+    """
     from . import cluster
 
     c = cluster.current()
@@ -55,5 +79,10 @@ def load_ipython_extension(ipython) -> None:
 
     The cluster loads this extension when its engines are wired up in a notebook
     (:class:`mpilab.cluster.MPICluster`), so ``%%mpi`` comes with ``%px``.
+
+    Parameters
+    ----------
+    ipython : IPython.core.interactiveshell.InteractiveShell
+        The session to register :func:`mpi` in, as a cell magic.
     """
     ipython.register_magic_function(mpi, magic_kind="cell", magic_name="mpi")

@@ -47,7 +47,19 @@ MODULE = "mpilab.network"  # python -m mpilab.network --worker: the measuring jo
 
 
 def data_rate_MBps(rate_bit_s: float) -> float:
-    """The most TCP data a link of `rate_bit_s` carries, in MB/s (a model, not measured)."""
+    """The most TCP data a link of `rate_bit_s` carries, in MB/s (a model, not measured).
+
+    Parameters
+    ----------
+    rate_bit_s : float
+        The link's line rate, in bits per second.
+
+    Returns
+    -------
+    float
+        The TCP payload rate, in MB/s (10^6 bytes per second): the line rate in bytes
+        times :data:`WIRE_DATA`, the share of a full Ethernet frame that is TCP data.
+    """
     return rate_bit_s / 8 * WIRE_DATA / 1e6
 
 
@@ -73,12 +85,45 @@ def measure(link: str = "fast-ethernet", *, sizes=PINGPONG_SIZES, block: int = R
             reps: int = 5, min_time: float = 0.02, timeout: float = 300) -> dict:
     """Measure a link between two freshly made emulated nodes (needs root).
 
-    Returns ``{"source", "link", "shaping", "burst_bytes", "rate_bit_s", "pingpong",
-    "ring", "block_bytes", "meta"}``: `pingpong` is a list of records (``size_bytes``,
-    ``t_us_min``, ``t_us_median``, ...) between one rank on each node; `ring` maps each
-    placement of :data:`PLACEMENTS` to the record of the course's ring allgather of
-    `block` bytes per rank on 4 ranks (``node_of_rank`` says where each rank ran). The
-    nodes are removed before it returns.
+    The nodes (:func:`mpilab.netlab.fabric`) are removed before it returns, whether the
+    measurement succeeded or not.
+
+    Parameters
+    ----------
+    link : str, optional
+        A link profile of :data:`mpilab.netlab.PROFILES` (default ``"fast-ethernet"``).
+    sizes : iterable of int, optional
+        The ping-pong's message sizes, in bytes (default :data:`PINGPONG_SIZES`).
+    block : int, optional
+        The ring allgather's block per rank, in bytes (default :data:`RING_BLOCK`).
+    reps : int, optional
+        Timed repetitions of each ping-pong size and of each ring (default 5).
+    min_time : float, optional
+        Seconds one repetition should last when its iterations are calibrated
+        (default 0.02).
+    timeout : float, optional
+        Seconds each MPI job may run before it is killed (default 300).
+
+    Returns
+    -------
+    dict
+        ``source`` (a label: measured here), ``measured`` (True), ``started`` (local
+        time with its UTC offset), ``link``, ``shaping`` (what was applied to the link and what
+        could not be emulated), ``rate_bit_s``, ``burst_bytes`` (the token bucket's
+        burst, or None), ``pingpong``: a list of records (``size_bytes``, ``t_us_min``,
+        ``t_us_median``, ...) between one rank on each node, with the placement's
+        fields; ``ring``: each placement of :data:`PLACEMENTS` (``"slot"``, ``"node"``)
+        to the record of the course's ring allgather of `block` bytes per rank on 4
+        ranks (``node_of_rank`` says where each rank ran); ``block_bytes`` and ``meta``
+        (:func:`mpilab.timing.run_meta` of the ping-pong job, with the settings).
+
+    Raises
+    ------
+    mpilab.netlab.NetlabUnavailable
+        Emulated nodes cannot be made here (no root, no namespaces, turned off): use
+        :func:`reference`.
+    mpilab.jobs.JobTimeout, mpilab.jobs.JobFailed
+        An MPI job ran past `timeout` or failed.
     """
     why = netlab.available()
     if why is not None:
@@ -121,7 +166,25 @@ def _burst(shaping: dict) -> int | None:
 def reference(path: str | Path = REFERENCE) -> dict:
     """The measurement of :func:`measure` made on the reference machine, labelled.
 
-    A relative `path` is read from the course's ``reference/`` (:mod:`mpilab.paths`).
+    Parameters
+    ----------
+    path : str or pathlib.Path, optional
+        The measurement's JSON file (default :data:`REFERENCE`); a relative path is read
+        from the course's ``reference/`` (:func:`mpilab.paths.reference_dir`).
+
+    Returns
+    -------
+    dict
+        The keys of :func:`measure` as the file has them, with ``measured`` False and
+        ``source`` saying it is reference data and from which machine
+        (:data:`REFERENCE_MACHINE`), not this one.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read: ``FileNotFoundError`` where it is missing, or where a
+        relative `path` is given and no ``reference/`` is found
+        (:class:`mpilab.paths.CourseNotFound`).
     """
     path = Path(path)
     doc = json.loads((path if path.is_absolute() else paths.reference_dir() / path).read_text())
@@ -132,9 +195,31 @@ def reference(path: str | Path = REFERENCE) -> dict:
 def schedules(ranks: int, block: int, algs=None, *, timeout: float = 120) -> dict:
     """The traced messages of the course's allgathers on `ranks` ranks, in one MPI job.
 
-    ``{alg: [{"step", "src", "dst", "bytes"}, ...]}`` for each of `algs` (default: every
-    algorithm admissible at `ranks`), from :func:`mpilab.collectives.trace` in a job on
-    this host: where the ranks run does not change what they send.
+    The job runs on this host: where the ranks run does not change what they send.
+
+    Parameters
+    ----------
+    ranks : int
+        Number of ranks.
+    block : int
+        The allgather's block per rank, in bytes.
+    algs : sequence of str, optional
+        Names of allgather algorithms to trace (keys of
+        ``mpilab.collectives.ALGORITHMS["allgather"]``); None (default): every one
+        admissible at `ranks`.
+    timeout : float, optional
+        Seconds the job may run before it is killed (default 120).
+
+    Returns
+    -------
+    dict
+        ``{alg: [{"step", "src", "dst", "bytes"}, ...]}`` for each of `algs`, from
+        :func:`mpilab.collectives.trace`.
+
+    Raises
+    ------
+    ValueError
+        An algorithm of `algs` is unknown, or cannot run on `ranks` ranks.
     """
     ok = collectives.admissible("allgather", ranks)
     algs = list(ok if algs is None else algs)
@@ -166,6 +251,11 @@ def bcast_schedules(ranks: int, roots=(0,), *, timeout: float = 120) -> dict:
     dict
         ``{root: [{"step", "src", "dst", "bytes"}, ...]}`` (1-byte messages), from
         :func:`mpilab.collectives.trace` in a job on this host.
+
+    Raises
+    ------
+    ValueError
+        A root of `roots` is not a rank of `ranks`.
     """
     roots = [int(r) for r in roots]
     bad = [r for r in roots if not 0 <= r < ranks]
@@ -178,6 +268,22 @@ def bcast_schedules(ranks: int, roots=(0,), *, timeout: float = 120) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m mpilab.network``: measure a link (:func:`measure`) and print it.
+
+    Prints the ping-pong's one-way times and the ring allgather's time per placement;
+    with ``--json OUT`` the measurement is written to OUT, without ``source`` and
+    ``measured`` (how the reference file was made).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``[--link PROFILE] [--reps N] [--json OUT]`` (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 (a failed measurement raises, as :func:`measure` does).
+    """
     p = argparse.ArgumentParser(prog="python -m mpilab.network", description=__doc__.split(
         "\n")[0])
     p.add_argument("--link", default="fast-ethernet", choices=sorted(netlab.PROFILES))

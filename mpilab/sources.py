@@ -41,7 +41,19 @@ MAX_LINES = 600  # lines kept per code object
 
 
 def is_library(filename: str) -> bool:
-    """Code of mpilab, an installed package or the standard library (not the student's)."""
+    """Whether `filename` is code of mpilab, an installed package or the standard library.
+
+    Parameters
+    ----------
+    filename : str
+        A code object's file name (``co_filename``).
+
+    Returns
+    -------
+    bool
+        True for a file in the mpilab package, under ``site-packages`` or
+        ``/lib/python3``, or a frozen module; False otherwise (the student's code).
+    """
     return (filename.startswith(_PACKAGE + os.sep) or "site-packages" in filename
             or filename.startswith("<frozen") or "/lib/python3" in filename)
 
@@ -104,6 +116,15 @@ class SourceMap:
     ``cell`` is ``(execution count, leading blank lines)`` for code from a notebook cell
     (:func:`cell_of`) and None otherwise; only code that is not library code
     (:func:`is_library`) keeps its lines.
+
+    Parameters
+    ----------
+    entries : iterable of tuple, optional
+        The entries, as above (a five-item entry gets None for its cell); none by
+        default.
+    files : bool, optional
+        Whether the file a frame names may be read on this host (default True); False
+        for frames reported by a student's process, resolved through the map only.
     """
 
     def __init__(self, entries: Iterable[tuple] = (), files: bool = True):
@@ -114,7 +135,26 @@ class SourceMap:
 
     @classmethod
     def of(cls, *objs: Any, limit: int = MAX_FUNCTIONS) -> SourceMap:
-        """The map of every function reachable from `objs`, read from this process."""
+        """The map of every function reachable from `objs`, read from this process.
+
+        Functions are reached through partials, bound methods, closures, the functions
+        they name as globals and lists, tuples and dicts of up to 64 items; library code
+        (:func:`is_library`) is left out. An object with a ``source_map`` (a handle on a
+        function that lives elsewhere) brings that map's entries.
+
+        Parameters
+        ----------
+        *objs : object
+            Functions and the arguments they are sent with.
+        limit : int, optional
+            The most functions followed (default :data:`MAX_FUNCTIONS`).
+
+        Returns
+        -------
+        SourceMap
+            One entry per code object (nested ones included), with at most
+            :data:`MAX_LINES` source lines each, from this process's ``linecache``.
+        """
         entries, seen = [], set()
         for func in _callables(objs, limit):
             if not isinstance(func, types.FunctionType):
@@ -144,8 +184,23 @@ class SourceMap:
     def text(self, filename: str, lineno: int, func: str) -> str:
         """The source text of `lineno` in `func` (stripped), or "" when unknown.
 
-        The file is tried first (code run in this process, or a real file on this host);
-        then the map, by function name and a line range that holds `lineno`.
+        The file is tried first (code run in this process, or a real file on this host;
+        not where the map was made with ``files=False``); then the map, by function name
+        and a line range that holds `lineno`.
+
+        Parameters
+        ----------
+        filename : str
+            The file the frame names.
+        lineno : int
+            The frame's line number.
+        func : str
+            The frame's function name.
+
+        Returns
+        -------
+        str
+            The line, without surrounding white space; "" when neither knows it.
         """
         if self.files and filename and not filename.startswith("<"):
             line = linecache.getline(filename, lineno).strip()
@@ -157,8 +212,23 @@ class SourceMap:
         return ""
 
     def file(self, filename: str, lineno: int, func: str) -> str:
-        """The file this frame's code came from, as the map knows it ("" if unknown or
-        not a real file: a pickled function names ``<dynamic-code>`` wherever it runs)."""
+        """The file this frame's code came from, as the map knows it.
+
+        A pickled function names ``<dynamic-code>`` wherever it runs: the map has the
+        file it was defined in.
+
+        Parameters
+        ----------
+        filename, lineno, func : str, int, str
+            As for :meth:`text`.
+
+        Returns
+        -------
+        str
+            The file of the map's entry for `func` whose line range holds `lineno`, else
+            `filename`; "" when that is not a real file (a name in angle brackets, or
+            empty).
+        """
         for name, first, last, file, _lines, _cell in self.entries:
             if name == func and first <= lineno <= last:
                 filename = file
@@ -166,15 +236,44 @@ class SourceMap:
         return filename if filename and not filename.startswith("<") else ""
 
     def cell(self, filename: str, lineno: int, func: str) -> tuple[int, int] | None:
-        """(execution count, leading blank lines) of the notebook cell this frame's code
-        came from, or None."""
+        """The notebook cell this frame's code came from, or None.
+
+        Parameters
+        ----------
+        filename, lineno, func : str, int, str
+            As for :meth:`text`.
+
+        Returns
+        -------
+        (int, int) or None
+            ``(execution count, leading blank lines)`` of the cell, from the map's entry
+            for `func` whose line range holds `lineno`, else (where the map may read
+            files) from this process's IPython (:func:`cell_of`); None when neither
+            knows one.
+        """
         for name, first, last, _file, _lines, cell in self.entries:
             if name == func and first <= lineno <= last and cell:
                 return cell
         return cell_of(filename) if self.files else None
 
     def is_user(self, filename: str, func: str, lineno: int) -> bool:
-        """Is this frame the student's code (mapped here, or a file outside libraries)?"""
+        """Whether this frame is the student's code.
+
+        Parameters
+        ----------
+        filename : str
+            The file the frame names.
+        func : str
+            The frame's function name.
+        lineno : int
+            The frame's line number.
+
+        Returns
+        -------
+        bool
+            True when the map holds `func` with a line range that holds `lineno`, or
+            `filename` is not library code (:func:`is_library`).
+        """
         if any(name == func and first <= lineno <= last
                for name, first, last, *_ in self.entries):
             return True
@@ -182,13 +281,36 @@ class SourceMap:
 
     # -- as plain data -----------------------------------------------------------------
     def to_plain(self) -> list:
+        """The map as plain data (JSON-serialisable), for :meth:`from_plain`.
+
+        Returns
+        -------
+        list of list
+            One ``[name, first_line, last_line, filename, {str(line): text}, cell]`` per
+            entry, where ``cell`` is ``[execution count, leading blank lines]`` or None.
+        """
         return [[name, first, last, filename, {str(k): v for k, v in lines.items()},
                  list(cell) if cell else None]
                 for name, first, last, filename, lines, cell in self.entries]
 
     @classmethod
     def from_plain(cls, data: Any) -> SourceMap:
-        """Rebuild from :meth:`to_plain`; whatever does not fit the shape is dropped."""
+        """Rebuild from :meth:`to_plain`; whatever does not fit the shape is dropped.
+
+        `data` may come from a student's process: entries are checked item by item and
+        trimmed (at most ``4 * MAX_FUNCTIONS`` entries, :data:`MAX_LINES` lines each,
+        500 characters a line and a file name, 200 a function name).
+
+        Parameters
+        ----------
+        data : object
+            What :meth:`to_plain` gave, or anything else.
+
+        Returns
+        -------
+        SourceMap
+            The entries that fit the shape; an empty map when `data` is not a list.
+        """
         entries = []
         if not isinstance(data, list):
             return cls()
@@ -210,12 +332,23 @@ class SourceMap:
 
 
 def cell_of(filename: str) -> tuple[int, int] | None:
-    """(execution count, leading blank lines) of the IPython cell compiled as `filename`
-    in this process, or None (not a cell, or not in IPython).
+    """The IPython cell compiled as `filename` in this process, or None.
 
     IPython drops a cell's leading blank lines before compiling it, so its line numbers
     are that many lines short of the editor's; the raw cell in IPython's history says
     how many.
+
+    Parameters
+    ----------
+    filename : str
+        A code object's file name (``co_filename``).
+
+    Returns
+    -------
+    (int, int) or None
+        ``(execution count, leading blank lines)`` of the cell (0 blank lines where the
+        history does not say); None when `filename` is not a cell's, or this process
+        does not run IPython.
     """
     try:
         from IPython import get_ipython
@@ -244,7 +377,18 @@ _STACK_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<fu
 
 
 def parse_stack(text: str) -> list[tuple[str, int, str]]:
-    """faulthandler's dump (most recent call first) as frames, outermost first."""
+    """faulthandler's dump (most recent call first) as frames, outermost first.
+
+    Parameters
+    ----------
+    text : str
+        The dump: lines ``File "NAME", line N in FUNC``; other lines are skipped.
+
+    Returns
+    -------
+    list of (str, int, str)
+        ``(filename, lineno, func)`` of each frame, the outermost first.
+    """
     frames = []
     for line in text.splitlines():
         m = _STACK_LINE.match(line)
@@ -254,12 +398,28 @@ def parse_stack(text: str) -> list[tuple[str, int, str]]:
 
 
 def describe_frame(frames: Sequence[tuple[str, int, str]], smap: SourceMap | None = None) -> str:
-    """Where the innermost frame of the student's code was, the way the notebook shows it:
-    'line 6 of cell In [7] (in ring_exchange): comm.Send(data, dest=right)'.
+    """Where the innermost frame of the student's code was, the way the notebook shows it.
 
+    As in 'line 6 of cell In [7] (in ring_exchange): comm.Send(data, dest=right)'.
     `smap` maps frames of code that ran elsewhere (an engine) back to its source: it is
     built where the function objects are (:class:`SourceMap`). A function from a file
     names the file; one whose cell is not known, only the function.
+
+    Parameters
+    ----------
+    frames : sequence of (str, int, str)
+        ``(filename, lineno, func)`` of each frame, the outermost first
+        (:func:`parse_stack`).
+    smap : SourceMap, optional
+        The map of the code that ran; None (default): an empty map (files on this host
+        only).
+
+    Returns
+    -------
+    str
+        Where the innermost frame of the student's code (:meth:`SourceMap.is_user`; the
+        innermost frame when none is) was, with the line's text after ": " where known;
+        "" when there are no frames.
     """
     if not frames:
         return ""
@@ -300,16 +460,42 @@ class MessageOnly:
 
 
 def stuck_hint_at(where: dict[int, str], finished: Sequence[int]) -> str:
-    """:func:`stuck_hint` from what :func:`describe_frame` said of each stuck rank
-    ("line 6 of cell In [3]: comm.Send(...)"; "" where unknown): the code after the
-    first ": " is the stuck line."""
+    """:func:`stuck_hint` from what :func:`describe_frame` said of each stuck rank.
+
+    Parameters
+    ----------
+    where : dict of int to str
+        Each stuck rank's place ("line 6 of cell In [3]: comm.Send(...)"; "" where
+        unknown): the code after the first ": " is the stuck line.
+    finished : sequence of int
+        The ranks that had returned.
+
+    Returns
+    -------
+    str
+        As :func:`stuck_hint`.
+    """
     return stuck_hint({r: w.split(": ", 1)[1] if ": " in w else "" for r, w in where.items()},
                       finished)
 
 
 def stuck_hint(lines: dict[int, str], finished: Sequence[int]) -> str:
-    """A guess at why ranks did not finish, from the source lines they were stuck on
-    (rank -> text, "" where unknown) and whether some ranks had returned."""
+    """A guess at why ranks did not finish, from the source lines they were stuck on.
+
+    Parameters
+    ----------
+    lines : dict of int to str
+        Each stuck rank's source line (rank -> text, "" where unknown).
+    finished : sequence of int
+        The ranks that had returned (only whether there are any matters).
+
+    Returns
+    -------
+    str
+        One or a few sentences for the student, by what the known lines have in
+        common: collective calls (the same one or different ones), sends, receives, a
+        line with no MPI call; else a deadlock in general (also when no line is known).
+    """
     texts = [t for t in lines.values() if t]
     if not texts:
         return "Ranks waiting on each other (a deadlock) or an endless loop?"

@@ -18,7 +18,26 @@ from typing import Any
 def count(value: Any, name: str, lowest: int = 1) -> int:
     """`value` as an int, if it is an integer (bool is not) and at least `lowest`.
 
-    Raises TypeError for a non-integer and ValueError below `lowest`, naming `name`.
+    Parameters
+    ----------
+    value : object
+        What the caller passed: a Python or NumPy integer.
+    name : str
+        The argument's name, as the error message calls it.
+    lowest : int, optional
+        The smallest value allowed (default 1).
+
+    Returns
+    -------
+    int
+        `value` as a Python int.
+
+    Raises
+    ------
+    TypeError
+        `value` is not an integer (a bool, a float or a string is not), naming `name`.
+    ValueError
+        `value` is below `lowest`, naming `name`.
     """
     import numpy as np
 
@@ -34,8 +53,32 @@ def names(value: str | Sequence[str], allowed: Sequence[str], what: str,
     """Names from one name, a comma-separated string or a sequence; each in `allowed`.
 
     A name of `groups` stands for several (by default ``"all"`` for every allowed name);
-    duplicates are dropped, the order kept. Raises TypeError for something that is not a
-    name or a sequence of names, ValueError for an unknown name or none at all.
+    duplicates are dropped, the order kept.
+
+    Parameters
+    ----------
+    value : str or sequence of str
+        One name, names separated by commas (spaces around them ignored), or a sequence
+        of names.
+    allowed : sequence of str
+        The names accepted.
+    what : str
+        What the names are, as the error message calls them (``"mode"``).
+    groups : mapping of str to sequence of str, optional
+        Names that stand for several; None (default): ``{"all": allowed}``.
+
+    Returns
+    -------
+    list of str
+        The names, groups expanded, each once, in the order first given.
+
+    Raises
+    ------
+    TypeError
+        `value` is neither a string nor an iterable of names.
+    ValueError
+        A name is neither in `allowed` nor in `groups` (a non-string item too), or no
+        name is given.
     """
     groups = {"all": tuple(allowed)} if groups is None else groups
     if isinstance(value, str):
@@ -64,10 +107,34 @@ def wave_params(nx: int, ny: int, f0: Any, courant: Any,
                 source: Any) -> tuple[float, float, int, int]:
     """The wave problem's parameters checked: ``(f0, courant, sx, sy)``, or a clear error.
 
-    `f0` (the source's peak frequency) > 0, the Courant number in (0, 1/sqrt(2)] (the
-    explicit scheme's stability limit), the source a point of the `nx` x `ny` grid (its
-    centre when None). Used by :mod:`mpilab.halo`, the Fortran programs' driver and the
-    compiled wave kernel alike.
+    Used by :mod:`mpilab.halo`, the Fortran programs' driver and the compiled wave
+    kernel alike.
+
+    Parameters
+    ----------
+    nx, ny : int
+        The global grid's points in x and y.
+    f0 : float
+        The source's peak frequency: a finite number above 0.
+    courant : float
+        The Courant number: in (0, 1/sqrt(2)], the explicit scheme's stability limit.
+    source : pair of int or None
+        The source's grid point ``(x, y)``, inside the `nx` x `ny` grid; None: the
+        grid's centre, ``(nx // 2, ny // 2)``.
+
+    Returns
+    -------
+    (float, float, int, int)
+        `f0`, `courant` and the source's ``sx``, ``sy``.
+
+    Raises
+    ------
+    TypeError
+        `f0` or `courant` is not a number (a bool is not), or `source` is not a pair of
+        integers.
+    ValueError
+        `f0` or `courant` is not finite or out of its range, or the source is outside
+        the grid (or negative).
     """
     import math
 
@@ -96,7 +163,25 @@ def wave_params(nx: int, ny: int, f0: Any, courant: Any,
 
 
 def sizes(text: str) -> list[int]:
-    """'8,1024,4M' -> [8, 1024, 4194304] (K, M, G are powers of 1024; a trailing B is ok)."""
+    """Byte sizes from a comma-separated list: ``"8,1024,4M"`` gives [8, 1024, 4194304].
+
+    Parameters
+    ----------
+    text : str
+        Sizes separated by commas, each an integer with an optional suffix K, M or G
+        (powers of 1024; either case) and an optional trailing B; empty items are
+        skipped.
+
+    Returns
+    -------
+    list of int
+        The sizes in bytes, in the order given (at least one).
+
+    Raises
+    ------
+    ValueError
+        An item is not a size, is negative, or no size is given.
+    """
     out = []
     for tok in text.split(","):
         tok = tok.strip().upper().removesuffix("B")

@@ -34,6 +34,8 @@ DOCUMENTED = [
     "mpilab.buffers", "mpilab.paths", "mpilab.papers", "mpilab.plots",
     "mpilab.grading", "mpilab.autograder", "mpilab.bench.grading_errors",
     "mpilab.bench.classroom", "mpilab.bench.hub_client", "mpilab.bench.han",
+    "mpilab.network", "mpilab.magics", "mpilab.coarray_view", "mpilab.validate",
+    "mpilab.build", "mpilab.sources", "mpilab.doctor",
 ]
 
 
