@@ -372,14 +372,14 @@ def pinned(comm):
         os.sched_setaffinity(0, mask)
 
 
-def best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
-    """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs.
+def rep_times(comm, op: Callable[[], None], iters: int, reps: int) -> list[float]:
+    """Every repetition of `iters` calls of `op`, seconds per call: the course's timing
+    protocol for an operation every rank calls.
 
     Each repetition is timed from a barrier to the slowest rank's end, every rank on a
     core of its own where there are cores enough (:func:`pinned`), after one untimed call
-    (connections, registration, first touch of the pages). The labs' graders time the
-    course's operations with it (:mod:`mpilab.grading.measured`), and the ping-pong's
-    one-way times (:func:`mpilab.pingpong.one_way_times`).
+    (connections, registration, first touch of the pages). :func:`best_us` keeps the
+    fastest; lab 06 draws them all (:func:`mpilab.grading.allgather.time_allgather`).
 
     Parameters
     ----------
@@ -390,6 +390,39 @@ def best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     iters : int
         Calls timed back to back per repetition.
     reps : int
+        Repetitions.
+
+    Returns
+    -------
+    list of float
+        Seconds per call of each repetition, the same on every rank.
+    """
+    from mpi4py import MPI
+
+    times = []
+    with pinned(comm):
+        comm.Barrier()
+        op()  # warm-up: connections, registration, first touch of the pages
+        for _ in range(reps):
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            for _ in range(iters):
+                op()
+            times.append(comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX))
+    return times
+
+
+def best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
+    """The fastest of `reps` repetitions of `iters` calls of `op`, per call in µs
+    (:func:`rep_times`). The labs' graders time the course's operations with it
+    (:mod:`mpilab.grading.measured`), and the ping-pong's one-way times
+    (:func:`mpilab.pingpong.one_way_times`).
+
+    Parameters
+    ----------
+    comm, op, iters
+        As for :func:`rep_times`.
+    reps : int
         Repetitions; the fastest counts.
 
     Returns
@@ -397,20 +430,7 @@ def best_us(comm, op: Callable[[], None], iters: int, reps: int) -> float:
     float
         µs per call, the same on every rank.
     """
-    from mpi4py import MPI
-
-    with pinned(comm):
-        comm.Barrier()
-        op()  # warm-up: connections, registration, first touch of the pages
-        best = math.inf
-        for _ in range(reps):
-            comm.Barrier()
-            t0 = MPI.Wtime()
-            for _ in range(iters):
-                op()
-            t = comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX)
-            best = min(best, t)
-    return best * 1e6
+    return min(rep_times(comm, op, iters, reps)) * 1e6
 
 
 def skew_summary(skews: Sequence[dict | None]) -> dict | None:

@@ -1,10 +1,15 @@
 """The timing protocol's records by arithmetic, and the ping-pong's (mpilab.pingpong) on a
 real cluster."""
 
+import sys
+
+import cloudpickle
 import numpy as np
 import pytest
 
 from mpilab import pingpong, timing
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # its functions run on the ranks
 
 
 def test_summary_arithmetic():
@@ -19,6 +24,32 @@ def test_summary_arithmetic():
         timing.summarize([])
     with pytest.raises(ValueError):
         timing.summarize([1.0, float("nan")])
+
+
+def _protocol_on_a_rank(reps: int, iters: int) -> tuple:
+    from mpi4py import MPI
+
+    from mpilab import timing
+
+    comm, calls = MPI.COMM_WORLD, []
+
+    def op():
+        calls.append(1)
+        comm.Barrier()
+
+    times = timing.rep_times(comm, op, iters, reps)
+    return times, len(calls), timing.best_us(comm, comm.Barrier, 2, 3)
+
+
+def test_the_timing_protocol_on_the_ranks(lab):
+    """One untimed call, then `reps` repetitions of `iters` calls each; every rank holds
+    the same times (the slowest rank's); best_us is a positive time, the same everywhere."""
+    got = lab.run(_protocol_on_a_rank, 4, 3, timeout=60)
+    times, calls, best = got[0]
+    assert len(times) == 4 and all(t > 0 for t in times)
+    assert all(g[0] == times for g in got)
+    assert all(g[1] == 1 + 4 * 3 for g in got)
+    assert best > 0 and all(g[2] == best for g in got)
 
 
 @pytest.mark.measures

@@ -57,6 +57,7 @@ from mpilab.grading.allgather_verdicts import (
     check_ring_schedule,
     check_ring_source,
 )
+from mpilab.timing import rep_times
 
 __all__ = ["allgather_harness", "refuses_harness", "cython_harness", "time_allgather",
            "block_problems", "check_ring_schedule", "check_log_schedule", "check_refusals",
@@ -171,8 +172,9 @@ def time_allgather(comm, impl: Callable | None, n: int, iters: int,
                    reps: int) -> tuple[list[float], bool]:
     """Time ``impl(comm, sendbuf, recvbuf)`` (None: ``comm.Allgather``), course protocol.
 
-    A warm-up call, then per repetition a barrier, `iters` calls between two
-    ``MPI.Wtime()``, and the slowest rank's time per call.
+    The course's protocol (:func:`mpilab.timing.rep_times`): a warm-up call, then per
+    repetition a barrier, `iters` calls between two ``MPI.Wtime()``, and the slowest
+    rank's time per call.
 
     Parameters
     ----------
@@ -191,8 +193,6 @@ def time_allgather(comm, impl: Callable | None, n: int, iters: int,
         Seconds per call of every repetition (the same on every rank), and whether the
         result of the last call was right on this rank.
     """
-    from mpi4py import MPI
-
     r, p = comm.Get_rank(), comm.Get_size()
     send = r * OWNER + np.arange(n, dtype=np.float64)
     recv = np.full(p * n, -1.0)
@@ -202,14 +202,7 @@ def time_allgather(comm, impl: Callable | None, n: int, iters: int,
     else:
         def call():
             impl(comm, send, recv)
-    call()
-    times = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = MPI.Wtime()
-        for _ in range(iters):
-            call()
-        times.append(comm.allreduce((MPI.Wtime() - t0) / iters, op=MPI.MAX))
+    times = rep_times(comm, call, iters, reps)
     want = (np.arange(p)[:, None] * OWNER + np.arange(n)).ravel()
     return times, bool(np.array_equal(recv, want))
 

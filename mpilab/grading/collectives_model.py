@@ -22,7 +22,7 @@ from mpilab.buffers import doubles
 from mpilab.grading import measured
 from mpilab.grading.prediction import Part, Prediction, shown, where
 from mpilab.grading.traced import log_steps
-from mpilab.timing import pinned
+from mpilab.timing import best_us
 
 __all__ = ["PREDICTION_TOLERANCE", "BCAST_BYTES", "bcast_times", "reference_bcast_us",
            "bcast_now", "BCAST", "check_bcast_us", "show_bcast_us"]
@@ -51,8 +51,6 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
     dict
         ``linear_us`` and ``binomial_us``: one broadcast, in µs.
     """
-    from mpi4py import MPI
-
     rank, p = comm.Get_rank(), comm.Get_size()
     buf = doubles(nbytes // 8)
 
@@ -74,18 +72,8 @@ def bcast_times(comm, nbytes: int, reps: int = 15) -> dict:
                 comm.Send(buf, dest=rank + mask)
             mask <<= 1
 
-    out = {}
-    with pinned(comm):
-        for name, call in (("linear", linear), ("binomial", binomial)):
-            call()  # warm-up
-            best = float("inf")
-            for _ in range(reps):
-                comm.Barrier()
-                t0 = MPI.Wtime()
-                call()
-                best = min(best, comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
-            out[f"{name}_us"] = best * 1e6
-    return out
+    return {f"{name}_us": best_us(comm, call, 1, reps)
+            for name, call in (("linear", linear), ("binomial", binomial))}
 
 
 # ---------------------------------------------------------------------------------------
