@@ -45,7 +45,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         except ClusterError as exc:
             print(exc, file=sys.stderr)
             return 2
-        c._cluster.shutdown_atexit = False  # leave it running for later connect()
+        c.keep_after_exit()  # running for a later connect()
         print(f"{c!r} started in {c.timings.get('start_s', c.timings.get('reconnect_s', 0)):.1f} s")
         return 0
     if a.cmd == "stop":

@@ -229,6 +229,13 @@ class MPICluster(Launchers, SlurmJobs, Diagnostics):
         if _current is self:
             _current = None
 
+    def keep_after_exit(self) -> None:
+        """Leave this cluster running when this process exits (ipyparallel stops the
+        clusters it started at exit otherwise): a later :func:`connect` by its id finds
+        it, and :meth:`stop` or ``python -m mpilab.cluster stop`` ends it."""
+        if self._cluster is not None:
+            self._cluster.shutdown_atexit = False
+
     def restart(self) -> MPICluster:
         """Kill everything, start afresh with the same settings, re-activate ``%px``.
 
