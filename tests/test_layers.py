@@ -268,6 +268,102 @@ def test_the_cluster_neither_imports_its_magics_nor_reads_the_graders_switch():
     assert not switches, f"{switches} read MPILAB_GRADING"
 
 
+def unnamed(text: str, paths) -> list[str]:
+    """The modules of `paths` (below the package; a package by its folder's name) whose
+    last name `text` never mentions as a word."""
+    out = []
+    for path in paths:
+        name = module_name(path)
+        last = name.rpartition(".")[2]
+        if name != "mpilab" and path.name != "__main__.py" and not re.search(
+                rf"(?<!\w){re.escape(last)}(?!\w)", text):
+            out.append(name)
+    return out
+
+
+def test_the_architecture_names_every_module():
+    """ARCHITECTURE.md's layer map says what each module is for: a new one is added there
+    (and to LAYERS here)."""
+    text = (PKG.parent / "ARCHITECTURE.md").read_text()
+    assert unnamed(text, SOURCES) == []
+    assert unnamed("halo, grading/ ... halo_model", [PKG / "grading" / "allgather.py",
+                                                     PKG / "grading" / "halo_model.py"]) \
+        == ["mpilab.grading.allgather"]
+
+
+#: where a module is imported by a name made at run time, and why it has to be
+STRING_IMPORTS = {
+    "mpilab.kernels": "a compiled kernel, imported when first used (kernels.compiled)",
+    "mpilab.bench.__main__": "the benchmark a command line names",
+    "mpilab.autograder.nbgrader": "code the preprocessor sends to the grader's kernel, "
+                                  "another process",
+}
+
+
+def string_import_lines(text: str) -> list[int]:
+    """The lines of `text` (Python) that call importlib.import_module(...) or
+    __import__(...), or hold code that does in a string (sent to run elsewhere)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in (
+                    "import_module", "__import__"):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and re.search(r"__import__\(|import_module\(", node.value):
+            found.append(node.lineno)
+    return found
+
+
+def test_modules_are_imported_by_their_names_in_code():
+    """An import statement is what the layer and circle checks read; an import through a
+    string would pass them unseen, so each is named here with its reason."""
+    where = {module_name(p) for p in SOURCES if string_import_lines(p.read_text())}
+    assert where <= set(STRING_IMPORTS), sorted(where - set(STRING_IMPORTS))
+    assert where == set(STRING_IMPORTS), "a reason left for a string import that went"
+
+
+def test_the_string_import_check_sees_each_spelling():
+    for code in ('import importlib\nm = importlib.import_module("mpilab." + x)',
+                 'p = __import__("mpilab").__file__',
+                 'k.execute("__import__(\'sys\').modules")',
+                 "from importlib import import_module\nm = import_module(name)"):
+        assert string_import_lines(code) == [code.count("\n") + 1], code
+    assert string_import_lines('"""Says import_module in prose."""\nimport os\n') == []
+
+
+#: the environment variables that say a process is part of a grading
+GRADING_SWITCHES = {"MPILAB_GRADER", "MPILAB_GRADING", "NBGRADER_EXECUTION"}
+
+
+def switch_uses(paths) -> list[str]:
+    """"path:line" of every string in code (not a docstring or comment) that is a
+    grading switch's name, outside mpilab.autograder.isolated."""
+    found = []
+    for path in paths:
+        if path == PKG / "autograder" / "isolated.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in GRADING_SWITCHES:
+                found.append(f"{path}:{node.lineno}")
+    return found
+
+
+def test_the_grading_switches_are_read_in_one_place():
+    """mpilab.autograder.isolated reads them (active, students_kernel,
+    nbgrader_executing) and sets them for the sandbox; every other module asks it, or is
+    told through a hook as the cluster is."""
+    assert switch_uses(SOURCES) == []
+
+
+def test_the_switch_check_sees_a_read(tmp_path):
+    mod = tmp_path / "reader.py"
+    mod.write_text('"""Mentions MPILAB_GRADING in prose only."""\nimport os\n'
+                   'X = os.environ.get("MPILAB_GRADING")\n')
+    assert [u.rsplit(":", 1)[1] for u in switch_uses([mod])] == ["3"]
+
+
 # --------------------------------------------------------------------------- no circles
 
 def _is_package(module: str) -> bool:

@@ -39,10 +39,14 @@ from .pool import Outcome, Pool, PoolError
 from .sandbox import Sandbox, read_untrusted
 from .worker import student_function
 
-__all__ = ["ENV", "active", "StudentFunction", "StudentObject", "bind", "missing", "run",
+__all__ = ["ENV", "GRADING_ENV", "active", "students_kernel", "nbgrader_executing",
+           "StudentFunction", "StudentObject", "bind", "missing", "run",
            "local", "call", "compile_cython", "shutdown", "sandbox_env"]
 
 ENV = "MPILAB_GRADER"
+#: set in every process of a grading's sandbox (:func:`sandbox_env`): the student's
+#: kernel, the grader's, the ranks, the compiler
+GRADING_ENV = "MPILAB_GRADING"
 POOL_RANKS = 4
 MAX_EXPORT = 64 << 20
 
@@ -59,6 +63,29 @@ def active() -> bool:
         Whether the environment variable ``MPILAB_GRADER`` (``ENV``) is set and not empty.
     """
     return bool(os.environ.get(ENV))
+
+
+def students_kernel() -> bool:
+    """True in the student's kernel while a submission is graded (not in the grader's).
+
+    Returns
+    -------
+    bool
+        Whether ``MPILAB_GRADING`` (:data:`GRADING_ENV`) is set and :func:`active` is not.
+    """
+    return bool(os.environ.get(GRADING_ENV)) and not active()
+
+
+def nbgrader_executing() -> bool:
+    """True while nbgrader executes the notebook (``nbgrader autograde`` or ``validate``).
+
+    Returns
+    -------
+    bool
+        Whether nbgrader's own ``NBGRADER_EXECUTION`` is set (also in the grading's
+        sandboxed processes, :func:`sandbox_env`).
+    """
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
 def config() -> dict:
@@ -95,6 +122,8 @@ def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str
         the MPI library selected here (``MPILAB_MPI``), ``MPILAB_GRADING=1``, and
         ``MPICC`` and ``MPILAB_MPIEXEC`` where this process has them.
     """
+    import mpilab
+
     from .. import runtime
 
     venv_bin = os.path.dirname(sys.executable)
@@ -111,12 +140,11 @@ def sandbox_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str
         "IPYTHONDIR": os.path.join(home, ".ipython"),
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),
         "MPILAB_MPI": runtime.selected_library(),
-        "MPILAB_GRADING": "1",
+        GRADING_ENV: "1",
         "NBGRADER_EXECUTION": "autograde",
         # the mpilab the grader runs, also where an editable install points elsewhere (a
         # second checkout's worktree): the sandbox binds this package's folder alone
-        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.realpath(
-            __import__("mpilab").__file__))),
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.realpath(mpilab.__file__))),
     }
     for k in ("MPICC", "MPILAB_MPIEXEC"):
         if os.environ.get(k):

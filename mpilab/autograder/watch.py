@@ -166,13 +166,11 @@ def guard_kernels() -> None:
     (``mpilab.kernels.*``), on this process only, so that the watch sees a student's
     function call one (a compiled call is invisible to it): the kernels are the course's
     own collectives, ping-pong and stencils, the answers of labs 01, 05 and 06."""
-    import importlib
-
     from mpilab import kernels
 
     for name in kernels.NAMES:
         try:
-            mod = importlib.import_module(f"mpilab.kernels.{name}")
+            mod = kernels.compiled(name)
         except ImportError:
             continue
         for attr, obj in list(vars(mod).items()):

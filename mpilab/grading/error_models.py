@@ -20,15 +20,24 @@ seconds or of the whole loop.
 from __future__ import annotations
 
 import ast
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..autograder.cells import definitions, free_names
+from . import (
+    allgather_model,
+    coarrays,
+    collectives_model,
+    halo_model,
+    measured,
+    network,
+    onesided_model,
+    pingpong_model,
+)
 
 __all__ = ["Graded", "GRADED", "LABS", "SLIPS", "graded", "models", "student_function",
-           "test_cell", "check_of", "resolve", "tolerance"]
+           "test_cell", "check_of", "tolerance"]
 
 _PRED = ("latency-only", "bandwidth-only", "bits-for-bytes", "fixed-cost-twice", "twice",
          "half", "constant")
@@ -46,13 +55,13 @@ class Graded:
         The grade id of the lab's test cell ("test_exchange_us").
     name : str
         The student's function it grades ("exchange_us").
-    check : str
-        ``"module:function"`` under :mod:`mpilab.grading`, called as ``check(func, cases)``
-        (or ``check(func)`` where `cases` is None); or, with `in_cell`, a function the
-        test cell defines, called as ``check(grading, func, *cases)``.
-    prediction : str or None
-        The :class:`~mpilab.grading.prediction.Prediction` it checks (``"module:NAME"``),
-        whose measured parts give the ratios; None otherwise.
+    check : callable or str
+        The lab's check, called as ``check(func, cases)`` (or ``check(func)`` where
+        `cases` is None); or, with `in_cell`, the name of a function the test cell
+        defines, called as ``check(grading, func, *cases)``.
+    prediction : Prediction or None
+        The :class:`~mpilab.grading.prediction.Prediction` it checks, whose measured parts
+        give the ratios; None otherwise.
     cases : tuple or None
         The visible test cell's made-up cases, or (`in_cell`) its arguments after the
         function.
@@ -73,8 +82,8 @@ class Graded:
     lab: str
     part: str
     name: str
-    check: str
-    prediction: str | None
+    check: Callable | str
+    prediction: Any
     cases: tuple | None
     slips: tuple = _PRED
     args: Any = None
@@ -84,37 +93,37 @@ class Graded:
 
 
 GRADED: list[Graded] = [
-    Graded("lab00-mpi-basics", "test_ring_times", "ring_times_us", "measured:check_ring_times",
-           "measured:RING", ((2, 10.0), (5, 1.0)), args={"p": 0, "fixed": 1},
+    Graded("lab00-mpi-basics", "test_ring_times", "ring_times_us", measured.check_ring_times,
+           measured.RING, ((2, 10.0), (5, 1.0)), args={"p": 0, "fixed": 1},
            slips=("lap-p-1-hops", "shift-p-hops", "twice", "half", "constant")),
     Graded("lab01-pingpong", "test_pingpong", "pingpong", "check_pingpong", None,
            (65536, 2000), args={"iters": 2}, in_cell=True, tolerance=(1 / 20, 20.0),
            ranks=2, slips=("round-trip", "whole-loop", "seconds", "constant-time")),
     Graded("lab01-pingpong", "test_predict_measured", "predict_us",
-           "pingpong_model:check_predict_held_out", "pingpong_model:HELD_OUT", None, ranks=2,
+           pingpong_model.check_predict_held_out, pingpong_model.HELD_OUT, None, ranks=2,
            args={"fixed": 1, "beta": 2}),
-    Graded("lab02-halo", "test_exchange_us", "exchange_us", "halo_model:check_exchange_us",
-           "halo_model:EXCHANGE",
+    Graded("lab02-halo", "test_exchange_us", "exchange_us", halo_model.check_exchange_us,
+           halo_model.EXCHANGE,
            ((16, 12, (2, 2), 1.0, 1000.0), (1000, 10, (1, 2), 2.0, 500.0)),
            args={"fixed": 3, "beta": 4}),
-    Graded("lab03-one-sided", "test_epoch_us", "epoch_us", "onesided_model:check_epoch_us",
-           "onesided_model:EPOCH", ((8, 1.5, 10000.0), (1_000_000, 2.0, 5000.0)),
+    Graded("lab03-one-sided", "test_epoch_us", "epoch_us", onesided_model.check_epoch_us,
+           onesided_model.EPOCH, ((8, 1.5, 10000.0), (1_000_000, 2.0, 5000.0)),
            args={"fixed": 1, "beta": 2}),
-    Graded("lab04-coarrays", "test_push_us", "push_us", "coarrays:check_push_us",
-           "coarrays:PUSH", ((8, 6.0, 40000.0), (1_000_000, 10.0, 20000.0)),
+    Graded("lab04-coarrays", "test_push_us", "push_us", coarrays.check_push_us,
+           coarrays.PUSH, ((8, 6.0, 40000.0), (1_000_000, 10.0, 20000.0)),
            args={"fixed": 1, "beta": 2}),
-    Graded("lab05-collectives", "test_bcast_us", "bcast_us", "collectives_model:check_bcast_us",
-           "collectives_model:BCAST",
+    Graded("lab05-collectives", "test_bcast_us", "bcast_us", collectives_model.check_bcast_us,
+           collectives_model.BCAST,
            (("linear", 4, 1000, 2.0, 1000.0), ("binomial", 4, 1000, 2.0, 1000.0)),
            args={"alg": 0, "fixed": 3, "beta": 4},
            slips=(*_PRED, "linear-formula", "tree-formula")),
     Graded("lab06-allgather", "test_allgather_us", "allgather_us",
-           "allgather_model:check_allgather_us", "allgather_model:ALLGATHER",
+           allgather_model.check_allgather_us, allgather_model.ALLGATHER,
            (("ring", 4, 1000, 2.0, 1000.0), ("bruck", 4, 1000, 2.0, 1000.0),
             ("recursive_doubling", 4, 1000, 2.0, 1000.0)),
            args={"alg": 0, "fixed": 3, "beta": 4}, slips=(*_PRED, "ring-formula")),
     Graded("lab07-across-the-link", "test_predict_measured", "predict_ms",
-           "network:check_predict_measured", None, None, args={"fixed": 2, "beta": 3},
+           network.check_predict_measured, None, None, args={"fixed": 2, "beta": 3},
            slips=("latency-only", "bandwidth-only", "bits-for-bytes", "twice", "half",
                   "constant")),
 ]
@@ -321,24 +330,7 @@ def check_of(g: Graded, cells: dict[str, str]) -> Callable:
     """
     if g.in_cell:
         return test_cell(g, cells)[g.check]
-    return resolve(g.check)
-
-
-def resolve(ref: str):
-    """``"module:NAME"`` under :mod:`mpilab.grading`, imported.
-
-    Parameters
-    ----------
-    ref : str
-        E.g. ``"halo_model:EXCHANGE"``.
-
-    Returns
-    -------
-    object
-        The module's attribute.
-    """
-    module, attr = ref.split(":")
-    return getattr(importlib.import_module(f"mpilab.grading.{module}"), attr)
+    return g.check
 
 
 def tolerance(g: Graded) -> tuple[float, float]:
@@ -361,7 +353,5 @@ def tolerance(g: Graded) -> tuple[float, float]:
     if g.tolerance is not None:
         return tuple(g.tolerance)
     if g.prediction is None:
-        from . import network
-
         return tuple(network.PREDICTION_TOLERANCE)
-    return tuple(resolve(g.prediction).tolerance)
+    return tuple(g.prediction.tolerance)

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..autograder.failures import CheckFailed, Ungradable, forget_timeouts
 from . import measured
-from .error_models import Graded, check_of, graded, models, resolve, student_function, tolerance
+from .error_models import Graded, check_of, graded, models, student_function, tolerance
 
 __all__ = ["grader", "load", "grade", "rates", "run", "table"]
 
@@ -153,7 +153,7 @@ def _verdict(call: Callable[[], Any]) -> tuple[str, str | None]:
 
 def _prediction_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
     """measured / predicted for each measured part, from the session's measurement."""
-    pred = resolve(g.prediction)
+    pred = g.prediction
     m = pred.now(g.ranks)  # the repetition's measurement (measured.own_session)
     out: dict[str, float | None] = {}
     for part in pred.parts(m):

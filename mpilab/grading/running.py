@@ -101,9 +101,11 @@ def autograding() -> bool:
     Returns
     -------
     bool
-        Whether ``NBGRADER_EXECUTION`` is set in the environment.
+        As :func:`mpilab.autograder.isolated.nbgrader_executing`, which owns the switch.
     """
-    return bool(os.environ.get("NBGRADER_EXECUTION"))
+    from ..autograder import isolated
+
+    return isolated.nbgrader_executing()
 
 
 # ---------------------------------------------------------------------------------------
@@ -286,7 +288,9 @@ class _Ran:
 
 
 def _isolated() -> bool:
-    return bool(os.environ.get("MPILAB_GRADER"))
+    from ..autograder import isolated
+
+    return isolated.active()
 
 
 def _run_on_cluster(func, args, ranks, timeout, name) -> _Ran:
@@ -461,7 +465,9 @@ def not_while_grading() -> bool:
         True (after printing a note) in the student's kernel while grading, so the caller
         returns at once; False otherwise, including in the grader's own kernel.
     """
-    if os.environ.get("MPILAB_GRADING") and not _isolated():
+    from ..autograder import isolated
+
+    if isolated.students_kernel():
         print("(not run while grading: trying code out earns no points; the graded "
               "checks run separately)")
         return True

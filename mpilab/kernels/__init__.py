@@ -59,11 +59,37 @@ def mpi_libraries() -> list[str]:
     return sorted(found)
 
 
+def compiled(name: str):
+    """The compiled kernel module `name`, imported as it is (no check of its MPI library).
+
+    The one place that imports a kernel by its name: :func:`__getattr__` (``kernels.X``)
+    and the grader's watch over the kernels (:func:`mpilab.autograder.watch.guard_kernels`).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`NAMES`.
+
+    Returns
+    -------
+    module
+        ``mpilab.kernels.<name>``.
+
+    Raises
+    ------
+    ImportError
+        When it is not built (or `name` is not a kernel's).
+    """
+    if name not in NAMES:
+        raise ImportError(f"{name!r} is not one of the course's kernels {NAMES}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
 def __getattr__(name):
     if name not in NAMES:
         raise AttributeError(f"module 'mpilab.kernels' has no attribute {name!r}")
     try:
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = compiled(name)
     except ImportError as exc:
         raise ImportError(
             f"the compiled kernel {name!r} is not built ({exc}); run `make kernels`"
