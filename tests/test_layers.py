@@ -291,6 +291,37 @@ def test_the_architecture_names_every_module():
         == ["mpilab.grading.allgather"]
 
 
+TOPICS = ("mpilab.halo", "mpilab.pingpong", "mpilab.collectives", "mpilab.tuning",
+          "mpilab.network", "mpilab.coarrays", "mpilab.sim")
+
+
+def teaching_role(module: str) -> str | None:
+    """A teaching-layer module's role: "topic", "figures" (plots.<topic>) or "checks"."""
+    if module == "mpilab.grading" or module.startswith("mpilab.grading."):
+        return "checks"
+    if module.startswith("mpilab.plots.") and layer_of(module) == 2:
+        return "figures"
+    if any(module == t or module.startswith(t + ".") for t in TOPICS):
+        return "topic"
+    return None
+
+
+def test_inside_the_teaching_layer_topics_use_neither_checks_nor_figures():
+    """Checks (grading/) and figures (plots/<topic>) use the topics; a topic uses neither,
+    and checks and figures do not use each other: a topic stays usable from a lecture, a
+    bench and the simulator without the grader or matplotlib."""
+    allowed = {("checks", "topic"), ("figures", "topic"), ("topic", "topic"),
+               ("checks", "checks"), ("figures", "figures")}
+    bad = [f"{a} -> {b} ({where})" for a, edges in import_graph().items()
+           for b, where in edges.items()
+           if teaching_role(a) and teaching_role(b)
+           and (teaching_role(a), teaching_role(b)) not in allowed]
+    assert not bad, bad
+    assert [teaching_role(m) for m in ("mpilab.grading.halo", "mpilab.plots.halo",
+                                       "mpilab.sim.smpi", "mpilab.plots", "mpilab.jobs")] \
+        == ["checks", "figures", "topic", None, None]
+
+
 #: where a module is imported by a name made at run time, and why it has to be
 STRING_IMPORTS = {
     "mpilab.kernels": "a compiled kernel, imported when first used (kernels.compiled)",
