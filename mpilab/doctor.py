@@ -351,7 +351,7 @@ def report(f: dict) -> str:
     Parameters
     ----------
     f : dict
-        The facts (:func:`facts`).
+        What :func:`facts` found on this machine.
 
     Returns
     -------

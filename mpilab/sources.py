@@ -241,7 +241,7 @@ class SourceMap:
         Parameters
         ----------
         filename, lineno, func : str, int, str
-            As for :meth:`text`.
+            The frame's file, line and function, as :meth:`text` takes them.
 
         Returns
         -------
@@ -341,7 +341,8 @@ def cell_of(filename: str) -> tuple[int, int] | None:
     Parameters
     ----------
     filename : str
-        A code object's file name (``co_filename``).
+        The name IPython compiled the cell under, as a frame's code object carries it
+        (``co_filename``; IPython's compiler maps it to the cell's execution count).
 
     Returns
     -------

@@ -68,7 +68,7 @@ def compiled(name: str):
     Parameters
     ----------
     name : str
-        One of :data:`NAMES`.
+        The kernel's name, one of :data:`NAMES` (``"pingpong"``, ``"stencil"`` ...).
 
     Returns
     -------
