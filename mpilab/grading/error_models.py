@@ -35,6 +35,7 @@ from . import (
     onesided_model,
     pingpong_model,
 )
+from .prediction import Prediction
 
 __all__ = ["Graded", "GRADED", "LABS", "SLIPS", "graded", "models", "student_function",
            "test_cell", "check_of", "tolerance"]
@@ -83,7 +84,7 @@ class Graded:
     part: str
     name: str
     check: Callable | str
-    prediction: Any
+    prediction: Prediction | None
     cases: tuple | None
     slips: tuple = _PRED
     args: Any = None
