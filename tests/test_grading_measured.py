@@ -20,7 +20,7 @@ from mpilab.grading import collectives_model as CM
 from mpilab.grading import halo as H
 from mpilab.grading import halo_model as HM
 from mpilab.grading import measured as M
-from mpilab.grading import pingpong_model as PM
+from mpilab.grading import pingpong as PM
 
 
 def test_a_prediction_within_the_tolerance_passes_and_gives_the_ratio():

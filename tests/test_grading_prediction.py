@@ -87,7 +87,7 @@ def test_a_check_without_cases_still_refuses_a_number_that_ignores_its_arguments
     """Lab 01's held-out check has no made-up cases: its related arguments (twice the size;
     twice α and half β) refuse a prediction that ignores the size or α and β, and pass
     any α + n / β-shaped one, the latency left out included."""
-    from mpilab.grading.pingpong_model import HELD_OUT
+    from mpilab.grading.pingpong import HELD_OUT
     from mpilab.grading.prediction import ab_related
 
     assert HELD_OUT.related is ab_related
@@ -138,7 +138,7 @@ def _lab01(ratio_small: float = 1.15, ratio_big: float = 2.0):
     right model's prediction."""
     import dataclasses
 
-    from mpilab.grading import pingpong_model as PM
+    from mpilab.grading import pingpong as PM
 
     a, b = 0.6, 26_000.0
     m = {"ranks": 2, "cores": 2, "oversubscribed": False, "alpha_us": a, "beta_MBps": b,
@@ -169,7 +169,7 @@ def test_lab01_models_whose_terms_differ_fail_with_what_was_wrong(model, said):
 def test_lab01_bands_lie_between_the_right_model_and_alpha_twice():
     """The measured ratios of the bands' comment: the right model's lowest at 256 B
     passes, α counted twice's highest fails."""
-    from mpilab.grading import pingpong_model as PM
+    from mpilab.grading import pingpong as PM
 
     lo, _hi = PM.SMALL_TOLERANCE
     assert 0.60 < lo < 1.12
@@ -207,7 +207,7 @@ def test_the_cells_are_the_checks_under_the_labs_names(capsys, monkeypatch):
     labs = pytest.importorskip("mpilab.grading.measured")
     assert pickle.loads(pickle.dumps(labs.check_ring_times)) is labs.check_ring_times
     assert labs.check_ring_times.__code__.co_name == "check_ring_times"  # refusals name it
-    held_out = pytest.importorskip("mpilab.grading.pingpong_model").check_predict_held_out
+    held_out = pytest.importorskip("mpilab.grading.pingpong").check_predict_held_out
     assert "cases" not in inspect.signature(held_out).parameters
     assert inspect.signature(held_out).parameters["ranks"].default == 2
 

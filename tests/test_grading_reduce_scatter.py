@@ -102,7 +102,7 @@ def adds_in_place(comm, sendbuf, recvbuf):
 
 def test_a_right_ring_passes_on_the_engines(lab):
     grs.check_reduce_scatter(ring_right, [(4, 5), (3, 1001, "int32"), (2, 0), (1, 3)])
-    assert grs.check_ring_steps(ring_right, [4, 3, 2]) == [3, 2, 1]
+    assert grs.check_reduce_scatter_steps(ring_right, [4, 3, 2]) == [3, 2, 1]
 
 
 def test_a_ring_one_block_off_is_told_which_block_it_holds(lab):
@@ -115,7 +115,7 @@ def test_a_ring_one_block_off_is_told_which_block_it_holds(lab):
 def test_straight_to_the_owner_is_right_but_not_a_ring(lab):
     grs.check_reduce_scatter(straight_to_owner, [(4, 5)])
     with pytest.raises(grading.CheckFailed) as exc:
-        grs.check_ring_steps(straight_to_owner, [4])
+        grs.check_reduce_scatter_steps(straight_to_owner, [4])
     text = str(exc.value)
     assert "sends only to its right neighbour" in text and "rank 0 sent to rank 2" in text, text
 

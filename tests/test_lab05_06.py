@@ -66,7 +66,7 @@ import mpilab.grading.reduce_scatter as _rs  # noqa: E402
 
 for _m in (_c, _a, _rs):
     for _name in ("check_bcast", "check_allreduce", "check_allgather", "check_compiled_ring",
-                  "check_reduce_scatter", "check_ring_steps",
+                  "check_reduce_scatter", "check_ring_steps", "check_reduce_scatter_steps",
                   "check_ring_source", "check_refusals", "check_traced",
                   "check_bcast_schedule", "check_allreduce_schedule", "check_ring_schedule",
                   "check_log_schedule"):
@@ -377,6 +377,7 @@ CHOOSE_HOSTILE = HOSTILE_PATCH + '''
 import mpilab.grading.simulated as _s  # noqa: E402
 
 _s.check_choose_allgather = _always_pass
+_a.check_choose_allgather = _always_pass  # as the notebook sees it
 _s.TOLERANCE = float("inf")
 
 

@@ -362,9 +362,11 @@ def choose_allgather(p, block_bytes, placement):
 '''
 
 HOSTILE = '''
+import mpilab.grading.allgather as _a
 import mpilab.grading.simulated as _s
 
 _s.check_choose_allgather = lambda *args, **kwargs: {"source": "", "chosen": {}}
+_a.check_choose_allgather = _s.check_choose_allgather  # as the notebook sees it
 _s.choice_problem = lambda *args, **kwargs: None
 _s.TOLERANCE = 1e9
 

@@ -572,3 +572,45 @@ def test_the_rank_count_check_sees_each_alias_and_leaves_private_ones():
     got = rank_count_aliases(PKG / "demo.py", text)
     assert [g.split(" ", 1)[1] for g in got] == [
         "start(nranks)", "Pool.__init__(procs)", "Pool.call(cluster_ranks)"]
+
+
+LABS = sorted((PKG.parent / "labs").glob("lab*/lab*.ipynb"))
+
+
+def grading_modules(code: str) -> set[str]:
+    """The submodules of mpilab.grading that `code` imports (names the package exports,
+    such as ``run_on_ranks``, are not modules)."""
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and node.module == "mpilab.grading":
+            found |= {a.name for a in node.names if (PKG / "grading" / f"{a.name}.py").exists()}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mpilab.grading."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names
+                      if a.name.startswith("mpilab.grading.")}
+    return found
+
+
+def notebook_code(path: Path) -> str:
+    import json
+
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                     and not "".join(c["source"]).lstrip().startswith("%"))
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.parent.name)
+def test_each_lab_imports_one_checks_module(path):
+    """A lab's cells (its hidden tests too) import one checks module of mpilab.grading,
+    besides the names the package itself exports: where a lab's checks live is one file."""
+    used = grading_modules(notebook_code(path))
+    assert len(used) <= 1, f"{path.name} imports mpilab.grading's {sorted(used)}"
+
+
+def test_the_checks_module_count_sees_each_spelling():
+    code = ("from mpilab.grading import network as N, run_on_ranks\n"
+            "from mpilab.grading.hierarchy import check_bcast_crossings\n"
+            "import mpilab.grading.simulated as S\n")
+    assert grading_modules(code) == {"network", "hierarchy", "simulated"}
+    assert len(LABS) >= 8

@@ -1,4 +1,5 @@
-"""Lab 06's graded checks (the allgather family), on top of mpilab.grading.
+"""Lab 06's graded checks (the allgather family), the lab's one checks module, on top of
+mpilab.grading.
 
 The lab's test cells call these functions::
 
@@ -23,6 +24,11 @@ library's ``comm.Allgather`` on the same data as the reference and a
 4. Part G: grades the student's model of the three allgathers exactly, then against the
    course's compiled allgathers of 1 KiB blocks measured now: a graded prediction, in
    :mod:`mpilab.grading.allgather_model` (:func:`check_allgather_us`, re-exported here).
+
+Part F's choice among the algorithms, graded on a simulated machine, is
+:mod:`mpilab.grading.simulated`'s (:func:`check_choose_allgather`, :func:`show_choices`),
+and the try-it cells' :func:`show_trace` is :mod:`mpilab.grading.traced`'s; both are
+re-exported here, so the lab's notebook imports this module only.
 
 The pure-Python parts (items 1 to 3's verdicts) take plain data and are tested without MPI
 (``tests/test_grading_allgather.py``): they are :mod:`mpilab.grading.allgather_verdicts`'s
@@ -57,6 +63,8 @@ from mpilab.grading.allgather_verdicts import (
     check_ring_schedule,
     check_ring_source,
 )
+from mpilab.grading.simulated import check_choose_allgather, show_choices
+from mpilab.grading.traced import show_trace
 from mpilab.timing import rep_times
 
 __all__ = ["allgather_harness", "refuses_harness", "cython_harness", "time_allgather",
@@ -65,7 +73,8 @@ __all__ = ["allgather_harness", "refuses_harness", "cython_harness", "time_allga
            "check_refuses", "check_compiled_ring", "check_compiled_refuses",
            "time_compiled", "check_cython_ring", "eager_times", "reference_allgather_us",
            "allgather_now", "check_allgather_us", "show_allgather_us",
-           "PREDICTION_TOLERANCE", "BLOCK_BYTES", "PREDICTED", "ALLGATHER"]
+           "PREDICTION_TOLERANCE", "BLOCK_BYTES", "PREDICTED", "ALLGATHER",
+           "check_choose_allgather", "show_choices", "show_trace"]
 
 # ---------------------------------------------------------------------------------------
 # engine side: the checks' own harnesses (imported from this file by the engines)

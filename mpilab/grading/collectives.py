@@ -1,5 +1,6 @@
-"""Lab 05's graded checks (broadcast, allreduce; the reduce-scatter of Part C is
-:mod:`mpilab.grading.reduce_scatter`'s), and the tracing checks lab 06 shares.
+"""Lab 05's graded checks, the lab's one checks module (broadcast, allreduce; the
+reduce-scatter of Part C is :mod:`mpilab.grading.reduce_scatter`'s, re-exported here),
+and the tracing checks lab 06 shares.
 
 The lab's test cells call these functions; the checks, their harnesses and their messages
 live here, so grading policy changes in one place and students read short test cells::
@@ -61,6 +62,7 @@ from mpilab.grading.collectives_model import (
     reference_bcast_us,
     show_bcast_us,
 )
+from mpilab.grading.reduce_scatter import check_reduce_scatter, check_reduce_scatter_steps
 from mpilab.grading.traced import (
     check_cases,
     check_traced,
@@ -82,7 +84,9 @@ from mpilab.grading.traced import (
 __all__ = ["bcast_harness", "allreduce_harness", "butterfly_steps", "sum_problems",
            "check_bcast_schedule", "check_allreduce_schedule", "check_bcast",
            "check_bcast_steps", "check_allreduce", "check_allreduce_steps",
-           # re-exported: the shapes of a traced check (traced), Part E (collectives_model)
+           # re-exported: the shapes of a traced check (traced), Part C (reduce_scatter),
+           # Part E (collectives_model)
+           "check_reduce_scatter", "check_reduce_scatter_steps",
            "log_steps", "messages_hint", "skipped_note", "check_traced", "show_trace",
            "parse_cases", "explained", "label_of", "ranks_text", "bcast_times",
            "reference_bcast_us", "bcast_now", "check_bcast_us", "show_bcast_us",

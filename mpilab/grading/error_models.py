@@ -33,7 +33,7 @@ from . import (
     measured,
     network,
     onesided_model,
-    pingpong_model,
+    pingpong,
 )
 from .prediction import Prediction
 
@@ -101,7 +101,7 @@ GRADED: list[Graded] = [
            (65536, 2000), args={"iters": 2}, in_cell=True, tolerance=(1 / 20, 20.0),
            ranks=2, slips=("round-trip", "whole-loop", "seconds", "constant-time")),
     Graded("lab01-pingpong", "test_predict_measured", "predict_us",
-           pingpong_model.check_predict_held_out, pingpong_model.HELD_OUT, None, ranks=2,
+           pingpong.check_predict_held_out, pingpong.HELD_OUT, None, ranks=2,
            args={"fixed": 1, "beta": 2}),
     Graded("lab02-halo", "test_exchange_us", "exchange_us", halo_model.check_exchange_us,
            halo_model.EXCHANGE,
@@ -124,7 +124,7 @@ GRADED: list[Graded] = [
             ("recursive_doubling", 4, 1000, 2.0, 1000.0)),
            args={"alg": 0, "fixed": 3, "beta": 4}, slips=(*_PRED, "ring-formula")),
     Graded("lab07-across-the-link", "test_predict_measured", "predict_ms",
-           network.check_predict_measured, None, None, args={"fixed": 2, "beta": 3},
+           network.check_predict_measured, network.PREDICT, None, args={"fixed": 2, "beta": 3},
            slips=("latency-only", "bandwidth-only", "bits-for-bytes", "twice", "half",
                   "constant")),
 ]
@@ -339,7 +339,7 @@ def tolerance(g: Graded) -> tuple[float, float]:
     the student measured, theirs / the course's (lab 01's ping-pong also bounds the loop
     the time stands for by the call's time: :data:`mpilab.grading.compare.INSIDE_CALL_SLACK`;
     lab 01's prediction has a band per size, the 4 MiB one's given here:
-    :mod:`mpilab.grading.pingpong_model`).
+    :mod:`mpilab.grading.pingpong`).
 
     Parameters
     ----------
@@ -354,5 +354,5 @@ def tolerance(g: Graded) -> tuple[float, float]:
     if g.tolerance is not None:
         return tuple(g.tolerance)
     if g.prediction is None:
-        return tuple(network.PREDICTION_TOLERANCE)
+        raise ValueError(f"{g.lab} {g.part}: a check without a Prediction says its tolerance")
     return tuple(g.prediction.tolerance)

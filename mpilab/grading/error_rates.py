@@ -166,26 +166,6 @@ def _prediction_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
     return out
 
 
-def _link_ratios(g: Graded, func: Callable) -> dict[str, float | None]:
-    """Lab 07: measured / predicted per placement, from the session's link, with α and β
-    fitted as :func:`mpilab.grading.network.check_predict_measured` fits them."""
-    from . import network
-
-    link = network.link_now()
-    sizes, times = [r["size_bytes"] for r in link["pingpong"]], [
-        r["t_us_min"] for r in link["pingpong"]]
-    a, b = network.reference_fit(sizes, times, network.BIG_BYTES)
-    out: dict[str, float | None] = {}
-    for map_by, rec in link["ring"].items():
-        hosts = list(rec["node_of_rank"])
-        sched = network.traced("ring", len(hosts), link["block_bytes"])
-        try:
-            out[f"{map_by}_ratio"] = rec["t_us_min"] / 1e3 / float(func(sched, hosts, a, b))
-        except (ArithmeticError, TypeError, ValueError):
-            out[f"{map_by}_ratio"] = None
-    return out
-
-
 def _ratio(a, b) -> float | None:
     try:
         return float(a) / float(b)
@@ -267,8 +247,7 @@ def grade(g: Graded, cells: dict[str, str], repeats: int,
                     alone = _verdict(lambda h=handle: check(h, ()))
                 try:
                     ratios = (dict(seen) if g.in_cell
-                              else _prediction_ratios(g, func) if g.prediction
-                              else _link_ratios(g, func))
+                              else _prediction_ratios(g, func))
                 except (CheckFailed, Ungradable):  # no measurement could be made
                     ratios = {}
                 records.append({"impl": name, "kind": "grading", "lab": g.lab,

@@ -5,7 +5,7 @@ with the model and with the measurement) is graded against a **fresh measurement
 same operation, made here: :func:`measure` (and :func:`with_alpha_beta`) run a timed
 function of the course on the ranks, timed by :func:`mpilab.timing.best_us`. Lab 00's
 prediction (a lap and a shift of the ring) is declared here too, as :data:`RING`; lab 01's
-(held-out ping-pong sizes) is :mod:`mpilab.grading.pingpong_model`'s.
+(held-out ping-pong sizes) is :mod:`mpilab.grading.pingpong`'s.
 
 The measurements run where the check runs, made by the course's own code, never the
 student's: at autograde time that is the grader's kernel. One measurement serves a whole

@@ -1,4 +1,5 @@
-"""Lab 07's graded checks (a link, a prediction across it, a placement), on mpilab.grading.
+"""Lab 07's graded checks (a link, a prediction across it, a placement, a bcast's
+crossings): the lab's one checks module, on mpilab.grading.
 
 The lab's test cells call these functions::
 
@@ -8,36 +9,46 @@ The lab's test cells call these functions::
     N.check_predict(predict_ms, cases)          # Σ over steps of α + load / β
     N.check_predict_measured(predict_ms)        # against the ring, measured just now
     N.check_best_placement(best_placement, cases)
+    N.check_bcast_crossings(bcast_crossings, cases)   # flat binomial vs two-level
 
 The student's functions are plain Python on plain data (lists of numbers, traced
 schedules); they run through :func:`mpilab.grading.call_local`, which at autograde time
-runs them in the sandbox. The references below and the measurements run where the check
-runs, which at autograde time is the grader's kernel: the schedules are traced by the
-course's own allgathers (:func:`mpilab.network.schedules`), and the link is measured on
-freshly made emulated nodes (:func:`mpilab.network.measure`, as root) or, where nodes
-cannot be made, read from the reference machine's measurement, and the check says which.
-
-The model the lab teaches (a model, not a measurement): a message between two nodes
-crosses the sending node's link outwards and the receiving node's link inwards; in one
-step of a collective, each direction of each link carries the bytes of every message
-that uses it, one after the other; the step lasts as long as its busiest direction,
-``α + load / β``; steps follow one another; messages inside a node cost nothing next to
-the link.
+runs them in the sandbox. What they are compared with is
+:mod:`mpilab.grading.network_model`'s (the model, the references, the traced schedules
+and the link) and :mod:`mpilab.grading.hierarchy`'s (the bcast's crossings); the
+measurements run where the check runs, which at autograde time is the grader's kernel:
+the link is measured on freshly made emulated nodes (:func:`mpilab.network.measure`, as
+root) or, where nodes cannot be made, read from the reference machine's measurement, and
+the check says which.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from mpilab import grading, network
-from mpilab.grading.measured import cached
+from mpilab import grading
+from mpilab.grading.hierarchy import check_bcast_crossings
+from mpilab.grading.network_model import (
+    BIG_BYTES,
+    PREDICT,
+    PREDICTION_TOLERANCE,
+    _series,
+    link_now,
+    placement_problem,
+    reference_best,
+    reference_fit,
+    reference_loads,
+    reference_predict_ms,
+    traced,
+)
 
 __all__ = [
     "PREDICTION_TOLERANCE",
+    "BIG_BYTES",
+    "PREDICT",
     "reference_fit",
     "reference_loads",
     "reference_predict_ms",
@@ -50,244 +61,8 @@ __all__ = [
     "check_predict",
     "check_predict_measured",
     "check_best_placement",
+    "check_bcast_crossings",
 ]
-
-#: The measured ring (fastest repetition) may take this many times the prediction: the
-#: model is a lower bound (the link idles while ranks match messages and start the next
-#: step), so below 1 only noise, above it the handshakes a step waits for.
-PREDICTION_TOLERANCE = (0.8, 1.6)
-BIG_BYTES = 131072  # "large": ten times the Fast Ethernet bucket, past the eager limit
-
-
-# ---------------------------------------------------------------------------------------
-# the references
-
-
-def reference_fit(n_bytes: Sequence[float], t_us: Sequence[float],
-                  big_bytes: float) -> tuple[float, float]:
-    """(α µs, β MB/s): α the time of the smallest message, β from a straight line
-    through the messages of at least `big_bytes` (ordinary least squares).
-
-    Parameters
-    ----------
-    n_bytes : sequence of float
-        Message sizes of a ping-pong, in bytes.
-    t_us : sequence of float
-        Their one-way times, in µs.
-    big_bytes : float
-        The least size, in bytes, of the messages β is fitted on.
-
-    Returns
-    -------
-    alpha_us : float
-        The time of the smallest message, in µs.
-    beta_MBps : float
-        1 / slope of the line through the large messages, in MB/s.
-
-    Raises
-    ------
-    ValueError
-        When fewer than two messages are of `big_bytes` or more.
-    """
-    n = np.asarray(n_bytes, dtype=float)
-    t = np.asarray(t_us, dtype=float)
-    big = n >= big_bytes
-    if big.sum() < 2:
-        raise ValueError(f"need at least two messages of {big_bytes:g} B or more")
-    slope, _ = np.polyfit(n[big], t[big], 1)
-    return float(t[np.argmin(n)]), float(1 / slope)
-
-
-def reference_loads(schedule: Sequence[dict], hosts: Sequence) -> list[int]:
-    """Bytes on the busiest direction of any node's link, per step (steps 1 .. last).
-
-    Parameters
-    ----------
-    schedule : sequence of dict
-        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
-        from 1.
-    hosts : sequence
-        The node of each rank, rank ``r`` at index ``r``.
-
-    Returns
-    -------
-    list of int
-        Per step, the most bytes any link direction carries (a node's "out" adds the
-        messages it sends to other nodes, its "in" those it receives); 0 for a step
-        inside nodes only.
-    """
-    steps = max((m["step"] for m in schedule), default=0)
-    out = [dict() for _ in range(steps)]
-    for m in schedule:
-        a, b = hosts[m["src"]], hosts[m["dst"]]
-        if a != b:
-            load = out[m["step"] - 1]
-            load[(a, "out")] = load.get((a, "out"), 0) + m["bytes"]
-            load[(b, "in")] = load.get((b, "in"), 0) + m["bytes"]
-    return [max(load.values(), default=0) for load in out]
-
-
-def reference_predict_ms(schedule: Sequence[dict], hosts: Sequence, alpha_us: float,
-                         beta_MBps: float) -> float:
-    """Σ over the steps with traffic on a link of α + load / β, in ms.
-
-    Parameters
-    ----------
-    schedule, hosts : sequence
-        As for :func:`reference_loads`: the traced schedule and each rank's node.
-    alpha_us : float
-        The link's latency α, in µs.
-    beta_MBps : float
-        The link's bandwidth β, in MB/s.
-
-    Returns
-    -------
-    float
-        The predicted time of the collective, in ms.
-    """
-    return sum(alpha_us + load / beta_MBps
-               for load in reference_loads(schedule, hosts) if load) / 1e3
-
-
-def _ranks(schedule: Sequence[dict]) -> int:
-    return 1 + max(max(m["src"], m["dst"]) for m in schedule)
-
-
-def _placements(p: int, nodes: int):
-    """Every way of putting p ranks on `nodes` nodes, p / nodes each (node 0 holds rank 0)."""
-    per = p // nodes
-
-    def fill(left: list[int], node: int, hosts: dict):
-        if not left:
-            yield [hosts[r] for r in range(p)]
-            return
-        first, rest = left[0], left[1:]
-        for others in itertools.combinations(rest, per - 1):
-            chosen = {first, *others}
-            yield from fill([r for r in left if r not in chosen], node + 1,
-                            {**hosts, **{r: node for r in chosen}})
-
-    yield from fill(list(range(p)), 0, {})
-
-
-def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]]:
-    """(least total bytes on the busiest direction, summed over steps; one placement).
-
-    Tries every placement of the schedule's ranks, an equal number on each node, node 0
-    holding rank 0.
-
-    Parameters
-    ----------
-    schedule : sequence of dict
-        A traced schedule, as for :func:`reference_loads`.
-    nodes : int
-        Number of nodes (it must divide the number of ranks).
-
-    Returns
-    -------
-    cost : int
-        The least sum over steps of :func:`reference_loads`, in bytes.
-    hosts : list of int
-        A placement with that cost: the node of each rank.
-    """
-    best = None
-    for hosts in _placements(_ranks(schedule), nodes):
-        cost = sum(reference_loads(schedule, hosts))
-        if best is None or cost < best[0]:
-            best = (cost, hosts)
-    return best
-
-
-def placement_problem(hosts, ranks: int, nodes: int) -> str | None:
-    """What is wrong with `hosts` as a placement of p ranks on `nodes` nodes, or None.
-
-    Parameters
-    ----------
-    hosts : object
-        What the student's function returned: it should be a list of ints, the node of
-        each rank.
-    ranks : int
-        Number of ranks.
-    nodes : int
-        Number of nodes, each to hold ``p // nodes`` ranks.
-
-    Returns
-    -------
-    str or None
-        What is wrong, in words, or None when it is a valid placement.
-    """
-    if not isinstance(hosts, (list, tuple)):
-        return f"return a list with the node of each rank, not {type(hosts).__name__}"
-    if len(hosts) != ranks:
-        return f"the placement has {len(hosts)} entries for {ranks} ranks"
-    if any(type(h) is not int or not 0 <= h < nodes for h in hosts):
-        return f"nodes are numbered 0 .. {nodes - 1}; got {list(hosts)}"
-    counts = [list(hosts).count(k) for k in range(nodes)]
-    if len(set(counts)) != 1:
-        return (f"every node holds {ranks // nodes} ranks; the placement {list(hosts)} puts "
-                f"{counts} on nodes 0 .. {nodes - 1}")
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# data: traced schedules and the link, computed where the check runs
-
-
-def traced(alg: str, ranks: int, block: int) -> list[dict]:
-    """The course's allgather `alg` traced on `ranks` ranks (once per session).
-
-    Parameters
-    ----------
-    alg : str
-        An allgather of :mod:`mpilab.collectives` admissible on `ranks` ranks, e.g.
-        "ring".
-    ranks : int
-        Number of ranks.
-    block : int
-        Bytes per rank's block.
-
-    Returns
-    -------
-    list of dict
-        One ``{"step", "src", "dst", "bytes"}`` per message
-        (:func:`mpilab.network.schedules`).
-    """
-    from mpilab import runtime
-
-    name = f"schedules-{runtime.selected_library()}-{ranks}-{block}"
-    return cached(name, lambda: network.schedules(ranks, block))[alg]
-
-
-def link_now(link: str = "fast-ethernet") -> dict:
-    """The link measured on fresh emulated nodes (once per session), else the reference.
-
-    Parameters
-    ----------
-    link : str, optional
-        The emulated link to measure (default "fast-ethernet"). Where emulated nodes
-        cannot be made the reference machine's Fast Ethernet measurement is returned,
-        whatever `link` says.
-
-    Returns
-    -------
-    dict
-        :func:`mpilab.network.measure`'s record (``pingpong``, ``ring``, ``block_bytes``,
-        ``link`` ...), or :func:`mpilab.network.reference`'s; ``source`` says which, in
-        words.
-    """
-    from mpilab import netlab
-
-    if netlab.available() is not None:
-        return network.reference()
-    doc = cached(f"link-{link}", lambda: network.measure(
-        link, sizes=(8, 64, 1024, 65536, 131072, 262144, 524288, 1 << 20), reps=5),
-        measures=True)
-    return {**doc, "source": f"measured on this machine at {doc['started'][11:16]}"}
-
-
-def _series(link: dict) -> tuple[list[int], list[float]]:
-    recs = link["pingpong"]
-    return [r["size_bytes"] for r in recs], [r["t_us_min"] for r in recs]
 
 
 # ---------------------------------------------------------------------------------------
@@ -494,62 +269,12 @@ def _predict_hint(got, sched, hosts, a, b, want) -> str:
     return "Σ over the steps with a load of (α + load / β), from your link_loads, in ms."
 
 
-def check_predict_measured(predict_ms: Callable,
-                           tolerance: tuple[float, float] = PREDICTION_TOLERANCE) -> dict:
-    """The prediction for the course's ring on block and cyclic placements, from the
-    link's α and β (the reference fit of the same measurement), against the ring
-    measured on it.
-
-    Parameters
-    ----------
-    predict_ms : callable
-        The student's ``predict_ms(schedule, hosts, alpha_us, beta_MBps) -> float`` (ms).
-    tolerance : (float, float), optional
-        The lowest and highest accepted ratio measured / predicted (default
-        :data:`PREDICTION_TOLERANCE`).
-
-    Returns
-    -------
-    dict
-        ``{placement: (predicted ms, measured ms)}``, placement "slot" (block) or "node"
-        (cyclic).
-
-    Raises
-    ------
-    mpilab.grading.CheckFailed
-        When it returns no positive number, ignores α and β, or a ratio is off.
-    """
-    __tracebackhide__ = True
-    link = link_now()
-    n, t = _series(link)
-    a, b = reference_fit(n, t, BIG_BYTES)
-    out = {}
-    lo, hi = tolerance
-    for map_by, rec in link["ring"].items():
-        hosts = list(rec["node_of_rank"])
-        sched = traced("ring", len(hosts), link["block_bytes"])
-        got = grading.call_local(predict_ms, sched, hosts, a, b, timeout=10)
-        grading.expect(_number(got) and got > 0,
-                       f"predict_ms should return a positive number of ms, got {got!r:.60}")
-        again = grading.call_local(predict_ms, sched, hosts, 2 * a, b / 2, timeout=10)
-        grading.expect_close(again, 2 * got, rtol=1e-6,
-                             what=f"predict_ms with twice α ({2 * a:.1f} µs) and half β "
-                             f"({b / 2:.3g} MB/s)",
-                             hint="twice α and half β must double a time made of α and "
-                             "load / β: the prediction must come from the α and β it is "
-                             "given, not from numbers of the reference link or a "
-                             "measurement")
-        measured = rec["t_us_min"] / 1e3
-        ratio = measured / got
-        what = (f"the ring allgather, {network.PLACEMENTS[map_by]}, "
-                f"{link['block_bytes']:,} B per rank across {link['link']} "
-                f"({link['source']})")
-        grading.expect(lo <= ratio <= hi,
-                       f"{what}: measured {measured:.1f} ms, you predicted {got:.1f} ms "
-                       f"(α = {a:.1f} µs, β = {b:.2f} MB/s); the measurement should be "
-                       f"{lo:g} to {hi:g} times the prediction, it is {ratio:.2f} times.")
-        out[map_by] = (got, measured)
-    return out
+#: ``check_predict_measured(predict_ms, *, ranks=4)``: :data:`PREDICT`'s check.
+check_predict_measured, _ = PREDICT.cells(
+    __name__, "check_predict_measured", None,
+    "predict_ms(schedule, hosts, alpha_us, beta_MBps)",
+    against="the course's ring allgather on block and cyclic placements across the link",
+    cases=None, keys="``slot_predicted_ms``, ``node_predicted_ms`` and ``*_ratio``")
 
 
 def check_best_placement(best_placement: Callable, cases: Iterable) -> list[list[int]]:

@@ -329,7 +329,7 @@ class Part:
     args : tuple
         The student's function's arguments for it, from the measurement.
     measured_us : float
-        What was measured, in µs.
+        What was measured, in the prediction's unit (µs unless it says).
     predicted, ratio : str
         The keys the check's result gives the prediction and the ratio under.
     pick : callable, optional
@@ -392,6 +392,9 @@ class Prediction:
         that ignores its arguments (a fixed number, a measurement made when called)
         misses them, and `why` says so; where a check takes no made-up cases, these
         are what keeps it a model's.
+    unit : str
+        The unit of the predictions and measurements, "µs" unless said (lab 07's is
+        "ms").
     """
 
     name: str
@@ -406,6 +409,7 @@ class Prediction:
     returned: Callable[[Any], Any] = _as_returned
     shows: Callable[[Callable, dict, int], None] | None = None
     related: Callable[[tuple, Any], Iterable[tuple[tuple, float, str]]] | None = None
+    unit: str = "µs"
 
     def check(self, func: Callable, cases: Iterable = (), *, ranks: int) -> dict:
         """`func` equals the model on `cases`, and its predictions hold against the
@@ -457,7 +461,8 @@ class Prediction:
                 expect_related(func, self.name, self.related(part.args, got), self.returned)
             out[part.ratio] = expect_prediction(
                 got, part.measured_us, tolerance=part.tolerance or self.tolerance,
-                what=part.what, model=model, hint=part.hint(got) if part.hint else "")
+                what=part.what, model=model, unit=self.unit,
+                hint=part.hint(got) if part.hint else "")
         return out
 
     def show(self, func: Callable, ranks: int) -> None:
@@ -526,7 +531,8 @@ class Prediction:
             return_annotation=None)
         model = "prediction" if self.reference is None and self.expect_cases is None \
             else "model"
-        func = (f"{self.name} : callable\n    The student's {model}, ``{calls}`` (µs).\n")
+        func = (f"{self.name} : callable\n    The student's {model}, ``{calls}`` "
+                f"({self.unit}).\n")
         cluster = ("ranks : int, optional\n    Ranks of the lab's cluster (default "
                    f"{ranks}); the measurement uses at most these.\n")
         made = ("" if cases is None else
@@ -546,13 +552,13 @@ class Prediction:
             given.apply_defaults()
             return self.show(given.arguments[self.name], given.arguments["ranks"])
 
-        equals = "" if cases is None else "equals the model on `cases`, and then "
+        equals = ": " if cases is None else " equals the model on `cases`, and then "
         _named(check_cell, module, check, checks, _numpydoc(
-            f"``{calls}`` {equals}{against}, measured just now, must take {lo:g} to {hi:g} "
+            f"``{calls}``{equals}{against}, measured just now, must take {lo:g} to {hi:g} "
             "times what it predicts from numbers measured in the same run.",
             func + made + cluster,
             f"dict\n    :func:`{self.now.__name__}`'s measurement, with {keys} (the "
-            "prediction in µs, and measured / predicted).\n",
+            f"prediction in {self.unit}, and measured / predicted).\n",
             "mpilab.grading.CheckFailed\n    When the model is wrong on a case, or a "
             f"measurement is outside {lo:g} to {hi:g} times its prediction.\n"))
         if show is None:
@@ -569,7 +575,7 @@ def _numpydoc(summary: str, parameters: str, returns: str, raises: str = "") -> 
     sections = [("Parameters", parameters), ("Returns", returns), ("Raises", raises)]
     return "\n\n".join([textwrap.fill(summary, 88)] + [
         f"{title}\n{'-' * len(title)}\n" + "\n".join(
-            textwrap.fill(line, 88, initial_indent="    ", subsequent_indent="    ")
+            textwrap.fill(line.strip(), 88, initial_indent="    ", subsequent_indent="    ")
             if line.startswith("    ") else line for line in body.rstrip().splitlines())
         for title, body in sections if body])
 

@@ -1,12 +1,13 @@
-"""Lab 05's graded checks of a ring reduce-scatter (Part C).
+"""Lab 05's graded checks of a ring reduce-scatter (Part C), re-exported by the lab's checks
+module, :mod:`mpilab.grading.collectives`.
 
 A reduce-scatter with equal blocks (``MPI_Reduce_scatter_block``): every rank's `sendbuf`
 holds ``p`` blocks of ``n`` elements, and rank ``r`` ends with the sum over all ranks of
 block ``r``, in a `recvbuf` of ``n``. The test cells call::
 
-    from mpilab.grading import reduce_scatter as grading_reduce_scatter
-    grading_reduce_scatter.check_reduce_scatter(reduce_scatter_ring, [(4, 5)])
-    took = grading_reduce_scatter.check_ring_steps(reduce_scatter_ring, [4])   # [3]
+    from mpilab.grading import collectives as grading_collectives
+    grading_collectives.check_reduce_scatter(reduce_scatter_ring, [(4, 5)])
+    took = grading_collectives.check_reduce_scatter_steps(reduce_scatter_ring, [4])   # [3]
 
 As lab 05's other checks (:mod:`mpilab.grading.collectives`), each runs the student's
 function through a harness of this module on the notebook's cluster with a
@@ -37,7 +38,7 @@ from mpilab.grading.traced import (
 )
 
 __all__ = ["reduce_scatter_harness", "block_problems", "check_reduce_scatter",
-           "check_ring_steps", "UNTOUCHED"]
+           "check_reduce_scatter_steps", "UNTOUCHED"]
 
 UNTOUCHED = -99  # what the student's recvbuf holds before the call
 
@@ -184,8 +185,9 @@ def check_reduce_scatter(reduce_scatter: Callable, cases: Iterable, *,
                 timeout=timeout)
 
 
-def check_ring_steps(reduce_scatter: Callable, ranks: Iterable[int], *, n: int = 3,
-                     name: str | None = None, timeout: float = 10) -> list[int]:
+def check_reduce_scatter_steps(reduce_scatter: Callable, ranks: Iterable[int], *,
+                               n: int = 3, name: str | None = None,
+                               timeout: float = 10) -> list[int]:
     """A right reduce-scatter of `n` float64 per block, then a ring's steps.
 
     Every message goes to the right neighbour ``(r + 1) % p`` and carries one block, in

@@ -1,4 +1,4 @@
-"""Lab 01's part E (mpilab.grading.matching): the fitted cost per entry, the model of a
+"""Lab 01's part E (mpilab.grading.pingpong): the fitted cost per entry, the model of a
 message behind a queue with the hints for its likely slips, and the check against the
 course's kernel measured on real ranks."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mpilab.grading import CheckFailed
-from mpilab.grading import matching as G
 from mpilab.grading import measured as M
+from mpilab.grading import pingpong as G
 
 
 def test_search_cost_fits_only_where_the_walk_shows():
