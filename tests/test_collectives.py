@@ -7,7 +7,7 @@ results and message schedules, never speed.
 import pytest
 from conftest import mpirun, needs_mpi
 
-from mpilab import runtime, tuning
+from mpilab import tuning
 
 pytestmark = needs_mpi
 
@@ -18,31 +18,6 @@ def test_collectives_match_the_library(ranks):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     assert out.count("OK rank") == ranks, out[-4000:]
-
-
-@pytest.mark.skipif(runtime.selected_library() != "openmpi", reason="Open MPI pml monitoring")
-def test_library_runs_its_documented_default_and_the_forced_algorithm():
-
-    for p, n in ((4, 8), (3, 65536)):
-        seen = tuning.observe_library(p, n)
-        assert seen["matches"] == [tuning.library_default("allgather", p, n)["runs"]], seen
-    seen = tuning.observe_library(4, 4096, env=tuning.library_env("allgather", "ring"))
-    assert seen["matches"] == ["ring"], seen
-    # forced inside the job, as the allgather benchmark does it
-    seen = tuning.observe_library(4, 4096, force="neighbor_exchange")
-    assert seen["matches"] == ["neighbor_exchange"], seen
-
-
-@pytest.mark.skipif(runtime.selected_library() != "openmpi", reason="Open MPI rules files")
-def test_a_written_rules_file_is_what_the_library_runs(tmp_path):
-
-    table = {"op": "allgather", "rules": [
-        {"ranks": 4, "size_bytes": 8, "best": "bruck"},
-        {"ranks": 4, "size_bytes": 16384, "best": "ring"}]}
-    path = tuning.write_ompi_rules(table, tmp_path / "rules.conf")
-    env = tuning.rules_env(path)
-    assert tuning.observe_library(4, 1024, env=env)["matches"] == ["bruck"]
-    assert tuning.observe_library(4, 32768, env=env)["matches"] == ["ring"]
 
 
 def test_models_are_labelled_predictions_and_steps_match_the_registry():

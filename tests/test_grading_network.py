@@ -1,5 +1,6 @@
 """Lab 07's references and data: the link model on traced schedules, the placement search,
-the reference measurement, the per-session cache (mpilab.grading.network, mpilab.network).
+the per-session cache (mpilab.grading.network and network_model; mpilab.network's own
+tests are tests/test_network.py).
 
 The model is checked against loads counted by hand for the schedules the course's own
 allgathers send (traced in one MPI job), and the search against every placement.
@@ -13,9 +14,8 @@ import tempfile
 import pytest
 
 from mpilab import netlab, network
-from mpilab.grading import measured
+from mpilab.grading import measured, network_model
 from mpilab.grading import network as N
-from mpilab.grading import network_model
 
 B = 1000  # bytes per rank: loads below are multiples of it
 
@@ -83,27 +83,6 @@ def test_fit_reference_reads_alpha_small_and_beta_large():
     assert a == 15.0 and b == pytest.approx(1.0)
     with pytest.raises(ValueError, match="two messages"):
         N.reference_fit(n, t, 1 << 20)
-
-
-def test_schedules_refuse_what_they_cannot_trace():
-    with pytest.raises(ValueError, match="unknown"):
-        network.schedules(4, B, algs=["carrier-pigeon"])
-    with pytest.raises(ValueError, match="power-of-two"):
-        network.schedules(3, B, algs=["recursive_doubling"])
-
-
-def test_reference_measurement_is_labelled_and_complete():
-    ref = network.reference()
-    assert ref["measured"] is False and "REFERENCE DATA" in ref["source"]
-    assert {r["size_bytes"] for r in ref["pingpong"]} >= {8, 131072, 1 << 20}
-    assert set(ref["ring"]) == set(network.PLACEMENTS)
-    assert ref["ring"]["slot"]["node_of_rank"] == BLOCK
-    assert ref["ring"]["node"]["node_of_rank"] == CYCLIC
-    assert ref["shaping"]["emulated"] and ref["link"] == "fast-ethernet"
-    # the bar of the issue, on the reference link: large messages at 0.85-1.0 of the rate
-    a, b = N.reference_fit([r["size_bytes"] for r in ref["pingpong"]],
-                           [r["t_us_min"] for r in ref["pingpong"]], N.BIG_BYTES)
-    assert 0.85 <= b / (ref["rate_bit_s"] / 8e6) <= 1.0
 
 
 def test_without_emulated_nodes_the_checks_use_the_reference(monkeypatch):
