@@ -34,8 +34,7 @@ from mpilab import grading
 from mpilab.grading import measured
 from mpilab.grading import onesided as _os
 from mpilab.grading.onesided import compare_heat, show_exchange
-from mpilab.grading.onesided_model import fixed_plus_bytes
-from mpilab.grading.prediction import guessed, unit_slips
+from mpilab.grading.prediction import fixed_plus_bytes, guessed, unit_slips
 from mpilab.timing import best_us
 
 __all__ = ["check_push", "check_pull", "check_segments", "show_exchange", "compare_heat",

@@ -7,18 +7,16 @@ carrying one Put (the empty epoch plus ``n / β``), first against
 just now (:func:`epoch_times`, on the ranks through :mod:`mpilab.grading.measured`).
 
 The lab's test cells reach these through :mod:`mpilab.grading.onesided`, which
-re-exports them. :func:`fixed_plus_bytes` declares a prediction of this kind, one
-transfer as a fixed time plus ``n / β``, with its cells: :data:`EPOCH`, and lab 04's push
-(:mod:`mpilab.grading.coarrays`).
+re-exports them. :data:`EPOCH` is declared, with its cells, by
+:func:`mpilab.grading.prediction.fixed_plus_bytes` (one transfer as a fixed time plus
+``n / β``), as lab 04's push is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from mpilab.buffers import doubles
 from mpilab.grading import measured
-from mpilab.grading.prediction import Part, Prediction, guessed, shown, unit_slips, where
+from mpilab.grading.prediction import fixed_plus_bytes, guessed, unit_slips
 from mpilab.timing import best_us
 
 __all__ = ["PREDICTION_TOLERANCE", "EPOCH_BYTES", "epoch_times", "reference_epoch_us",
@@ -134,73 +132,6 @@ def _epoch_hint(got, n: float, e: float, b: float) -> str:
         (e * n / 8, "The empty epoch is a fixed cost, paid once per epoch, not per double."),
     ], "An epoch with one Put: the empty epoch's time (both Fences) plus n / β (µs, with n "
        "in bytes and β in MB/s).")
-
-
-def fixed_plus_bytes(module: str, check: str, show: str, name: str, fixed: str, beta: str, *,
-                     reference: Callable[..., float], hint: Callable[..., str],
-                     now: Callable[[int], dict], tolerance: tuple[float, float], case: str,
-                     who: str, fixed_is: str, besides: Callable[[dict], str], shows: str,
-                     ranks_are: str = "ranks", beta_is: str = "β"
-                     ) -> tuple[Prediction, Callable, Callable]:
-    """A prediction of one transfer of n bytes as a fixed time plus the bytes at a
-    bandwidth, ``fixed + n / β`` (lab 03's fence epoch with one Put, lab 04's push),
-    graded against the transfer of ``m["nbytes"]`` bytes in `now`'s measurement ``m``;
-    with its test and try-it cells' functions
-    (:meth:`~mpilab.grading.prediction.Prediction.cells`).
-
-    Parameters
-    ----------
-    module, check, show : str
-        The lab's checks module (its ``__name__``) and the names of the two cells'
-        functions, as for :meth:`~mpilab.grading.prediction.Prediction.cells`.
-    name : str
-        The student's function, as messages call it ("push_us"); the measurement holds
-        the measured transfer's time (µs) under the same key.
-    fixed, beta : str
-        The measurement's keys of the fixed time (µs) and of the bandwidth (MB/s) the
-        prediction is made from ("tiny_push_us", "copy_MBps"), as the student's
-        function names its arguments after ``n_bytes``.
-    reference, hint, now, tolerance
-        As for :class:`~mpilab.grading.prediction.Prediction`.
-    case : str
-        The measured transfer, in words ("a push of 1 MiB").
-    who : str
-        Which rank moves the bytes into which ("image 1 stores into image 2").
-    fixed_is : str
-        What the check's message calls the fixed time ("a tiny push").
-    besides : callable
-        ``besides(m) -> str``: what the try-it cell prints as measured besides the
-        transfer, after the ranks and cores.
-    shows : str
-        What the try-it cell measures and prints, in words, for its docstring.
-    ranks_are : str, optional
-        What the lab calls its ranks ("ranks" unless said; lab 04's are "images").
-    beta_is : str, optional
-        What the check's message calls the bandwidth ("β" unless said; lab 04's is
-        "β_copy").
-
-    Returns
-    -------
-    (Prediction, callable, callable)
-        The prediction, graded against one part, the transfer, predicted from
-        ``(m["nbytes"], m[fixed], m[beta])``; the test cell's check and the try-it cell's
-        show function.
-    """
-
-    def lines(func: Callable, m: dict, _ranks: int) -> None:
-        print(f"measured on {m['ranks']} {ranks_are} ({m['cores']} cores): " + besides(m))
-        print(f"{case}: measured {m[name]:8.1f} µs, predicted "
-              + shown(func, m["nbytes"], m[fixed], m[beta], name=name))
-
-    prediction = Prediction(
-        name=name, reference=reference, hint=hint, now=now, tolerance=tolerance, shows=lines,
-        parts=lambda m: [Part(f"{case} on {m['ranks']} {ranks_are} ({who})",
-                              (m["nbytes"], m[fixed], m[beta]), m[name])],
-        model=lambda m: (f"{fixed_is} of {m[fixed]:.3g} µs and {beta_is} = {m[beta]:,.0f} "
-                         f"MB/s, measured just now on {where(m)}"))
-    calls = f"{name}(n_bytes, {fixed}, {beta})"
-    return (prediction, *prediction.cells(module, check, show, calls, against=f"{case} ({who})",
-                                          shows=shows))
 
 
 def _measured(m: dict) -> str:

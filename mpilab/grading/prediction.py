@@ -26,8 +26,8 @@ A lab declares its prediction as data, a :class:`Prediction`, and its notebook's
         against="a push of 1 MiB", shows="sync_all, a tiny push, a local copy and a push")
 
 The example is lab 04's push written out. It and lab 03's fence epoch are each one
-transfer, a fixed time plus ``n / β``, and are declared together, with their cells, by
-:func:`mpilab.grading.onesided_model.fixed_plus_bytes`.
+transfer, a fixed time plus ``n / β``, and are declared, with their cells, by this
+module's :func:`fixed_plus_bytes`.
 
 How the measurement is made (once per grading session, on one rank per core) is
 :mod:`mpilab.grading.measured`'s; this module never measures.
@@ -45,9 +45,12 @@ from typing import Any
 from ..autograder.failures import CheckFailed
 from ..autograder.failures import fail as _fail
 from .compare import _fmt, _is_num, _trusted, expect_close
+from .hints import ab_related, guessed, shown, unit_slips, where
 from .running import call_local, not_while_grading
 
 __all__ = ["Part", "Prediction", "expect_prediction", "expect_model", "expect_related",
+           "fixed_plus_bytes",
+           # re-exported from hints: the words of the messages
            "ab_related", "guessed", "unit_slips", "where", "shown"]
 
 _UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "µs": "microseconds",
@@ -182,136 +185,8 @@ def _a_time(got: Any) -> bool:
             and math.isfinite(float(value)) and float(value) > 0)
 
 
-def ab_related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
-    """What any α + n/β-shaped prediction ``f(n, α, β)`` must give beside ``got = f(*args)``
-    (a :class:`Prediction`'s ``related``, for a check without made-up cases: lab 01's
-    held-out message): a message twice as large takes n / β longer, and twice α with half
-    β twice as long. A number that ignores the size, or α and β (a fixed number, a
-    measurement made when called), misses one of them.
-
-    Parameters
-    ----------
-    args : (float, float, float)
-        The size (bytes), α (µs) and β (MB/s) the prediction was made from.
-    got : object
-        What it predicted for them.
-
-    Returns
-    -------
-    list of (tuple, float, str)
-        The related arguments, what they must give and what a miss means; none when
-        `got` is not a number (the measured comparison says what is wrong with it).
-    """
-    n, a, b = args
-    if not _is_num(got) or isinstance(got, (bool, complex)):
-        return []
-    return [((2 * n, a, b), float(got) + n / b,
-             "a message twice as large must take n / β longer: the prediction must grow "
-             "with the size (a number that ignores the size is no model of the message)"),
-            ((n, 2 * a, b / 2), 2 * float(got),
-             "twice α and half β must double a time made of α and n / β: the prediction "
-             "must come from the α and β it is given, not from a fixed number or a "
-             "measurement")]
-
-
 def _arg(x: Any) -> str:
     return f"{x:.6g}" if isinstance(x, float) else _fmt(x, 40)
-
-
-def guessed(got: Any, guesses: Iterable[tuple[float, str]], otherwise: str) -> str:
-    """A hint for a model's miss: the text of the first of `guesses` ((value, text): what
-    a likely slip gives, and what to say) that `got` equals to 1e-9, else `otherwise`.
-
-    Parameters
-    ----------
-    got : object
-        What the student's model returned.
-    guesses : iterable of (float, str)
-        What each likely slip would have returned, and the hint for it.
-    otherwise : str
-        The hint when no guess matches.
-
-    Returns
-    -------
-    str
-        The hint; "Return a number of µs." when `got` is not a real number.
-    """
-    if not _is_num(got) or isinstance(got, (bool, complex)):
-        return "Return a number of µs."
-    return next((text for value, text in guesses if math.isclose(got, value, rel_tol=1e-9)),
-                otherwise)
-
-
-def unit_slips(fixed: float, n: float, beta: float, beta_name: str = "β") -> list:
-    """The unit slips of a time ``fixed + n / β`` (n in bytes, β in MB/s, µs), as
-    :func:`guessed`'s guesses: n taken as doubles, and n / β scaled by 1e6 either way.
-
-    Parameters
-    ----------
-    fixed : float
-        The time's fixed part (µs).
-    n : float
-        The bytes.
-    beta : float
-        The bandwidth (MB/s).
-    beta_name : str, optional
-        What the hint calls the bandwidth ("β" by default; lab 04's is "β_copy").
-
-    Returns
-    -------
-    list of (float, str)
-        What each slip gives, and its hint.
-    """
-    return [(fixed + 8 * n / beta, f"n_bytes is already in bytes: n / {beta_name}."),
-            (fixed + n / beta * 1e6, "1 MB/s is one byte per µs: n / β is already in µs."),
-            (fixed + n / beta / 1e6, "1 MB/s is one byte per µs: n / β is already in µs.")]
-
-
-def where(m: dict) -> str:
-    """How a measurement was made, for a check's message.
-
-    Parameters
-    ----------
-    m : dict
-        A measurement with ``ranks``, ``cores`` and ``oversubscribed``
-        (:func:`mpilab.grading.measured.measure`).
-
-    Returns
-    -------
-    str
-        E.g. "4 ranks on 2 cores, oversubscribed".
-    """
-    over = ", oversubscribed" if m["oversubscribed"] else ""
-    return f"{m['ranks']} ranks on {m['cores']} core{'s' * (m['cores'] != 1)}{over}"
-
-
-def shown(func: Callable, *args: Any, digits: int = 1, name: str | None = None) -> str:
-    """``func(*args)`` as "123.4 µs" (`digits` after the point) for a try-it cell, or what
-    it raised (calling the function `name`, its ``__name__`` by default).
-
-    Parameters
-    ----------
-    func : callable
-        The student's function, called here (no timer).
-    *args
-        Its arguments.
-    digits : int, optional
-        Digits after the decimal point (default 1).
-    name : str, optional
-        What to call the function when it raises.
-
-    Returns
-    -------
-    str
-        Each number returned (one, or each of a tuple or list) as µs, or what it raised.
-    """
-    try:
-        got = func(*args)
-        return " ".join(f"{float(v):8.{digits}f} µs"
-                        for v in (got if isinstance(got, (tuple, list)) else (got,)))
-    except Exception as exc:  # noqa: BLE001 - shown, not raised
-        name = name or getattr(func, "__name__", "it")
-        return f"({name} raised {type(exc).__name__}: {exc})"
 
 
 def _as_returned(got: Any) -> Any:
@@ -568,6 +443,73 @@ class Prediction:
             f"seconds), beside ``{self.name}``'s prediction.", func + cluster,
             "None\n    It prints; nothing while grading.\n"))
         return check_cell, show_cell
+
+
+def fixed_plus_bytes(module: str, check: str, show: str, name: str, fixed: str, beta: str, *,
+                     reference: Callable[..., float], hint: Callable[..., str],
+                     now: Callable[[int], dict], tolerance: tuple[float, float], case: str,
+                     who: str, fixed_is: str, besides: Callable[[dict], str], shows: str,
+                     ranks_are: str = "ranks", beta_is: str = "β"
+                     ) -> tuple[Prediction, Callable, Callable]:
+    """A prediction of one transfer of n bytes as a fixed time plus the bytes at a
+    bandwidth, ``fixed + n / β`` (lab 03's fence epoch with one Put, lab 04's push),
+    graded against the transfer of ``m["nbytes"]`` bytes in `now`'s measurement ``m``;
+    with its test and try-it cells' functions
+    (:meth:`Prediction.cells`).
+
+    Parameters
+    ----------
+    module, check, show : str
+        The lab's checks module (its ``__name__``) and the names of the two cells'
+        functions, as for :meth:`~mpilab.grading.prediction.Prediction.cells`.
+    name : str
+        The student's function, as messages call it ("push_us"); the measurement holds
+        the measured transfer's time (µs) under the same key.
+    fixed, beta : str
+        The measurement's keys of the fixed time (µs) and of the bandwidth (MB/s) the
+        prediction is made from ("tiny_push_us", "copy_MBps"), as the student's
+        function names its arguments after ``n_bytes``.
+    reference, hint, now, tolerance
+        As for :class:`~mpilab.grading.prediction.Prediction`.
+    case : str
+        The measured transfer, in words ("a push of 1 MiB").
+    who : str
+        Which rank moves the bytes into which ("image 1 stores into image 2").
+    fixed_is : str
+        What the check's message calls the fixed time ("a tiny push").
+    besides : callable
+        ``besides(m) -> str``: what the try-it cell prints as measured besides the
+        transfer, after the ranks and cores.
+    shows : str
+        What the try-it cell measures and prints, in words, for its docstring.
+    ranks_are : str, optional
+        What the lab calls its ranks ("ranks" unless said; lab 04's are "images").
+    beta_is : str, optional
+        What the check's message calls the bandwidth ("β" unless said; lab 04's is
+        "β_copy").
+
+    Returns
+    -------
+    (Prediction, callable, callable)
+        The prediction, graded against one part, the transfer, predicted from
+        ``(m["nbytes"], m[fixed], m[beta])``; the test cell's check and the try-it cell's
+        show function.
+    """
+
+    def lines(func: Callable, m: dict, _ranks: int) -> None:
+        print(f"measured on {m['ranks']} {ranks_are} ({m['cores']} cores): " + besides(m))
+        print(f"{case}: measured {m[name]:8.1f} µs, predicted "
+              + shown(func, m["nbytes"], m[fixed], m[beta], name=name))
+
+    prediction = Prediction(
+        name=name, reference=reference, hint=hint, now=now, tolerance=tolerance, shows=lines,
+        parts=lambda m: [Part(f"{case} on {m['ranks']} {ranks_are} ({who})",
+                              (m["nbytes"], m[fixed], m[beta]), m[name])],
+        model=lambda m: (f"{fixed_is} of {m[fixed]:.3g} µs and {beta_is} = {m[beta]:,.0f} "
+                         f"MB/s, measured just now on {where(m)}"))
+    calls = f"{name}(n_bytes, {fixed}, {beta})"
+    return (prediction, *prediction.cells(module, check, show, calls, against=f"{case} ({who})",
+                                          shows=shows))
 
 
 def _numpydoc(summary: str, parameters: str, returns: str, raises: str = "") -> str:
