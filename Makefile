@@ -13,7 +13,7 @@ KERNEL_OUT := mpilab/kernels/_bin/mpilab-pingpong
 SETUP_STAMP := $(wildcard $(dir $(PY))../.mpilab-setup)
 
 .PHONY: setup setup-test kernels lab instructor test test-fast test-latest test-mpi lock lint clean help \
-        lab-generate lab-release lab-autograde lab-feedback lab-ungradable student-edition \
+        lab-generate lab-release lab-autograde lab-feedback lab-ungradable student-edition expected \
         classroom classroom-add classroom-stop classroom-remove
 
 help:
@@ -172,6 +172,11 @@ lab-feedback: setup
 	$(NBG) generate_feedback "$(LAB)" --force $(NBFLAGS)
 	@if [ -n "$(EXCHANGE)" ]; then \
 	  for l in $(LAB_IDS); do ($(NBG) release_feedback $$l $(NBG_EXCHANGE)) || exit 1; done; fi
+
+# The visible test cases' answers, from the instructors' answer keys (autograder/keys/):
+# what the students' edition checks its visible cases with (mpilab/grading/keys.py).
+expected: setup
+	$(PY) -c "import sys; from mpilab.grading.keys import main; sys.exit(main(sys.argv[1:]))" $(if $(filter *,$(LAB)),,$(LAB))
 
 # The students' edition: lectures, released labs, reference data, the package, binder/ (no
 # solution, hidden test or hidden case; scanned). What Binder builds and what is published;

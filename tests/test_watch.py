@@ -116,7 +116,7 @@ def test_a_watched_function_says_how_long_it_ran_without_the_watchs_own_cost():
 def test_the_courses_answers_are_refused_by_name(student):
     sched = [{"step": 1, "src": 0, "dst": 1, "bytes": 8}]
     said = refused(lambda: student("helper_answer")(sched, [0, 1]))
-    assert "mpilab.grading.network.reference_loads" in said and "Refused" in said
+    assert "mpilab.grading.network_model.reference_loads" in said and "Refused" in said
     said = refused(lambda: student("cost_model")(4))
     assert "mpilab.collectives.algorithms.time_us" in said
 

@@ -22,33 +22,40 @@ import numbers
 from collections.abc import Callable, Iterable, Sequence
 
 from mpilab import grading, network
+from mpilab.grading import keys
 from mpilab.grading.measured import cached
+
+LAB = "lab07-across-the-link"
 
 __all__ = ["reference_crossings", "traced_bcast", "check_bcast_crossings"]
 
 
 def reference_crossings(schedule: Sequence[dict], hosts: Sequence, root: int
                         ) -> tuple[int, int]:
-    """The messages that cross between nodes: the traced flat bcast, and a two-level one.
+    """The messages that cross between nodes in the traced flat bcast and in a two-level
+    one: the answer key's (the instructors' autograder/keys/lab07-across-the-link.py,
+    :mod:`mpilab.grading.keys`).
 
     Parameters
     ----------
     schedule : sequence of dict
-        The flat bcast's messages, ``{"src", "dst", ...}`` each.
+        The flat bcast's messages.
     hosts : sequence
-        The node of each rank (any labels).
+        The node of each rank.
     root : int
         The bcast's root.
 
     Returns
     -------
-    tuple of (int, int)
-        Messages of `schedule` between ranks on different nodes, and the two-level
-        bcast's: one per node other than the root's.
+    (int, int)
+        The flat and the two-level bcast's messages across.
+
+    Raises
+    ------
+    mpilab.grading.Ungradable
+        Where the key is not (the students' edition).
     """
-    flat = sum(1 for m in schedule if hosts[m["src"]] != hosts[m["dst"]])
-    leaders_elsewhere = {h for h in hosts if h != hosts[root]}
-    return flat, len(leaders_elsewhere)
+    return keys.call(LAB, "reference_crossings", schedule, hosts, root)
 
 
 def traced_bcast(ranks: int, root: int) -> list[dict]:
@@ -122,7 +129,10 @@ def check_bcast_crossings(bcast_crossings: Callable, cases: Iterable) -> list[tu
     for hosts, root in cases:
         hosts = list(hosts)
         sched = traced_bcast(len(hosts), root)
-        want = reference_crossings(sched, hosts, root)
+        want = tuple(keys.answer(
+            LAB, "crossings", (hosts, root),
+            lambda key, s=sched, h=hosts, r=root: key.reference_crossings(s, h, r),
+            what=f"bcast_crossings for {len(hosts)} ranks on nodes {hosts}, root {root}"))
         got = grading.call_local(bcast_crossings, hosts, root, timeout=10)
         grading.expect(isinstance(got, (list, tuple)) and len(got) == 2,
                        f"bcast_crossings should return a pair (flat, two_level), got "

@@ -24,15 +24,18 @@ the check says which.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from mpilab import grading
+from mpilab.grading import keys
 from mpilab.grading.hierarchy import check_bcast_crossings
 from mpilab.grading.network_model import (
     BIG_BYTES,
+    LAB,
     PREDICT,
     PREDICTION_TOLERANCE,
     _series,
@@ -62,6 +65,7 @@ __all__ = [
     "check_predict_measured",
     "check_best_placement",
     "check_bcast_crossings",
+    "canonical",
 ]
 
 
@@ -166,6 +170,32 @@ def _where(alg, p, block, hosts) -> str:
     return f"{alg} on {p} ranks, {block:,} B blocks, placement {hosts}"
 
 
+def _loads(alg: str, p: int, block: int, hosts: list, sched: list, name: str) -> list:
+    """The course's loads of the case (the answer key's: :mod:`mpilab.grading.keys`)."""
+    __tracebackhide__ = True
+    return keys.answer(LAB, "loads", (alg, p, block, hosts),
+                       lambda key: key.reference_loads(sched, hosts),
+                       what=f"{name} for {_where(alg, p, block, hosts)}")
+
+
+def canonical(hosts: Sequence) -> list[int]:
+    """A placement with its nodes numbered in order of first appearance (rank 0's node is
+    0): every renaming of the nodes of one placement gives the same list.
+
+    Parameters
+    ----------
+    hosts : sequence
+        The node of each rank, any labels.
+
+    Returns
+    -------
+    list of int
+        The same placement, nodes 0, 1, ... in the order ranks 0, 1, ... first use them.
+    """
+    seen: dict = {}
+    return [seen.setdefault(h, len(seen)) for h in hosts]
+
+
 def check_link_loads(link_loads: Callable, cases: Iterable, *, shuffle: bool = False) -> None:
     """`link_loads(schedule, hosts)` equals the reference on each traced case.
 
@@ -191,7 +221,7 @@ def check_link_loads(link_loads: Callable, cases: Iterable, *, shuffle: bool = F
         sched = traced(alg, p, block)
         if shuffle:  # the messages in another order: steps say which step, not the order
             sched = sched[::-1]
-        want = reference_loads(sched, hosts)
+        want = _loads(alg, p, block, hosts, sched, "link_loads")
         got = grading.call_local(link_loads, sched, hosts, timeout=10)
         grading.expect(isinstance(got, (list, tuple)),
                        f"link_loads should return a list (one number per step), got "
@@ -246,16 +276,16 @@ def check_predict(predict_ms: Callable, cases: Iterable) -> None:
     for alg, p, block, hosts, a, b in cases:
         (alg, p, block, hosts), = _cases([(alg, p, block, hosts)])
         sched = traced(alg, p, block)
-        want = reference_predict_ms(sched, hosts, a, b)
+        loads = _loads(alg, p, block, hosts, sched, "predict_ms")
+        want = sum(a + load / b for load in loads if load) / 1e3  # the model, as the lab says
         got = grading.call_local(predict_ms, sched, hosts, a, b, timeout=10)
         grading.expect(_number(got), f"predict_ms should return a number (ms), got {got!r:.60}")
         grading.expect_close(got, want, what=f"predict_ms for {_where(alg, p, block, hosts)}, "
                              f"α = {a:g} µs, β = {b:g} MB/s", rtol=1e-6,
-                             hint=_predict_hint(got, sched, hosts, a, b, want))
+                             hint=_predict_hint(got, loads, a, b, want))
 
 
-def _predict_hint(got, sched, hosts, a, b, want) -> str:
-    loads = reference_loads(sched, hosts)
+def _predict_hint(got, loads, a, b, want) -> str:
     busy = [x for x in loads if x]
     us = sum(a + x / b for x in busy)
     if math.isclose(got, us, rel_tol=1e-6):
@@ -306,12 +336,15 @@ def check_best_placement(best_placement: Callable, cases: Iterable) -> list[list
     chosen = []
     for alg, p, block, nodes in cases:
         sched = traced(alg, p, block)
-        best, example = reference_best(sched, nodes)
+        ans = keys.answer(LAB, "placements", (alg, p, block, nodes),
+                          lambda key, s=sched, k=nodes: key.placement_costs(s, k),
+                          what=f"best_placement for {alg} on {p} ranks and {nodes} nodes")
+        best, example = ans["best"], ans["example"]
         got = grading.call_local(best_placement, sched, nodes, timeout=20)
         problem = placement_problem(got, p, nodes)
         grading.expect(problem is None, f"best_placement for {alg} on {p} ranks, {nodes} "
                        f"nodes: {problem}")
-        cost = sum(reference_loads(sched, list(got)))
+        cost = ans["costs"][json.dumps(canonical(got))]
         grading.expect(cost == best,
                        f"best_placement for {alg} on {p} ranks and {nodes} nodes: {list(got)} "
                        f"puts {cost:,} B on the busiest link directions (summed over steps); "

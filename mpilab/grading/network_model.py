@@ -1,5 +1,7 @@
 """Lab 07's model and its data: the references, the traced schedules, the link measured
-where the check runs, and the graded prediction across it (:data:`PREDICT`).
+where the check runs, and the graded prediction across it (:data:`PREDICT`). The answers
+to the lab's graded functions (the loads, the best placement) are the instructors' answer
+key's (:mod:`mpilab.grading.keys`): what is here is the model as the lab states it.
 
 The checks the lab's test cells call are :mod:`mpilab.grading.network`'s; this module
 holds what they compare with. The model (a model, not a measurement): a message between
@@ -12,20 +14,21 @@ nothing next to the link.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from mpilab import network
+from mpilab.grading import keys
 from mpilab.grading.measured import cached
 from mpilab.grading.prediction import Part, Prediction
 
-__all__ = ["PREDICTION_TOLERANCE", "BIG_BYTES", "reference_fit", "reference_loads",
+__all__ = ["LAB", "PREDICTION_TOLERANCE", "BIG_BYTES", "reference_fit", "reference_loads",
            "reference_predict_ms", "reference_best", "placement_problem", "link_now",
            "traced", "ring_now", "PREDICT"]
 
+LAB = "lab07-across-the-link"
 #: The measured ring (fastest repetition) may take this many times the prediction: the
 #: model is a lower bound (the link idles while ranks match messages and start the next
 #: step), so below 1 only noise, above it the handshakes a step waits for.
@@ -73,32 +76,51 @@ def reference_fit(n_bytes: Sequence[float], t_us: Sequence[float],
 
 
 def reference_loads(schedule: Sequence[dict], hosts: Sequence) -> list[int]:
-    """Bytes on the busiest direction of any node's link, per step (steps 1 .. last).
+    """Bytes on the busiest direction of any node's link, per step: the answer key's
+    (the instructors' autograder/keys/lab07-across-the-link.py, :mod:`mpilab.grading.keys`).
 
     Parameters
     ----------
     schedule : sequence of dict
-        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message, steps
-        from 1.
+        A traced schedule: one ``{"step", "src", "dst", "bytes"}`` per message.
     hosts : sequence
-        The node of each rank, rank ``r`` at index ``r``.
+        The node of each rank.
 
     Returns
     -------
     list of int
-        Per step, the most bytes any link direction carries (a node's "out" adds the
-        messages it sends to other nodes, its "in" those it receives); 0 for a step
-        inside nodes only.
+        Per step, the most bytes any direction of a node's link carries.
+
+    Raises
+    ------
+    mpilab.grading.Ungradable
+        Where the key is not (the students' edition).
     """
-    steps = max((m["step"] for m in schedule), default=0)
-    out = [dict() for _ in range(steps)]
-    for m in schedule:
-        a, b = hosts[m["src"]], hosts[m["dst"]]
-        if a != b:
-            load = out[m["step"] - 1]
-            load[(a, "out")] = load.get((a, "out"), 0) + m["bytes"]
-            load[(b, "in")] = load.get((b, "in"), 0) + m["bytes"]
-    return [max(load.values(), default=0) for load in out]
+    return keys.call(LAB, "reference_loads", schedule, hosts)
+
+
+def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]]:
+    """The least total of :func:`reference_loads` over the placements of equal ranks per
+    node, and one placement that has it: the answer key's (:mod:`mpilab.grading.keys`).
+
+    Parameters
+    ----------
+    schedule : sequence of dict
+        A traced schedule.
+    nodes : int
+        Number of nodes (it divides the number of ranks).
+
+    Returns
+    -------
+    (int, list of int)
+        The cost in bytes, and the node of each rank in a placement with it.
+
+    Raises
+    ------
+    mpilab.grading.Ungradable
+        Where the key is not (the students' edition).
+    """
+    return keys.call(LAB, "reference_best", schedule, nodes)
 
 
 def reference_predict_ms(schedule: Sequence[dict], hosts: Sequence, alpha_us: float,
@@ -121,55 +143,6 @@ def reference_predict_ms(schedule: Sequence[dict], hosts: Sequence, alpha_us: fl
     """
     return sum(alpha_us + load / beta_MBps
                for load in reference_loads(schedule, hosts) if load) / 1e3
-
-
-def _ranks(schedule: Sequence[dict]) -> int:
-    return 1 + max(max(m["src"], m["dst"]) for m in schedule)
-
-
-def _placements(p: int, nodes: int):
-    """Every way of putting p ranks on `nodes` nodes, p / nodes each (node 0 holds rank 0)."""
-    per = p // nodes
-
-    def fill(left: list[int], node: int, hosts: dict):
-        if not left:
-            yield [hosts[r] for r in range(p)]
-            return
-        first, rest = left[0], left[1:]
-        for others in itertools.combinations(rest, per - 1):
-            chosen = {first, *others}
-            yield from fill([r for r in left if r not in chosen], node + 1,
-                            {**hosts, **{r: node for r in chosen}})
-
-    yield from fill(list(range(p)), 0, {})
-
-
-def reference_best(schedule: Sequence[dict], nodes: int) -> tuple[int, list[int]]:
-    """(least total bytes on the busiest direction, summed over steps; one placement).
-
-    Tries every placement of the schedule's ranks, an equal number on each node, node 0
-    holding rank 0.
-
-    Parameters
-    ----------
-    schedule : sequence of dict
-        A traced schedule, as for :func:`reference_loads`.
-    nodes : int
-        Number of nodes (it must divide the number of ranks).
-
-    Returns
-    -------
-    cost : int
-        The least sum over steps of :func:`reference_loads`, in bytes.
-    hosts : list of int
-        A placement with that cost: the node of each rank.
-    """
-    best = None
-    for hosts in _placements(_ranks(schedule), nodes):
-        cost = sum(reference_loads(schedule, hosts))
-        if best is None or cost < best[0]:
-            best = (cost, hosts)
-    return best
 
 
 def placement_problem(hosts, ranks: int, nodes: int) -> str | None:
