@@ -119,10 +119,8 @@ def placement_costs(schedule: Sequence[dict], nodes: int) -> dict:
 
     Parameters
     ----------
-    schedule : sequence of dict
-        A traced schedule, as for :func:`reference_loads`.
-    nodes : int
-        Number of nodes (it must divide the number of ranks).
+    schedule, nodes
+        As for :func:`reference_best`.
 
     Returns
     -------
