@@ -29,6 +29,7 @@ help:
 	@echo "make lab-generate|lab-release|lab-autograde|lab-feedback  nbgrader (see autograder/)"
 	@echo "make lab-ungradable  the parts the grader could not check (no score yet): grade them again"
 	@echo "make student-edition DEST=dir  the course students may see (no solutions, hidden tests)"
+	@echo "make expected   the visible test cases' answers, from the answer keys (autograder/keys/)"
 	@echo "make classroom ROSTER=file  a class on this server: JupyterHub, accounts, exchange (root)"
 	@echo "make classroom-add ROSTER=file | classroom-stop | classroom-remove  (README: Run a class)"
 	@echo "MPILAB_MPI=mpich selects MPICH instead of Open MPI"
