@@ -144,8 +144,10 @@ def cases() -> dict:
                                   test_best_placement=0)),
         "microseconds": ({**ok, "predict_ms": PREDICT_IN_US},
                          score(test_predict=0, test_predict_measured=0)),
-        # α is a few µs per step of tens of ms: the measurement cannot tell, the model can
-        "no-alpha": ({**ok, "predict_ms": PREDICT_NO_ALPHA}, score(test_predict=0)),
+        # α is a few µs per step of tens of ms: the measurement alone cannot tell, the
+        # model's cases can, and so can twice α beside the measured case (one α per step)
+        "no-alpha": ({**ok, "predict_ms": PREDICT_NO_ALPHA},
+                     score(test_predict=0, test_predict_measured=0)),
         "cyclic": ({**ok, "best_placement": ALWAYS_CYCLIC}, score(test_best_placement=0)),
         "endless": ({**ok, "best_placement": ENDLESS_SEARCH}, score(test_best_placement=0)),
         # tests/hostile_snippets.py: the reference link's numbers in the prediction, the
@@ -188,8 +190,13 @@ def test_lab07_grades_right_wrong_and_hostile_submissions(course):
                                          "test_best_placement")
     every = errors_of(graded_notebook(course, LAB7, "all-messages"), "test_bcast_crossings")
     assert "only those between ranks on different nodes" in every, every
-    measured = errors_of(graded_notebook(course, LAB7, "microseconds"), "test_predict_measured")
+    measured = errors_of(graded_notebook(course, LAB7, "both-directions"),
+                         "test_predict_measured")
     assert "measured on this machine" in measured, measured
+    said = errors_of(graded_notebook(course, LAB7, "no-alpha"), "test_predict_measured")
+    assert "every step with a load pays the latency α" in said, said
+    said = errors_of(graded_notebook(course, LAB7, "microseconds"), "test_predict_measured")
+    assert "a prediction in µs would add" in said, said
     cheat = graded_notebook(course, LAB7, "cheater")
     said = errors_of(cheat, "test_predict_measured")
     assert "twice α and half β" in said, said

@@ -279,12 +279,21 @@ def _ring_parts(link: dict) -> list[Part]:
 
 
 def _related(args: tuple, got: Any) -> list[tuple[tuple, float, str]]:
-    """Twice α and half β must double a time made of α and load / β."""
+    """What any model of the lab's shape must predict beside `got`: twice α and half β
+    double the time; twice α adds α once per step that crosses a link (the steps with a
+    load: the ring's messages cross in every step on both placements). The measured
+    ring alone cannot tell a model without α from the right one (α is microseconds
+    beside tens of milliseconds); the second relation can."""
     schedule, hosts, a, b = args
+    crossing = len({m["step"] for m in schedule if hosts[m["src"]] != hosts[m["dst"]]})
     return [((schedule, hosts, 2 * a, b / 2), 2 * float(got),
              "twice α and half β must double a time made of α and load / β: the prediction "
              "must come from the α and β it is given, not from numbers of the reference "
-             "link or a measurement")]
+             "link or a measurement"),
+            ((schedule, hosts, 2 * a, b), float(got) + crossing * a / 1e3,
+             f"twice α must add α once for each of the {crossing} steps that cross a link, "
+             f"{crossing} × {a:.1f} µs = {crossing * a / 1e3:.4g} ms (a prediction in µs would "
+             f"add {crossing * a:.4g}): every step with a load pays the latency α")]
 
 
 #: Lab 07's graded prediction: ``predict_ms(schedule, hosts, alpha_us, beta_MBps)`` for
