@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from mpilab import grading, network
 from mpilab.grading import keys
 from mpilab.grading.measured import cached
-
-LAB = "lab07-across-the-link"
+from mpilab.grading.network_model import LAB
 
 __all__ = ["reference_crossings", "traced_bcast", "check_bcast_crossings"]
 

@@ -48,7 +48,7 @@ KEYED = {
                               "check_bcast_crossings"),
 }
 
-_loaded: dict[str, ModuleType | None] = {}
+_loaded: dict[str, ModuleType] = {}
 _noted: dict[str, dict[str, Any]] | None = None
 
 
