@@ -469,6 +469,32 @@ def test_the_pool_reports_death_errors_and_unsendable_values(pool):
     assert all(rep[0] == "bad" for rep in out.replies.values()), out.replies
 
 
+def loaded(comm, names):
+    return [n for n in names if n in sys.modules]
+
+
+def test_the_ranks_import_the_graders_check_modules_before_a_request(pool):
+    """What a harness's module costs to import on a fresh job is not the student's time:
+    the ranks import the check modules the grader has (lab 06's, with SciPy behind it)
+    when they start."""
+    import mpilab.grading.allgather  # noqa: F401 - as lab 06's grader has it
+
+    names = ["mpilab.grading.allgather", "mpilab.grading.simulated", "scipy.optimize"]
+    out = call(pool, loaded, names)
+    assert not (out.timed_out or out.died or out.bad), out
+    assert {r: rep[1] for r, rep in out.replies.items()} == {0: names, 1: names}
+
+
+def test_the_worker_imports_only_the_courses_modules(monkeypatch):
+    from mpilab.autograder import worker
+
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))  # what it imports is undone
+    got = worker.preload("os,mpilab.grading.hints,mpilab..x,mpilab.grading.no_such_module,"
+                         "mpilab.grading.hints;import os,,json")
+    assert got == ["mpilab.grading.hints"]
+    assert worker.preload("") == []
+
+
 # -- binding the student's exports in the grader -----------------------------------------
 def test_bind_reads_exports_without_links_or_unpickling(tmp_path):
     proof = tmp_path / "unpickled"

@@ -328,6 +328,9 @@ STRING_IMPORTS = {
     "mpilab.bench.__main__": "the benchmark a command line names",
     "mpilab.autograder.nbgrader": "code the preprocessor sends to the grader's kernel, "
                                   "another process",
+    "mpilab.autograder.worker": "the check modules the grader has imported, imported again "
+                                "on its ranks when they start (pool.preloads): a request's "
+                                "pickle would import them inside a student's timeout",
 }
 
 

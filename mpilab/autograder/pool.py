@@ -56,6 +56,29 @@ def carries_student_code(payload: bytes) -> bool:
     return b"student_function" in payload or b"CompiledFunction" in payload
 
 
+#: the course's modules a request's pickle refers to by name (its harnesses and checks)
+PRELOAD_PREFIX = "mpilab.grading."
+
+
+def preloads() -> list[str]:
+    """The course's check modules this grader has imported, for the ranks to import at
+    their start.
+
+    A request names its harness by module (the pickle imports it on the ranks): on a fresh
+    job, that import (lab 06's ``mpilab.grading.allgather`` is 1.1 s of a core per rank, 4
+    ranks on 2 cores) would run inside the student's timeout, which measures the student's
+    function. A restarted job beside three other gradings once spent all of a correct
+    Bruck's 10 s importing. Imported at the job's start, they run under
+    :attr:`Pool.start_timeout` instead, held like the rest of the start.
+
+    Returns
+    -------
+    list of str
+        Names of modules under :data:`PRELOAD_PREFIX` in this process, sorted.
+    """
+    return sorted(m for m in list(sys.modules) if m.startswith(PRELOAD_PREFIX))
+
+
 class PoolError(RuntimeError):
     """The MPI job could not be started (not the student's fault: say what failed)."""
 
@@ -176,7 +199,7 @@ class Pool:
         launch = runtime.launch(self.ranks, thread_level="funneled")
         env = {**self.env, **launch.env}
         argv = launch.argv([sys.executable, "-P", "-m", "mpilab.autograder.worker", path,
-                            self.workdir])
+                            self.workdir, ",".join(preloads())])
         self.proc = self.box.popen(argv, cwd=self.cwd, env=env, rw=[self.workdir, *self.rw],
                                    ro=self.ro, stdin=open(os.devnull, "rb"),  # noqa: SIM115
                                    stdout=_pipe(), stderr=_pipe())

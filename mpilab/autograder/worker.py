@@ -2,9 +2,11 @@
 
 Started by :class:`mpilab.autograder.pool.Pool` as::
 
-    mpiexec -n N python -P -m mpilab.autograder.worker SOCKET WORKDIR
+    mpiexec -n N python -P -m mpilab.autograder.worker SOCKET WORKDIR [MODULES]
 
-Each rank connects to the grader's Unix socket, says who it is, then serves requests until
+Each rank imports the course's modules the grader named (MODULES, comma-separated: the
+checks its requests' harnesses live in, so that importing them is not counted in a
+student's timeout), connects to the grader's Unix socket, says who it is, then serves requests until
 the socket closes. A request is a pickle made by the grader (trusted); inside it, the
 student's functions are still the bytes the student's kernel pickled, and are loaded here,
 inside the timed region, where loading them may run the student's code. A reply is plain
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import struct
 import sys
@@ -183,14 +186,49 @@ def _serve(world, rank: int, workdir: str, request: tuple) -> tuple | None:
                 pass
 
 
+_COURSE_MODULE = re.compile(r"mpilab(\.[A-Za-z_]\w*)+")
+
+
+def preload(names: str) -> list[str]:
+    """Import the course's modules named in `names` (comma-separated), before any request.
+
+    A name that is not a module of the course (``mpilab.`` and identifiers) is ignored; a
+    module that fails to import here is left to fail where a request needs it, with the
+    error said to the student's check.
+
+    Parameters
+    ----------
+    names : str
+        Module names, comma-separated (the pool's :func:`mpilab.autograder.pool.preloads`).
+
+    Returns
+    -------
+    list of str
+        The names imported.
+    """
+    import importlib
+
+    done = []
+    for name in filter(None, names.split(",")):
+        if not _COURSE_MODULE.fullmatch(name):
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - said where a request needs it
+            continue
+        done.append(name)
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve the grader's requests on this rank until the socket closes or says stop.
 
     Parameters
     ----------
     argv : list of str, optional
-        ``[SOCKET, WORKDIR]``: the grader's Unix socket and the folder for the stuck
-        ranks' stacks (default: ``sys.argv[1:]``).
+        ``[SOCKET, WORKDIR, MODULES]``: the grader's Unix socket, the folder for the stuck
+        ranks' stacks and, optionally, the course's modules to import first (comma-
+        separated names under ``mpilab.``; default: ``sys.argv[1:]``).
 
     Returns
     -------
@@ -206,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     from mpilab.autograder.watch import guard_kernels
 
     guard_kernels()  # a student's function that calls the course's kernels is seen
-    sock_path, workdir = (argv or sys.argv[1:])[:2]
+    args = argv or sys.argv[1:]
+    sock_path, workdir = args[:2]
+    preload(args[2] if len(args) > 2 else "")
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

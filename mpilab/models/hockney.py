@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy.optimize import least_squares
+
+if TYPE_CHECKING:  # imported where a fit is made: the graders' ranks import this module
+    import pandas as pd
 
 from .predictions import _Predicts, params_label
 
@@ -186,8 +188,9 @@ def _fit(n: np.ndarray, t: np.ndarray) -> HockneyFit:
     t_lo, t_hi = np.median(t[n == lo]), np.median(t[n == hi])
     inv_beta0 = max((t_hi - t_lo) / (hi - lo), 1e-3 * t_hi / hi, 2 * _MIN_INV_BETA)
     alpha0 = max(t_lo - inv_beta0 * lo, 1e-3 * t_lo)
-    design = np.column_stack([1.0 / t, n / t])  # relative residual = design @ p - 1
+    from scipy.optimize import least_squares  # 0.3 s to import: only where a fit is made
 
+    design = np.column_stack([1.0 / t, n / t])  # relative residual = design @ p - 1
     result = least_squares(
         lambda p: design @ p - 1.0,
         x0=[alpha0, inv_beta0],

@@ -10,9 +10,12 @@ them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a table is made (0.5 s): not by every importer
+    import pandas as pd
 
 __all__ = ["Prediction", "params_label"]
 
@@ -84,6 +87,8 @@ class Prediction:
 
 
 def _prediction_table(sizes: np.ndarray, t_us: np.ndarray, model: str) -> pd.DataFrame:
+    import pandas as pd
+
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where(sizes > 0, sizes / t_us, 0.0)  # B/µs == MB/s
     return pd.DataFrame(
