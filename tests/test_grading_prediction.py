@@ -223,3 +223,40 @@ def test_the_unit_slips_of_a_fixed_part_plus_bytes_at_beta_are_named():
                       (fixed + n / beta / 1e6, "1 MB/s is one byte per µs")):
         assert guessed(got, slips, "other").startswith(said)
     assert guessed(right, slips, "other") == "other"
+
+
+def test_a_miss_measured_while_the_cores_were_busy_is_no_verdict_in_a_students_notebook(
+        monkeypatch):
+    """A measurement whose ranks waited for a CPU (a classmate's sweep on the server) can
+    push a right model out of its band: in the student's own notebook that miss says so,
+    as Ungradable (no verdict), with the check's own words; a miss no load explains (a
+    unit slip), a quiet or oversubscribed measurement, and the grader's kernel keep the
+    failed check."""
+    import dataclasses
+
+    from mpilab.grading import Ungradable
+    from mpilab.grading import steady as S
+
+    def check(model, **m):
+        p = dataclasses.replace(made_up(), now=lambda ranks: dict(M, **m))
+        return p.check(model, [], ranks=2)
+
+    def a_third(n, a, b):  # measured 3 times the prediction: out of (0.5, 2.5)
+        return reference(n, a, b) / 3
+
+    with pytest.raises(Ungradable) as exc:
+        check(a_third, cpu_wait=0.9)
+    text = str(exc.value)
+    assert text.startswith("a small message: measured 3.5 µs just now") and "it is 3.5 times" in text
+    assert "its ranks waited for a CPU 90% of the time" in text, text
+    assert "may be the machine's, not your model's" in text
+    with pytest.raises(CheckFailed, match="in seconds instead of µs"):  # 10⁶ off: the model's
+        check(lambda n, a, b: reference(n, a, b) / 1e6, cpu_wait=0.9)
+    for m in ({"cpu_wait": S.BUSY / 2}, {"cpu_wait": None}, {},
+              {"cpu_wait": 0.9, "oversubscribed": True}):
+        with pytest.raises(CheckFailed, match="should be 0.5 to 2.5 times"):
+            check(a_third, **m)
+    assert check(reference, cpu_wait=0.9)["big_ratio"] > 0  # a pass is a pass
+    assert S.busy(dict(M, cpu_wait=0.9))
+    monkeypatch.setenv("MPILAB_GRADER", "/nonexistent/grader.json")  # as the grader's kernel
+    assert S.busy(dict(M, cpu_wait=0.9)) is None  # it holds the cores, and grades

@@ -158,3 +158,35 @@ def test_iteration_counts_calibrated_per_round_are_no_quantity():
     got = S.steady("matching on 2 ranks", one_round)
     assert got["t_us"] == [0.25, 15.0] and len(calls) == S.ROUNDS
     assert "iters[1]" not in S.quantities(rounds[0])
+
+
+@pytest.mark.measures  # what it compares is how quiet the machine is: alone
+def test_the_ranks_say_how_long_they_waited_for_a_cpu(lab):
+    """The rounds themselves say how busy the machine was (schedstat's run delay of each
+    measuring rank, the largest share kept): 0.08-0.15 of a round alone on this 4-engine
+    cluster, 0.29-0.51 beside two busy processes on the 2 cores; measure() keeps the
+    median of the agreeing rounds as ``cpu_wait``."""
+    import subprocess
+    import sys
+
+    from mpilab.grading import run_on_ranks
+
+    quiet = run_on_ranks(M.waited, M.ring_times, 1 << 20, ranks=2)
+    assert 0 <= quiet[0][M.WAITED] <= 1, quiet[0]  # one round may be caught by a burst
+    assert quiet[0][M.WAITED] == quiet[1][M.WAITED]  # one share, the largest, on every rank
+    assert set(quiet[0]) == {"hop_us", "lap_us", "shift_us", M.WAITED}
+    with M.own_session():
+        m = M.measure("ring-waits", M.ring_times, 1 << 20, ranks=2)
+    assert m["cpu_wait"] is not None and 0 <= m["cpu_wait"] < S.BUSY, m
+    assert S.busy(m) is None
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        loaded = sorted(run_on_ranks(M.waited, M.ring_times, 1 << 20, ranks=2,
+                                     timeout=300)[0][M.WAITED] for _ in range(S.ROUNDS))
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    median = loaded[len(loaded) // 2]  # as measure() keeps it: 0.29-0.51 a round measured
+    assert median >= S.BUSY, loaded
+    assert S.busy({**m, "cpu_wait": median})

@@ -43,7 +43,7 @@ from .compare import _fmt, _is_num
 from .prediction import Part, Prediction, expect_model, expect_prediction, shown, where
 
 __all__ = ["CACHE_SECONDS", "cached", "cache_dir", "own_session", "measuring_ranks",
-           "measure",
+           "measure", "waited", "WAITED",
            "with_alpha_beta", "expect_prediction", "expect_model", "where",
            # lab 00
            "ring_times", "ring_now", "check_ring_times", "show_ring_times"]
@@ -296,6 +296,54 @@ def _library() -> str:
     return runtime.selected_library()
 
 
+#: the key under which :func:`waited` adds its share to a round's result
+WAITED = "_cpu_wait"
+
+
+def _run_delay_ns() -> int | None:
+    """How long this thread has waited, runnable, for a CPU so far (ns), or None where the
+    kernel does not say (``/proc/thread-self/schedstat``'s second field)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def waited(comm, func: Callable, *args: Any) -> dict:
+    """``func(comm, *args)`` on every rank, with the share of its time that the rank which
+    waited most spent waiting for a CPU (runnable, not running) added under
+    :data:`WAITED`.
+
+    A measurement made beside other work is slowed because its ranks wait for the cores
+    that work holds; the kernel counts that wait per thread (``schedstat``), so the rounds
+    themselves say how busy the machine was, where a load average or the machine's
+    pressure (the measuring ranks keep both cores busy themselves) cannot.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The measuring ranks' communicator.
+    func : callable
+        The course's timed function, returning a dict of plain data.
+    *args
+        Passed to `func` after ``comm``.
+
+    Returns
+    -------
+    dict
+        `func`'s dict, plus :data:`WAITED`: the largest share over the ranks (0 to 1), or
+        -1 where no rank could tell.
+    """
+    from mpi4py import MPI
+
+    w0, t0 = _run_delay_ns(), time.perf_counter_ns()
+    out = func(comm, *args)
+    w1, t1 = _run_delay_ns(), time.perf_counter_ns()
+    share = (w1 - w0) / max(t1 - t0, 1) if w0 is not None and w1 is not None else -1.0
+    return {**out, WAITED: comm.allreduce(share, op=MPI.MAX)}
+
+
 def measure(name: str, func: Callable, *args: Any, ranks: int,
             timeout: float = 60) -> dict:
     """``func(comm, *args)`` on :func:`measuring_ranks` ranks, once per grading session:
@@ -326,7 +374,9 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     -------
     dict
         Rank 0's dict (each number its least loaded round's), plus ``ranks`` (ranks used),
-        ``cores`` (usable cores) and ``oversubscribed`` (more ranks than cores).
+        ``cores`` (usable cores), ``oversubscribed`` (more ranks than cores) and
+        ``cpu_wait`` (the median over the agreeing rounds of :func:`waited`'s share: how
+        much of a round the ranks waited for a CPU; None where the kernel does not say).
 
     Raises
     ------
@@ -340,9 +390,18 @@ def measure(name: str, func: Callable, *args: Any, ranks: int,
     p = measuring_ranks(ranks, cores)
 
     def make() -> dict:
-        got = steady.steady(f"{name} on {p} ranks",
-                            lambda: run_on_ranks(func, *args, ranks=p, timeout=timeout)[0])
-        return {**got, "ranks": p, "cores": cores, "oversubscribed": p > cores}
+        waits: list[float] = []
+
+        def one_round() -> dict:
+            got = dict(run_on_ranks(waited, func, *args, ranks=p, timeout=timeout,
+                                    blame=func)[0])
+            waits.append(got.pop(WAITED, -1.0))
+            return got
+
+        got = steady.steady(f"{name} on {p} ranks", one_round)
+        kept = [w for w in waits[-steady.ROUNDS:] if w >= 0]  # the attempt that agreed
+        return {**got, "ranks": p, "cores": cores, "oversubscribed": p > cores,
+                "cpu_wait": sorted(kept)[len(kept) // 2] if kept else None}
 
     key = re.sub(r"[^\w.-]+", "_", f"{name}-{_library()}-{p}-" + "-".join(map(str, args)))
     return cached(key, make, measures=True)
@@ -370,11 +429,14 @@ def with_alpha_beta(name: str, func: Callable, *args: Any, ranks: int,
     Returns
     -------
     dict
-        :func:`measure`'s dict, plus ``alpha_us`` (µs) and ``beta_MBps`` (MB/s).
+        :func:`measure`'s dict, plus ``alpha_us`` (µs) and ``beta_MBps`` (MB/s); its
+        ``cpu_wait`` the larger of the two measurements'.
     """
     ab = measure("alpha-beta", alpha_beta, nbytes, ranks=ranks)
     m = measure(name, func, *args, ranks=ranks)
-    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"]}
+    waits = [w for w in (ab.get("cpu_wait"), m.get("cpu_wait")) if w is not None]
+    return {**m, "alpha_us": ab["alpha_us"], "beta_MBps": ab["beta_MBps"],
+            "cpu_wait": max(waits) if waits else None}  # either can move a prediction
 
 
 #: Lab 00: a lap and a shift of 1 MiB arrays may take this many times the prediction.

@@ -42,8 +42,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..autograder.failures import CheckFailed
+from ..autograder.failures import CheckFailed, Ungradable
 from ..autograder.failures import fail as _fail
+from . import steady
 from .compare import _fmt, _is_num, _trusted, expect_close
 from .hints import ab_related, guessed, shown, unit_slips, where
 from .running import call_local, not_while_grading
@@ -334,10 +335,18 @@ class Prediction:
                 # a model of its arguments first, whatever the (noisy) measurement says
                 # (a prediction that is no time at all is told so by expect_prediction)
                 expect_related(func, self.name, self.related(part.args, got), self.returned)
-            out[part.ratio] = expect_prediction(
-                got, part.measured_us, tolerance=part.tolerance or self.tolerance,
-                what=part.what, model=model, unit=self.unit,
-                hint=part.hint(got) if part.hint else "")
+            try:
+                out[part.ratio] = expect_prediction(
+                    got, part.measured_us, tolerance=part.tolerance or self.tolerance,
+                    what=part.what, model=model, unit=self.unit,
+                    hint=part.hint(got) if part.hint else "")
+            except CheckFailed as exc:
+                lo, hi = part.tolerance or self.tolerance
+                ratio = part.measured_us / float(got) if _a_time(got) else 0.0
+                off = max(ratio / hi, lo / ratio) if ratio > 0 else math.inf
+                if off <= steady.SLOWER and (why := steady.busy(m)):  # the machine's, maybe
+                    _fail(Ungradable(f"{exc} {why}"))
+                raise
         return out
 
     def show(self, func: Callable, ranks: int) -> None:

@@ -43,8 +43,8 @@ from typing import Any
 from ..autograder import isolated
 from ..autograder.failures import Ungradable, fail
 
-__all__ = ["ROUNDS", "ATTEMPTS", "AGREE", "RATES", "quantities", "least_loaded", "combine",
-           "disagreement", "steady"]
+__all__ = ["ROUNDS", "ATTEMPTS", "AGREE", "RATES", "BUSY", "SLOWER", "quantities", "least_loaded",
+           "combine", "disagreement", "steady", "busy"]
 
 #: Rounds per attempt: each runs the whole timed function once.
 ROUNDS = 5
@@ -259,3 +259,54 @@ def steady(what: str, one_round: Callable[[], Any], *, rounds: int = ROUNDS,
             if isolated.active() else
             "nothing is wrong with your answer; run this check again when the machine is "
             "quieter (nothing is graded in your own notebook).")))
+
+
+#: The share of a measurement's time its ranks may wait for a CPU before a student's own
+#: check says a miss may be the machine's (:func:`busy`). Measured on the course's 2-core VM
+#: (lab 00's ring on 2 ranks, 2026-11-28, a share per round): alone, 0.000-0.028 under
+#: mpiexec, 0.004-0.023 on a notebook's cluster of 2 engines (one round of 8: 0.29) and
+#: 0.08-0.15 on one of 4 engines (two idle); beside one or two busy processes 0.29-0.51
+#: on the 4 engines (the times hardly moved) and 0.66-0.99 under mpiexec with
+#: ``mpi_yield_when_idle`` (the hop 36 times slower). A measurement keeps its rounds'
+#: median.
+BUSY = 0.25
+#: How far out of its tolerance load can push a prediction's ratio (either way: a model
+#: fed a measured hop that load inflated 36 times can come out above or below the shift
+#: measured beside it): a miss by more than this factor (a unit slip: 1000) is the
+#: model's however busy the machine was.
+SLOWER = 20.0
+
+
+def busy(m: dict) -> str | None:
+    """Why a miss of measurement `m` in a student's own notebook may be the machine's, not
+    the model's; None when the measurement was quiet enough, or at grading time.
+
+    Rounds that agree can still all be slowed, evenly, by work beside them: a classmate's
+    sweep on a class server holds the cores through every round. The ranks then wait for
+    a CPU, and the measurement says how much (``cpu_wait``,
+    :func:`mpilab.grading.measured.waited`). In a student's own notebook a check that
+    missed on such a measurement is not a verdict on their model: it says so, as an
+    :class:`~mpilab.autograder.failures.Ungradable` (nothing is graded there). At grading
+    time the grader holds the cores and the students' servers
+    (:mod:`mpilab.autograder.quiet`) and grades what it measured.
+
+    Parameters
+    ----------
+    m : dict
+        A measurement (:func:`mpilab.grading.measured.measure`): ``cpu_wait``, and
+        ``oversubscribed`` (ranks that share cores wait for each other by design: not
+        judged).
+
+    Returns
+    -------
+    str or None
+        The sentence to add to the check's message, or None.
+    """
+    share = m.get("cpu_wait")
+    if isolated.active() or m.get("oversubscribed") or not _is_number(share) or share < BUSY:
+        return None
+    return (f"But while it was measured, its ranks waited for a CPU {share:.0%} of the time: "
+            "other work (a classmate's on a shared server, or another notebook of yours) "
+            "held these cores, so the miss may be the machine's, not your model's. Run this "
+            "check again when the machine is quieter; the grader measures on cores held for "
+            "it (nothing is graded in your own notebook).")
