@@ -17,6 +17,8 @@ UNSTABLE = ("the measurement of ring on 2 ranks could not be made stable: in eac
 @pytest.mark.parametrize("ename, evalue, load", [
     ("CheckFailed", MEASURED, True),  # out of its band: the load moved the measurement
     ("Ungradable", UNSTABLE, True),  # could not judge: the load kept it from settling
+    ("Ungradable", MEASURED + ", it is 4.05 times. But while it was measured, its ranks "
+     "waited for a CPU 47% of the time: other work ... held these cores", True),  # busy
     ("CheckFailed", "rank 1 holds rank 0's block", False),  # a wrong answer
     ("Ungradable", "no saved simulation of this case (SimGrid missing)", False),
     ("NameError", "name 'ring' is not defined", False),

@@ -130,10 +130,12 @@ def measured_check_failed(run: CellRun) -> bool:
     -------
     bool
         A ``CheckFailed`` whose message says what was measured just now, or an
-        ``Ungradable`` whose message says the measurement could not be made stable.
+        ``Ungradable`` whose message says the measurement could not be made stable, or
+        that it missed while the measuring ranks waited for a CPU
+        (:func:`mpilab.grading.steady.busy`).
     """
-    if run.ename == "Ungradable":
-        return "could not be made stable" in run.evalue
+    if run.ename == "Ungradable":  # not made stable, or missed while the ranks waited
+        return "could not be made stable" in run.evalue or "waited for a CPU" in run.evalue
     return run.ename == "CheckFailed" and "measured" in run.evalue and "just now" in run.evalue
 
 
