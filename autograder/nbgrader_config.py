@@ -55,6 +55,9 @@ c.Execute.timeout = 60
 c.Execute.startup_timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.execute_retries = 0  # a retry would only repeat a deadlock's timeouts
+# nbgrader validate's kernel over Unix sockets in a private folder: over tcp, a port picked
+# free can be taken before the kernel binds it ("Address already in use", seen in CI)
+c.Execute.kernel_manager_class = "mpilab.notebooks.PrivateIPCKernelManager"
 c.Validator.width = 100
 
 

@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from unittest import mock
 
@@ -53,6 +54,32 @@ class IPCKernelManager(AsyncKernelManager):
         folder = os.fspath(folder)
         super().__init__(transport="ipc", ip=os.path.join(folder, "kernel"),
                          connection_file=os.path.join(folder, "kernel.json"), **kwargs)
+
+
+class PrivateIPCKernelManager(IPCKernelManager):
+    """An :class:`IPCKernelManager` in a private folder of its own, made here and removed
+    with the manager: what a configuration can name where a tool makes its kernel's manager
+    itself (``c.Execute.kernel_manager_class`` in ``autograder/nbgrader_config.py``, so
+    ``nbgrader validate`` cannot lose its kernel's ports either).
+
+    Parameters
+    ----------
+    **kwargs
+        As for ``jupyter_client.manager.AsyncKernelManager`` (``kernel_name``,
+        ``config``, ...).
+    """
+
+    def __init__(self, **kwargs):
+        self._folder = tempfile.mkdtemp(prefix="mpilab-kernel-")  # mode 700
+        super().__init__(folder=self._folder, **kwargs)
+        # a manager dropped without a shutdown: its folder goes with it (or at exit)
+        weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        """jupyter_client's clean-up after a shutdown, then the folder (a restart keeps it)."""
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def read(path: str | os.PathLike):

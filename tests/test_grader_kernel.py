@@ -11,9 +11,10 @@ inside the kernel, on a made-up lab graded for three students side by side.
 from __future__ import annotations
 
 import made_up_lab
+import nbformat
 import pytest
 
-from mpilab.autograder.course import scores, solutions, submit
+from mpilab.autograder.course import nbgrader, scores, solutions, submit
 from mpilab.autograder.parallel import autograde
 
 LAB = "lab98-grader-kernel"
@@ -54,3 +55,38 @@ def test_the_graders_kernel_uses_private_unix_sockets_side_by_side(course):
     assert all(g.ok for g in done), "\n".join(g.log[-3000:] for g in done if not g.ok)
     full = {"test_answer": 1.0, "test_transport": 1.0}
     assert scores(course, LAB, ["ada", "bob", "cy"]) == {s: full for s in ("ada", "bob", "cy")}
+
+
+VALIDATE_PROBE = """
+import json, os
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()
+folder = os.path.dirname(app.abs_connection_file)
+open(OUT, "w").write(json.dumps(
+    {"transport": app.transport, "folder": folder,
+     "mode": os.stat(folder).st_mode & 0o777, "uid": os.stat(folder).st_uid}))
+"""
+
+
+def test_nbgrader_validate_runs_its_kernel_over_private_unix_sockets(course, tmp_path):
+    """``nbgrader validate`` makes its kernel's manager itself: the course's configuration
+    names :class:`mpilab.notebooks.PrivateIPCKernelManager`, so its kernel cannot lose a
+    port either (a CI run lost lab 01's validation so: "Address already in use"), and
+    the folder is gone once validate ends."""
+    import json
+    import os
+
+    out = tmp_path / "probe.json"
+    nb = made_up_lab.notebook([
+        _cell("code", "def f():\n    return 1", "answer", solution=True),
+        _cell("code", f"OUT = {str(out)!r}" + VALIDATE_PROBE + "assert f() == 1",
+              "test_answer", points=1)])
+    path = tmp_path / "probe.ipynb"
+    path.write_text(nbformat.writes(nb))
+    res = nbgrader(course, "validate", str(path))
+    assert "Success! Your notebook passes all the tests." in res.stdout, res.stdout + res.stderr
+    got = json.loads(out.read_text())
+    assert got["transport"] == "ipc", got
+    assert os.path.basename(got["folder"]).startswith("mpilab-kernel-"), got
+    assert got["mode"] == 0o700 and got["uid"] == os.geteuid(), got
+    assert not os.path.exists(got["folder"]), got

@@ -6,8 +6,8 @@ Started by :class:`mpilab.autograder.pool.Pool` as::
 
 Each rank imports the course's modules the grader named (MODULES, comma-separated: the
 checks its requests' harnesses live in, so that importing them is not counted in a
-student's timeout), connects to the grader's Unix socket, says who it is, then serves requests until
-the socket closes. A request is a pickle made by the grader (trusted); inside it, the
+student's timeout), connects to the grader's Unix socket, says who it is, then serves
+requests until the socket closes. A request is a pickle made by the grader (trusted); inside it, the
 student's functions are still the bytes the student's kernel pickled, and are loaded here,
 inside the timed region, where loading them may run the student's code. A reply is plain
 data in :mod:`mpilab.autograder.wire`'s format, so the grader never unpickles anything a
