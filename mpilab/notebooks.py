@@ -60,7 +60,8 @@ class PrivateIPCKernelManager(IPCKernelManager):
     """An :class:`IPCKernelManager` in a private folder of its own, made here and removed
     with the manager: what a configuration can name where a tool makes its kernel's manager
     itself (``c.Execute.kernel_manager_class`` in ``autograder/nbgrader_config.py``, so
-    ``nbgrader validate`` cannot lose its kernel's ports either).
+    ``nbgrader validate`` cannot lose its kernel's ports either), and what :func:`execute`
+    runs a notebook in. Its folder is :attr:`folder`.
 
     Parameters
     ----------
@@ -70,16 +71,16 @@ class PrivateIPCKernelManager(IPCKernelManager):
     """
 
     def __init__(self, **kwargs):
-        self._folder = tempfile.mkdtemp(prefix="mpilab-kernel-")  # mode 700
-        super().__init__(folder=self._folder, **kwargs)
+        self.folder = tempfile.mkdtemp(prefix="mpilab-kernel-")  # mode 700
+        super().__init__(folder=self.folder, **kwargs)
         # a manager dropped without a shutdown: its folder goes with it (or at exit)
-        weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
+        weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         """jupyter_client's clean-up after a shutdown, then the folder (a restart keeps it)."""
         await super()._async_cleanup_resources(restart=restart)
         if not restart:
-            shutil.rmtree(self._folder, ignore_errors=True)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def read(path: str | os.PathLike):
@@ -159,8 +160,7 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
     kernel_env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
     kernel_env.update(env or {})
     kernel_env["MPILAB_NOTEBOOK"] = str(path)
-    sockets = tempfile.mkdtemp(prefix="mpilab-kernel-")  # private (mode 700)
-    km = IPCKernelManager(folder=sockets, kernel_name=kernel_name)
+    km = PrivateIPCKernelManager(kernel_name=kernel_name)
     client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=kernel_name,
                             interrupt_on_timeout=True, allow_errors=False,
                             record_timing=True,
@@ -175,7 +175,7 @@ def execute(path: str | os.PathLike, *, timeout: float = DEFAULT_TIMEOUT,
             pass
         raise
     finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+        shutil.rmtree(km.folder, ignore_errors=True)  # whether or not the kernel started
         killed = cluster.kill_cluster_processes(cid)
         # emulated nodes the kernel left up: it is gone, so they are stale
         stale = netlab.remove_stale() if netlab.available() is None else []

@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..grading import steady
 from ..timing import context
 from . import finish, parser
 from .class_server import Classroom, NoClass, settle
@@ -135,7 +136,8 @@ def measured_check_failed(run: CellRun) -> bool:
         (:func:`mpilab.grading.steady.busy`).
     """
     if run.ename == "Ungradable":  # not made stable, or missed while the ranks waited
-        return "could not be made stable" in run.evalue or "waited for a CPU" in run.evalue
+        return ("could not be made stable" in run.evalue
+                or steady.WAITED_FOR_A_CPU in run.evalue)
     return run.ename == "CheckFailed" and "measured" in run.evalue and "just now" in run.evalue
 
 

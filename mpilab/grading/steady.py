@@ -43,8 +43,8 @@ from typing import Any
 from ..autograder import isolated
 from ..autograder.failures import Ungradable, fail
 
-__all__ = ["ROUNDS", "ATTEMPTS", "AGREE", "RATES", "BUSY", "SLOWER", "quantities", "least_loaded",
-           "combine", "disagreement", "steady", "busy"]
+__all__ = ["ROUNDS", "ATTEMPTS", "AGREE", "RATES", "BUSY", "SLOWER", "WAITED_FOR_A_CPU",
+           "quantities", "least_loaded", "combine", "disagreement", "steady", "busy"]
 
 #: Rounds per attempt: each runs the whole timed function once.
 ROUNDS = 5
@@ -275,6 +275,8 @@ BUSY = 0.25
 #: measured beside it): a miss by more than this factor (a unit slip: 1000) is the
 #: model's however busy the machine was.
 SLOWER = 20.0
+#: the words of :func:`busy`'s sentence that say what it found (the class bench reads them)
+WAITED_FOR_A_CPU = "waited for a CPU"
 
 
 def busy(m: dict) -> str | None:
@@ -305,7 +307,7 @@ def busy(m: dict) -> str | None:
     share = m.get("cpu_wait")
     if isolated.active() or m.get("oversubscribed") or not _is_number(share) or share < BUSY:
         return None
-    return (f"But while it was measured, its ranks waited for a CPU {share:.0%} of the time: "
+    return (f"But while it was measured, its ranks {WAITED_FOR_A_CPU} {share:.0%} of the time: "
             "other work (a classmate's on a shared server, or another notebook of yours) "
             "held these cores, so the miss may be the machine's, not your model's. Run this "
             "check again when the machine is quieter; the grader measures on cores held for "
