@@ -20,7 +20,7 @@ import numpy as np
 from .. import runtime, validate
 from ..jobs import python_worker
 from ..netlab.placing import placed
-from ..timing import record, run_meta
+from ..timing import pinned, record, run_meta
 from .experiments import MODULE
 
 #: queued entries per rank that :func:`run_matching` measures by default
@@ -47,7 +47,13 @@ def _iters_for(run, min_time: float) -> int:
 def queue_times(comm, depths, *, queue: str = "unexpected", wildcard: str = "none",
                 nbytes: int = 8, reps: int = 15, min_time: float = 0.001) -> dict:
     """On every rank of `comm`: one-way times of a ping-pong between ranks 0 and 1 past
-    each of `depths` queued entries (the compiled kernel, the course's timing protocol).
+    each of `depths` queued entries (the compiled kernel, the course's timing protocol,
+    each rank on a core of its own where there are cores enough: :func:`pinned`).
+
+    Unpinned, on a notebook's 4 engines on 2 cores (Open MPI then yields while it waits),
+    the two ranks took turns on one core for milliseconds at a time: 1.1 µs a message
+    behind no queue in those repetitions, 0.39 µs in the others, and lab 01's measured
+    check could not find two rounds that agreed (2026-11-29, the course's 2-core VM).
 
     Parameters
     ----------
@@ -82,18 +88,19 @@ def queue_times(comm, depths, *, queue: str = "unexpected", wildcard: str = "non
     s = ((np.arange(max(nbytes, 1)) * 7 + 3) % 251).astype(np.uint8)
     r = np.zeros_like(s)
     out: dict = {"depths": [], "iters": [], "times_s": [], "t_us": [], "bad": 0}
-    for d in depths:
-        def run(iters, reps_, d=d):
-            return kernel.matching(comm, s, r, d, nbytes, queue=queue, wildcard=wildcard,
-                                   warmup=10, iters=iters, reps=reps_)
+    with pinned(comm):
+        for d in depths:
+            def run(iters, reps_, d=d):
+                return kernel.matching(comm, s, r, d, nbytes, queue=queue,
+                                       wildcard=wildcard, warmup=10, iters=iters, reps=reps_)
 
-        iters = _iters_for(run, min_time)
-        times, bad = run(iters, reps)
-        out["depths"].append(int(d))
-        out["iters"].append(iters)
-        out["times_s"].append(times.tolist())
-        out["t_us"].append(float(times.min()) * 1e6)
-        out["bad"] += comm.allreduce(bad, op=MPI.SUM)
+            iters = _iters_for(run, min_time)
+            times, bad = run(iters, reps)
+            out["depths"].append(int(d))
+            out["iters"].append(iters)
+            out["times_s"].append(times.tolist())
+            out["t_us"].append(float(times.min()) * 1e6)
+            out["bad"] += comm.allreduce(bad, op=MPI.SUM)
     return out
 
 
@@ -126,14 +133,15 @@ def late_times(comm, sizes, *, delay_us: float = DELAY_US, reps: int = 7,
 
     out: dict = {q: {} for q in LATE}
     bad_all = 0
-    for q in LATE:
-        for n in sizes:
-            s = ((np.arange(max(n, 1)) * 7 + 3) % 251).astype(np.uint8)
-            r = np.zeros_like(s)
-            times, bad = kernel.matching(comm, s, r, 0, n, queue=q, delay_us=delay_us,
-                                         warmup=2, iters=iters, reps=reps)
-            out[q][str(n)] = times.tolist()
-            bad_all += comm.allreduce(bad, op=MPI.SUM)
+    with pinned(comm):  # as queue_times
+        for q in LATE:
+            for n in sizes:
+                s = ((np.arange(max(n, 1)) * 7 + 3) % 251).astype(np.uint8)
+                r = np.zeros_like(s)
+                times, bad = kernel.matching(comm, s, r, 0, n, queue=q, delay_us=delay_us,
+                                             warmup=2, iters=iters, reps=reps)
+                out[q][str(n)] = times.tolist()
+                bad_all += comm.allreduce(bad, op=MPI.SUM)
     out["bad"] = bad_all
     return out
 
