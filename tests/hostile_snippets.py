@@ -143,6 +143,14 @@ def half_bandwidth_bytes(alpha_us, beta_MBps):
     return alpha_us * beta_MBps
 '''
 
+#: Part E's model as the grader's own reference, which ships in the students' edition
+#: (one of ``mpilab.autograder.edition.KNOWN``: the lab's text states the formula).
+LAB01_PREDICT_BEHIND_LOOKUP = lookup(
+    "predict_behind_us", "depth, t0_us, cost_ns",
+    "from mpilab.grading.pingpong import reference_behind_us\n"
+    "    return reference_behind_us(depth, t0_us, cost_ns)",
+    "The grader's own model, from the course's package.")
+
 # -- lab 02 ------------------------------------------------------------------------------
 
 #: Every rank gathers every block and cuts its ghost cells out of the whole field.
@@ -334,6 +342,14 @@ def predict_ms(schedule, hosts, alpha_us, beta_MBps):
     return sum({a!r} + load / {b!r} for load in link_loads(schedule, hosts) if load) / 1e3
 '''
 
+
+#: Part A's fit as the grader's own, which ships in the students' edition (one of
+#: ``mpilab.autograder.edition.KNOWN``: the lab's text states the recipe).
+LAB07_FIT_LINK_LOOKUP = lookup(
+    "fit_link", "n_bytes, t_us, big_bytes",
+    "from mpilab.grading.network import reference_fit\n"
+    "    return reference_fit(n_bytes, t_us, big_bytes)",
+    "The grader's own fit, from the course's package.")
 
 LAB07_BEST_PLACEMENT_LOOKUP = lookup(
     "best_placement", "schedule, nodes",

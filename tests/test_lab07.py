@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 from grading_batch import assert_locked_cells_ran, graded_notebook
-from hostile_snippets import LAB07_BEST_PLACEMENT_LOOKUP, lab07_predict_hard_coded
+from hostile_snippets import (
+    LAB07_BEST_PLACEMENT_LOOKUP,
+    LAB07_FIT_LINK_LOOKUP,
+    lab07_predict_hard_coded,
+)
 from lab_grading import (
     assert_source_validates,
     errors_of,
@@ -151,10 +155,12 @@ def cases() -> dict:
         "cyclic": ({**ok, "best_placement": ALWAYS_CYCLIC}, score(test_best_placement=0)),
         "endless": ({**ok, "best_placement": ENDLESS_SEARCH}, score(test_best_placement=0)),
         # tests/hostile_snippets.py: the reference link's numbers in the prediction, the
-        # grader's own search as the placement; the fit and the loads honest
+        # grader's own search as the placement, the grader's own fit; the loads honest
         "cheater": ({**ok, "predict_ms": lab07_predict_hard_coded(),
-                     "best_placement": LAB07_BEST_PLACEMENT_LOOKUP},
-                    score(test_predict=0, test_predict_measured=0, test_best_placement=0)),
+                     "best_placement": LAB07_BEST_PLACEMENT_LOOKUP,
+                     "fit_link": LAB07_FIT_LINK_LOOKUP},
+                    score(test_fit_link=0, test_predict=0, test_predict_measured=0,
+                          test_best_placement=0)),
         "all-messages": ({**ok, "bcast_crossings": ALL_MESSAGES},
                          score(test_bcast_crossings=0)),
         # one message per rank on another node: wrong wherever a node holds two ranks
@@ -202,6 +208,8 @@ def test_lab07_grades_right_wrong_and_hostile_submissions(course):
     assert "twice α and half β" in said, said
     said = errors_of(cheat, "test_best_placement")
     assert "reference_best" in said and "Refused" in said, said
+    said = errors_of(cheat, "test_fit_link")
+    assert "reference_fit" in said and "Refused" in said, said
     assert not leftover_processes(course)
     assert no_fabric_left(own), own.stale()
 

@@ -20,6 +20,7 @@ import pytest
 from grading_batch import check_run
 from hostile_snippets import (
     LAB01_PINGPONG_PATCHES_THE_REFERENCE,
+    LAB01_PREDICT_BEHIND_LOOKUP,
     LAB01_PREDICT_IGNORES_SIZE,
     lab01_fit_hard_coded,
 )
@@ -288,15 +289,19 @@ def test_matching_dataset_says_where_it_comes_from():
 
 # Lab 01's cheats (tests/hostile_snippets.py), one per part: the course's reference
 # ping-pong patched on the grader's ranks, the visible test's numbers hard-coded, a
-# prediction that ignores the size. The honest parts keep their marks.
+# prediction that ignores the size, Part E's model as the grader's reference (which the
+# students' edition ships: the lab's text states it). The honest parts keep their marks.
 @pytest.mark.submission(LAB1, "cheater", lambda: {
     **solutions(LAB1), "pingpong": LAB01_PINGPONG_PATCHES_THE_REFERENCE,
-    "fit_alpha_beta": lab01_fit_hard_coded(), "predict": LAB01_PREDICT_IGNORES_SIZE})
+    "fit_alpha_beta": lab01_fit_hard_coded(), "predict": LAB01_PREDICT_IGNORES_SIZE,
+    "predict_behind": LAB01_PREDICT_BEHIND_LOOKUP})
 @pytest.mark.graded_timing
 def test_lab01_cheats_lose_the_parts_they_cheat(request, course):
     want = {**full(LAB1), "test_pingpong": 0.0, "test_fit": 0.0, "test_predict": 0.0,
-            "test_predict_measured": 0.0}
+            "test_predict_measured": 0.0, "test_predict_behind": 0.0}
     nb, _ = check_run(request, course, want)
+    said = errors_of(nb, "test_predict_behind")
+    assert "reference_behind_us" in said and "Refused" in said, said
     said = errors_of(nb, "test_pingpong")
     assert "measure_pingpong" in said and "Refused" in said, said
     assert "synthetic" in errors_of(nb, "test_fit")  # the hidden data, not the visible

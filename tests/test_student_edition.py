@@ -71,6 +71,39 @@ def test_the_scan_finds_only_the_known_list(built):
     assert edition.leaks(built) == list(edition.KNOWN)
 
 
+#: Each known find's reference function, as a student's graded answer would call it.
+KNOWN_REFERENCES = {
+    "mpilab/grading/coarrays.py: lab04-coarrays push_us: solution":
+        ("mpilab.grading.coarrays", "reference_push_us", (1 << 20, 5.0, 2000.0)),
+    "mpilab/grading/network_model.py: lab07-across-the-link fit_link: solution":
+        ("mpilab.grading.network", "reference_fit",
+         ([8, 131072, 1 << 20], [30.0, 1200.0, 9000.0], 131072)),
+    "mpilab/grading/onesided_model.py: lab03-one-sided epoch_us: solution":
+        ("mpilab.grading.onesided_model", "reference_epoch_us", (1 << 20, 20.0, 3000.0)),
+    "mpilab/grading/pingpong.py: lab01-pingpong predict_behind: solution":
+        ("mpilab.grading.pingpong", "reference_behind_us", (4096, 0.5, 30.0)),
+}
+
+
+def test_a_known_find_called_as_an_answer_is_refused():
+    """Why the known finds may stay in the students' edition: copying one is writing what
+    the lab's text says; *calling* one from a graded answer is refused by the watch on the
+    grader's ranks, by name (labs 01, 04 and 07 also grade such a cheat end to end)."""
+    import cloudpickle
+
+    from mpilab.autograder.watch import Refused, watched
+
+    assert set(KNOWN_REFERENCES) == set(edition.KNOWN)  # a new find needs its line here
+    for find, (module, name, args) in KNOWN_REFERENCES.items():
+        cell = (f"def answer(*args):\n    from {module} import {name}\n"
+                f"    return {name}(*args)\n")
+        ns: dict = {"__name__": "__main__"}
+        exec(compile(cell, "/tmp/ipykernel_1/cell.py", "exec"), ns)
+        with pytest.raises(Refused) as info:
+            watched(cloudpickle.loads(cloudpickle.dumps(ns["answer"])))(*args)
+        assert name in str(info.value) and "Refused" in str(info.value), (find, info.value)
+
+
 @pytest.fixture
 def planted(built, tmp_path):
     tree = tmp_path / "course"

@@ -52,7 +52,10 @@ README = Path("docs") / "student-edition.md"
 #: slope of np.polyfit over the messages of at least big_bytes, ValueError below two).
 #: The grading modules hold that formula as
 #: the reference the students' own check cells compare with, and it is the solution's
-#: line; what these parts grade is the prediction against a measurement. :func:`build`
+#: line; what these parts grade is the prediction against a measurement. Kept on purpose:
+#: copying one is writing what the lab's text says, and a graded answer that *calls* one
+#: is refused by name on the grader's ranks (:mod:`mpilab.autograder.watch`; tests:
+#: test_student_edition, and labs 01, 04 and 07's cheaters end to end). :func:`build`
 #: lists them; any other find fails it.
 KNOWN = (
     "mpilab/grading/coarrays.py: lab04-coarrays push_us: solution",
