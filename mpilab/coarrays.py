@@ -295,7 +295,7 @@ def _read_times(path: Path) -> dict:
         vals = rest.split()
         if key in ("mode", "library"):
             info[key] = rest.strip()
-        elif key == "times":
+        elif key in ("times", "skew"):
             info[key] = [float(v) for v in vals]
         else:
             info[key] = [int(v) for v in vals] if len(vals) > 1 else int(vals[0])
@@ -482,7 +482,10 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
         ``app="wave"``, ``impl="fortran"``, ``program``, ``mode``, ``sub``, ``nx``,
         ``ny``, ``dims``, ``ranks``, ``iters``, ``warmup``, ``transport``,
         ``oversubscribed``, ``mpi_library_version`` (as the MPI program's ranks report
-        it; empty if no MPI mode was timed); ``size_bytes`` is
+        it; empty if no MPI mode was timed), ``barrier_exit_skew_us_median`` and
+        ``_max`` (how far apart the processes leave the barrier each repetition starts
+        from, ``sync all`` or ``MPI_Barrier``: the median over the launches of each one's
+        median of 31 barriers, and the largest; one host's clock); ``size_bytes`` is
         :func:`mpilab.halo.halo_bytes`. With `check_steps`, also ``valid``,
         ``max_abs_err`` and ``check_steps``.
     """
@@ -514,6 +517,7 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
     over = runtime.launch(ranks, transport).oversubscribed
 
     pooled: dict[str, list[float]] = {m: [] for m in modes}
+    skews: dict[str, list[list[float]]] = {m: [] for m in modes}  # per launch: median, max
     valid: dict[str, tuple[bool, float]] = {}
     ref, lib = None, ""
     it, wu = iters or 0, -1 if warmup is None else warmup
@@ -526,6 +530,8 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
             it, wu = info["iters"], info["warmup"]
             lib = info.get("library", lib)
             pooled[m].extend(info["times"])
+            if "skew" in info:
+                skews[m].append(info["skew"])
             if steps:
                 if ref is None:
                     ref = reference(nx, ny, steps, f0=f0, courant=courant, source=(sx, sy),
@@ -538,6 +544,9 @@ def time_wave(mode="all", sub: int | None = None, *, nx: int | None = None,
                    app="wave", impl="fortran", program=PROGRAMS[m], mode=m, sub=sub, nx=nx,
                    ny=ny, dims=[py, px], ranks=ranks, iters=it, warmup=wu,
                    transport=transport, oversubscribed=over, mpi_library_version=lib)
+        if skews[m]:  # the program's own barrier before each repetition (sync all or MPI's)
+            r["barrier_exit_skew_us_median"] = float(np.median([k[0] for k in skews[m]])) * 1e6
+            r["barrier_exit_skew_us_max"] = max(k[1] for k in skews[m]) * 1e6
         if m in valid:
             r["valid"], r["max_abs_err"] = valid[m]
             r["check_steps"] = check_steps

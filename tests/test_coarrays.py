@@ -189,6 +189,8 @@ def test_time_wave_records(built):
         assert r["size_bytes"] == halo.halo_bytes("wave", 8, 16, (2, 1))
         assert r["oversubscribed"] is False
         assert r["program"] == coarrays.PROGRAMS[r["mode"]]
+        # the barrier each repetition starts from: 2 launches of 31 barriers, one clock
+        assert 0 <= r["barrier_exit_skew_us_median"] <= r["barrier_exit_skew_us_max"] < 1e5
 
 
 def bench(*args, timeout=300):

@@ -96,7 +96,7 @@ def test_lecture_04_table1_shape_with_paper_figures_and_conditions():
         assert fig in table, f"paper figure {fig} missing:\n{table}"
     assert "paper: 32 processes, one node" in table
     for column in ("T_blocking µs/step", "K1", "K2", "K2 sync images", "K2 packed",
-                   "K2 (best reps)", "largest spread"):
+                   "K2 (best reps)", "largest spread", "barrier exit skew µs"):
         assert column in table, f"{column!r} missing"
     assert "Measured on" in table and "While measuring" in table
     if CAF_OK:

@@ -40,6 +40,7 @@ module wave_caf_run
   ! coarray-packed: columns received (1 px E ghost, 2 py E ghost, 3 vx W ghost), and sent
   real(dp), allocatable :: cbuf(:, :)[:], sbuf(:)
   real(dp), allocatable :: times(:)
+  real(dp) :: skew(2)
 
 contains
 
@@ -107,8 +108,9 @@ contains
     if (len(a%out) > 0) call gather_and_write(a%out // '.field')
     if (a%reps > 0) then
       allocate (times(a%reps))
-      call time_steps(step, barrier, maxall, a, times)
-      if (me == 1 .and. len(a%out) > 0) call write_times(a%out // '.times', a, nimg, times)
+      call time_steps(step, barrier, maxall, a, times, skew)
+      if (me == 1 .and. len(a%out) > 0) call write_times(a%out // '.times', a, nimg, times, &
+                                                         skew)
     end if
     sync all
   end subroutine main

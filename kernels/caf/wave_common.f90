@@ -270,14 +270,21 @@ contains
   ! min_time), a%warmup untimed steps, then per repetition a barrier, MPI_Wtime, a%iters
   ! steps, MPI_Wtime and the slowest process's time. times(r): seconds per step.
   ! Every process gets the same a%iters, a%warmup and times.
-  subroutine time_steps(step, barrier, maxall, a, times)
+  ! skew: how far apart the processes leave that barrier (its exit skew), median and
+  ! largest of SKEW_REPS barriers, seconds: each process reads MPI_Wtime as it leaves, and
+  ! the latest reading less the earliest is one barrier's skew. The processes of one host
+  ! (emulated nodes included) read one clock; across hosts this would need the clocks'
+  ! offsets (mpilab.timing.barrier_skew measures them for the Python kernels).
+  subroutine time_steps(step, barrier, maxall, a, times, skew)
     procedure(step_fn) :: step
     procedure(barrier_fn) :: barrier
     procedure(max_fn) :: maxall
     type(wave_args), intent(inout) :: a
     real(dp), intent(out) :: times(:)
+    real(dp), intent(out) :: skew(2)
+    integer, parameter :: SKEW_REPS = 31
     integer :: it, r, k
-    real(dp) :: t, best
+    real(dp) :: t, best, hi, lo, skews(SKEW_REPS)
 
     if (a%iters == 0) then
       it = 1
@@ -315,6 +322,26 @@ contains
       call maxall(t)
       times(r) = t / a%iters
     end do
+    do r = 1, SKEW_REPS
+      call barrier()
+      t = wtime()
+      hi = t
+      lo = -t
+      call maxall(hi)
+      call maxall(lo)
+      skews(r) = hi + lo
+    end do
+    do r = 2, SKEW_REPS  ! sorted, for the median
+      t = skews(r)
+      k = r - 1
+      do while (k >= 1)
+        if (skews(k) <= t) exit
+        skews(k + 1) = skews(k)
+        k = k - 1
+      end do
+      skews(k + 1) = t
+    end do
+    skew = [skews((SKEW_REPS + 1) / 2), skews(SKEW_REPS)]
   end subroutine time_steps
 
   ! Flush denormals to zero (and treat them as zero) if asked and possible.
@@ -339,11 +366,11 @@ contains
     close (u)
   end subroutine write_field
 
-  subroutine write_times(path, a, nproc, times, library)
+  subroutine write_times(path, a, nproc, times, skew, library)
     character(len=*), intent(in) :: path
     type(wave_args), intent(in) :: a
     integer, intent(in) :: nproc
-    real(dp), intent(in) :: times(:)
+    real(dp), intent(in) :: times(:), skew(2)
     character(len=*), intent(in), optional :: library
     integer :: u, r
 
@@ -360,6 +387,7 @@ contains
       write (u, '(1x, es24.16e3)', advance='no') times(r)
     end do
     write (u, '(a)') ''
+    write (u, '(a, 2(1x, es24.16e3))') 'skew', skew
     close (u)
   end subroutine write_times
 

@@ -35,6 +35,7 @@ module wave_mpif_run
   real(dp) :: dt
   real(dp), allocatable, target, asynchronous :: f(:, :, :)
   real(dp), allocatable :: times(:)
+  real(dp) :: skew(2)
 
 contains
 
@@ -82,9 +83,9 @@ contains
     if (len(a%out) > 0) call gather_and_write(a%out // '.field')
     if (a%reps > 0) then
       allocate (times(a%reps))
-      call time_steps(step, barrier, maxall, a, times)
+      call time_steps(step, barrier, maxall, a, times, skew)
       if (me == 0 .and. len(a%out) > 0) call write_times(a%out // '.times', a, nproc, times, &
-                                                         library())
+                                                         skew, library())
     end if
     call MPI_Type_free(col)
     call MPI_Comm_free(cart)
