@@ -50,10 +50,11 @@ def queue_times(comm, depths, *, queue: str = "unexpected", wildcard: str = "non
     each of `depths` queued entries (the compiled kernel, the course's timing protocol,
     each rank on a core of its own where there are cores enough: :func:`pinned`).
 
-    Unpinned, on a notebook's 4 engines on 2 cores (Open MPI then yields while it waits),
-    the two ranks took turns on one core for milliseconds at a time: 1.1 µs a message
-    behind no queue in those repetitions, 0.39 µs in the others, and lab 01's measured
-    check could not find two rounds that agreed (2026-11-29, the course's 2-core VM).
+    Unpinned, two ranks of a notebook's 4 engines on 2 cores measured 1.1 µs a message
+    behind no queue for milliseconds at a time and 0.39 µs otherwise (two ranks taking
+    turns on one core, as pinning them removes it: 19 of 450 repetitions above 0.8 µs
+    pinned), and lab 01's measured check then could not find two rounds that agreed
+    (2026-11-29, the course's 2-core VM).
 
     Parameters
     ----------
