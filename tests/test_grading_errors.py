@@ -240,3 +240,40 @@ def test_the_bench_grades_a_lab_as_the_grader_does(tmp_path):
         assert c["rate"] == (c["gradings"] - c["passes"]) / c["gradings"]  # all false
     assert rates["lap-p-1-hops"]["with_cases"]["passes"] == 0
     assert "false-fail" in res.stdout and LAB0 in res.stdout
+
+
+#: The course's saved runs (autograder/README, "Error rates of the measured checks").
+SAVED = Path(__file__).resolve().parents[1] / "reference" / "2core-xeon-openmpi414"
+#: Records a later run supersedes: lab 01's checks changed after the first quiet run
+#: (autograder/README, "Lab 01: checks where the wrong models' terms differ").
+SUPERSEDED = {("grading-errors.json", "lab01-pingpong")}
+
+
+def test_the_saved_runs_back_the_readme_every_lab_quiet_beside_a_job_and_beside_students():
+    """What autograder/README claims of the saved runs, read from their records: under
+    each condition (quiet; a second job of busy processes; busy simulated students, held
+    by each grader mode) every measured check of every lab was graded at least 30 times,
+    the correct model passed every grading and each known-wrong model failed every one,
+    as graded (with the made-up cases), none ungradable."""
+    covered: dict[str, set] = {"quiet": set(), "job": set(), "students": set()}
+    for path in sorted(SAVED.glob("grading-errors*.json")):
+        doc = json.loads(path.read_text())
+        s = doc["meta"]["settings"]
+        cond = ("quiet" if not s.get("load") else
+                "students" if s.get("load_as") == "students" else "job")
+        runs: dict[tuple, list[str]] = {}
+        for r in doc["records"]:
+            if r.get("kind") != "grading" or (path.name, r["lab"]) in SUPERSEDED:
+                continue
+            key = (r["lab"], r["part"], r["impl"], r["correct"], r.get("grader"))
+            runs.setdefault(key, []).append(r["with_cases"])
+        for (lab, part, impl, correct, grader), got in runs.items():
+            want = "pass" if correct else "fail"
+            assert len(got) >= 30, (path.name, lab, part, impl, grader, len(got))
+            assert set(got) == {want}, (path.name, lab, part, impl, grader,
+                                        {v: got.count(v) for v in set(got)})
+            if correct:
+                covered[cond].add((lab, part))
+    graded = {(g.lab, g.part) for g in M.GRADED}
+    for cond, have in covered.items():
+        assert graded <= have, (cond, sorted(graded - have))
