@@ -53,8 +53,12 @@ contains
     call parse_args(a, msg)
     if (len(msg) == 0) call check_args(a, nimg, [character(len=16) :: 'coarray', &
                                                  'coarray-images', 'coarray-packed'], msg)
-    if (len(msg) > 0) then
-      if (me == 1) write (error_unit, '(a)') 'wave_caf: ' // msg
+    if (len(msg) > 0) then  ! every image has the same arguments, so the same msg
+      if (me == 1) then
+        write (error_unit, '(a)') 'wave_caf: ' // msg
+        flush (error_unit)
+      end if
+      sync all  ! no image's error stop ends the job before image 1 has said why
       error stop 2
     end if
     call set_ftz(a%ftz)
