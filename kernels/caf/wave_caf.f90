@@ -40,7 +40,7 @@ module wave_caf_run
   ! coarray-packed: columns received (1 px E ghost, 2 py E ghost, 3 vx W ghost), and sent
   real(dp), allocatable :: cbuf(:, :)[:], sbuf(:)
   real(dp), allocatable :: times(:)
-  real(dp) :: skew(2)
+  real(dp) :: skew(SKEW_REPS)
 
 contains
 

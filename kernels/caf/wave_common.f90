@@ -37,6 +37,8 @@ module wave_common
   public :: time_steps, wtime
 
   real(dp), parameter :: pi = 3.141592653589793_dp
+  ! barriers whose exit skew time_steps measures after the timed repetitions
+  integer, parameter, public :: SKEW_REPS = 31
 
   abstract interface
     subroutine step_fn()
@@ -270,21 +272,20 @@ contains
   ! min_time), a%warmup untimed steps, then per repetition a barrier, MPI_Wtime, a%iters
   ! steps, MPI_Wtime and the slowest process's time. times(r): seconds per step.
   ! Every process gets the same a%iters, a%warmup and times.
-  ! skew: how far apart the processes leave that barrier (its exit skew), median and
-  ! largest of SKEW_REPS barriers, seconds: each process reads MPI_Wtime as it leaves, and
+  ! skews: how far apart the processes leave that barrier (its exit skew), in each of
+  ! SKEW_REPS barriers, seconds: each process reads MPI_Wtime as it leaves, and
   ! the latest reading less the earliest is one barrier's skew. The processes of one host
   ! (emulated nodes included) read one clock; across hosts this would need the clocks'
   ! offsets (mpilab.timing.barrier_skew measures them for the Python kernels).
-  subroutine time_steps(step, barrier, maxall, a, times, skew)
+  subroutine time_steps(step, barrier, maxall, a, times, skews)
     procedure(step_fn) :: step
     procedure(barrier_fn) :: barrier
     procedure(max_fn) :: maxall
     type(wave_args), intent(inout) :: a
     real(dp), intent(out) :: times(:)
-    real(dp), intent(out) :: skew(2)
-    integer, parameter :: SKEW_REPS = 31
+    real(dp), intent(out) :: skews(SKEW_REPS)
     integer :: it, r, k
-    real(dp) :: t, best, hi, lo, skews(SKEW_REPS)
+    real(dp) :: t, best, hi, lo
 
     if (a%iters == 0) then
       it = 1
@@ -331,17 +332,6 @@ contains
       call maxall(lo)
       skews(r) = hi + lo
     end do
-    do r = 2, SKEW_REPS  ! sorted, for the median
-      t = skews(r)
-      k = r - 1
-      do while (k >= 1)
-        if (skews(k) <= t) exit
-        skews(k + 1) = skews(k)
-        k = k - 1
-      end do
-      skews(k + 1) = t
-    end do
-    skew = [skews((SKEW_REPS + 1) / 2), skews(SKEW_REPS)]
   end subroutine time_steps
 
   ! Flush denormals to zero (and treat them as zero) if asked and possible.
@@ -370,7 +360,7 @@ contains
     character(len=*), intent(in) :: path
     type(wave_args), intent(in) :: a
     integer, intent(in) :: nproc
-    real(dp), intent(in) :: times(:), skew(2)
+    real(dp), intent(in) :: times(:), skew(:)
     character(len=*), intent(in), optional :: library
     integer :: u, r
 
@@ -387,7 +377,11 @@ contains
       write (u, '(1x, es24.16e3)', advance='no') times(r)
     end do
     write (u, '(a)') ''
-    write (u, '(a, 2(1x, es24.16e3))') 'skew', skew
+    write (u, '(a)', advance='no') 'skew'
+    do r = 1, size(skew)
+      write (u, '(1x, es24.16e3)', advance='no') skew(r)
+    end do
+    write (u, '(a)') ''
     close (u)
   end subroutine write_times
 

@@ -35,7 +35,7 @@ module wave_mpif_run
   real(dp) :: dt
   real(dp), allocatable, target, asynchronous :: f(:, :, :)
   real(dp), allocatable :: times(:)
-  real(dp) :: skew(2)
+  real(dp) :: skew(SKEW_REPS)
 
 contains
 
