@@ -9,6 +9,7 @@ definitions themselves are checked here, without MPI.
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,37 @@ def test_halo_under_mpiexec(ranks):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     assert out.count("OK rank") == ranks, out[-6000:]
+
+
+def shared_memory_takes_huge_pages() -> bool:
+    """Whether Linux may back a file in /dev/shm (an MPI shared window) with huge pages:
+    the mount's huge= option, or shmem_enabled forcing them."""
+    forced = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+    if forced.exists() and "[force]" in forced.read_text():
+        return True
+    for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines()):
+        if len(fields) > 3 and fields[1] == "/dev/shm":
+            return any(o in ("huge=always", "huge=within_size", "huge=advise")
+                       for o in fields[3].split(","))
+    return False
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_fields_pages_are_asked_for_and_read(ranks):
+    """Two-sided fields on huge or 4 KiB pages as asked, in any order; every heat record
+    says what its fields got; on several ranks a shared window gets huge pages only where
+    the machine lets shared memory have them."""
+    res = mpirun("check_pages.py", ranks, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert out.count("OK rank") == ranks, out[-6000:]
+    seen = json.loads(next(ln for ln in out.splitlines()
+                           if ln.startswith("PAGES "))[len("PAGES "):])
+    if ranks > 1 and not shared_memory_takes_huge_pages():
+        # /dev/shm on 4 KiB pages, whatever the kernel asks
+        assert seen["windows"]["shm"] == seen["windows"]["shm-nc"] == 0.0, seen
+        assert seen["windows"]["record-shm"] == 0.0, seen
 
 
 def placement(out: str) -> dict:

@@ -42,6 +42,8 @@
 #ifndef MPILAB_HALO_H
 #define MPILAB_HALO_H
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -117,6 +119,7 @@ typedef struct {
     int dims[2], coords[2], nbr[4];
     int rows, cols, y0, x0, ld;
     int mode, pack;
+    int small_pages;             /* halo_field_alloc: 4 KiB pages, not huge ones */
     MPI_Datatype col;
     MPI_Datatype sub[4][2];      /* PACK_SUBARRAY: [side][0 = edge, 1 = ghost] */
     double *sbuf, *rbuf;         /* manual packing: HALO_MAXX columns of rows doubles */
@@ -152,29 +155,90 @@ static inline void halo_split(int n, int parts, int c, int *start, int *count)
     *count = base + (c < extra);
 }
 
-/* n zeroed doubles, to be released with free(): 2 MiB aligned and advised to use
- * transparent huge pages over whole 2 MiB extents, at every size, as
- * mpilab.buffers.message_buffer lays out the arrays it is compared with (on 4 KiB pages
- * the hardware prefetcher stops at every page boundary and a 4096^2 sweep ran ~10 %
- * slower; one page kind at every size, so a sweep over grid sizes changes the size
- * only). Every byte is written here, so the first timed step does not pay for faulting
- * the array in. */
-static inline double *halo_array_alloc(size_t n)
+/* n zeroed doubles, to be released with halo_array_free(), on one kind of page at every
+ * size. With `huge`: 2 MiB aligned and advised to use transparent huge pages over whole
+ * 2 MiB extents (the last one filled out), as mpilab.buffers.message_buffer lays out the arrays it is compared with
+ * (on 4 KiB pages the hardware prefetcher stops at every page boundary and a 4096^2 sweep
+ * ran ~10 % slower; one page kind at every size, so a sweep over grid sizes changes the
+ * size only). Without: advised never to use them (MADV_NOHUGEPAGE), as the fields in an
+ * MPI shared window get where /dev/shm takes no huge pages (lecture 03 compares the two
+ * kinds of field on the same pages). Each array is a fresh anonymous mapping, never
+ * memory malloc had before: memory reused from the heap keeps the pages it was first
+ * given, so an array on huge pages asked for after arrays on 4 KiB pages were freed got
+ * 4 KiB pages (measured: posix_memalign did that). Every byte is written here, so the
+ * first timed step does not pay for faulting the array in. The mapping's address and
+ * length sit in the 16 bytes before the array. */
+static inline double *halo_array_alloc_on(size_t n, int huge)
 {
-    size_t nbytes = (n ? n : 1) * sizeof(double), huge = (size_t)1 << 21;
-    void *p = NULL;
-    nbytes = (nbytes + huge - 1) / huge * huge;
-    if (posix_memalign(&p, huge, nbytes) != 0) p = NULL;
-#ifdef MADV_HUGEPAGE
-    if (p) madvise(p, nbytes, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
+    size_t page = 4096, align = huge ? (size_t)1 << 21 : page;
+    size_t nbytes = ((n ? n : 1) * sizeof(double) + align - 1) / align * align;
+    size_t len = nbytes + page + align;   /* a page for the header, slack to align */
+    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uintptr_t p;
+
+    if (base == MAP_FAILED) return NULL;
+    p = ((uintptr_t)base + page + align - 1) & ~(uintptr_t)(align - 1);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    /* before any byte is written; advice only: 4 KiB pages if huge ones are refused */
+    madvise((void *)p, nbytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
-    if (p) memset(p, 0, nbytes);
+    ((void **)p)[-2] = base;
+    ((size_t *)p)[-1] = len;
+    memset((void *)p, 0, nbytes);
     return (double *)p;
 }
 
+/* Release an array of halo_array_alloc_on (NULL is ignored). */
+static inline void halo_array_free(double *a)
+{
+    if (a) munmap(((void **)a)[-2], ((size_t *)a)[-1]);
+}
+
+static inline double *halo_array_alloc(size_t n) { return halo_array_alloc_on(n, 1); }
+
 static inline double *halo_field_alloc(const mpilab_halo *h)
 {
-    return halo_array_alloc((size_t)(h->rows + 2) * (size_t)h->ld);
+    return halo_array_alloc_on((size_t)(h->rows + 2) * (size_t)h->ld, !h->small_pages);
+}
+
+/* The share of the memory mappings holding [p, p + n) that Linux backs with transparent
+ * huge pages, read from /proc/self/smaps as mpilab.buffers.huge_page_share reads it:
+ * (AnonHugePages + ShmemPmdMapped + FilePmdMapped) / Rss over the mappings it overlaps
+ * (ShmemPmdMapped counts a shared window's file in /dev/shm). -1 where the file cannot be
+ * read or those mappings hold nothing resident. */
+static inline double halo_huge_share(const void *p, size_t n)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[4096], key[64];
+    unsigned long lo, hi, lo_p = (unsigned long)(uintptr_t)p, hi_p = lo_p + (n ? n : 1);
+    unsigned long long rss = 0, huge = 0, kb;
+    int inside = 0, whole = 1;   /* whole: this read starts a line */
+
+    if (!f) return -1.0;
+    while (fgets(line, sizeof line, f)) {
+        int starts = whole;
+        whole = strchr(line, '\n') != NULL;
+        if (!starts) continue;   /* the rest of a line longer than the buffer */
+        if (sscanf(line, "%63s", key) != 1) continue;
+        if (key[strlen(key) - 1] != ':') {   /* a mapping's first line: "lo-hi perms ..." */
+            inside = sscanf(key, "%lx-%lx", &lo, &hi) == 2 && lo < hi_p && lo_p < hi;
+        } else if (inside && sscanf(line, "%63s %llu", key, &kb) == 2) {
+            if (strcmp(key, "Rss:") == 0) rss += kb;
+            else if (strcmp(key, "AnonHugePages:") == 0 || strcmp(key, "ShmemPmdMapped:") == 0
+                     || strcmp(key, "FilePmdMapped:") == 0) huge += kb;
+        }
+    }
+    fclose(f);
+    if (!rss) return -1.0;
+    return huge >= rss ? 1.0 : (double)huge / (double)rss;
+}
+
+/* The least share of huge pages under [p, p + n) over the ranks of comm (collective);
+ * -1 where any rank could not read it. */
+static inline int halo_least_huge_share(MPI_Comm comm, const void *p, size_t n, double *out)
+{
+    double mine = halo_huge_share(p, n);
+    return MPI_Allreduce(&mine, out, 1, MPI_DOUBLE, MPI_MIN, comm);
 }
 
 /* Collective: every rank learns whether all ranks succeeded (so none is left waiting). */

@@ -81,3 +81,14 @@ cdef object _block(tuple lay):
 cdef tuple _placed(object block, tuple lay):
     """``(block, (y0, x0))`` as the drivers return it."""
     return block.reshape(lay[2], lay[3]), (lay[4], lay[5])
+
+
+cdef object _share_out(object share):
+    """`share` checked as a writable one-element float64 array (or None), set to -1."""
+    if share is None:
+        return None
+    if (not isinstance(share, _np.ndarray) or share.dtype != _np.float64
+            or share.shape != (1,) or not share.flags.writeable):
+        raise TypeError("share must be a writable one-element float64 NumPy array")
+    share[0] = -1.0
+    return share

@@ -473,7 +473,7 @@ static int os_end(os_ctx *c, int opened)
 
 int mpilab_onesided_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode,
                          double energy, int steps, double *block, int warmup, int iters,
-                         int reps, double *times)
+                         int reps, double *times, double *huge_share)
 {
     static const mpilab_step_fn fns[] = {step_fence, step_pscw, step_lock, step_shm,
                                          step_shm, step_hybrid};
@@ -500,6 +500,12 @@ int mpilab_onesided_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode
     if ((err = os_neighbours(&c, nx, ny)) != MPI_SUCCESS) goto done;
     if ((err = os_begin(&c)) != MPI_SUCCESS) goto done;
     opened = 1;
+    /* the pages the library's window got, this rank's part (both fields), least over
+     * the ranks */
+    if (huge_share) {
+        err = halo_least_huge_share(c.h.cart, c.base, 2 * c.fsize * sizeof(double), huge_share);
+        if (err != MPI_SUCCESS) goto done;
+    }
     for (s = 0; s < steps; s++)
         if ((err = step(&c)) != MPI_SUCCESS) goto done;
     if (block)

@@ -14,7 +14,7 @@ cdef extern from "c_onesided.h" nogil:
 
     int mpilab_onesided_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode,
                              double energy, int steps, double *block, int warmup, int iters,
-                             int reps, double *times)
+                             int reps, double *times, double *huge_share)
 
     int mpilab_shm_layout(MPI_Comm comm, MPI_Aint nbytes, int noncontig, MPI_Aint *addr,
                           MPI_Aint *size)

@@ -57,15 +57,16 @@ def check_layout(MPI.Comm comm not None, nx, ny, dims=None, mode="put-fence",
 
 cdef int _run(MPI.Comm comm, tuple lay, str mode, double energy, int steps,
               double[::1] block, int warmup, int iters, int reps,
-              double[::1] times) except -1:
+              double[::1] times, double[::1] share=None) except -1:
     cdef MPI_Comm cc = comm.ob_mpi
     cdef int nx_, ny_, py, px, m = _KERNEL_MODES[mode], err
     cdef double *bp = &block[0] if block is not None else NULL
     cdef double *sp = &times[0] if times is not None else NULL
+    cdef double *hp = &share[0] if share is not None else NULL
     nx_, ny_, py, px = lay[6], lay[7], lay[0], lay[1]
     with nogil:
         err = c.mpilab_onesided_heat(cc, nx_, ny_, py, px, m, energy, steps, bp, warmup,
-                                     iters, reps, sp)
+                                     iters, reps, sp, hp)
     if err == c.MPILAB_OS_NOT_SHARED:
         raise ValueError(f"mode {mode!r} needs every rank of the communicator on one node "
                          "(MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) splits this one); "
@@ -100,14 +101,31 @@ def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="put-fence", pack="datat
 
 
 def time_heat(MPI.Comm comm not None, nx, ny, *, mode="put-fence", pack="datatype",
-              energy=1.0, dims=None, warmup=2, iters=10, reps=5):
-    """Seconds per step (exchange + update), `reps` values, slowest rank (collective)."""
+              energy=1.0, dims=None, warmup=2, iters=10, reps=5, share=None):
+    """Seconds per step (exchange + update), `reps` values, slowest rank (collective).
+
+    `share`, a one-element float64 array, receives the least share of huge pages under
+    the window's fields over the ranks (-1 where /proc/self/smaps could not be read).
+    """
     lay = check_layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
     e = _energy(energy)
     _check_timing(warmup, iters, reps)
     times = np.empty(reps, dtype=np.float64)
-    _run(comm, lay, mode, e, 0, None, warmup, iters, reps, times)
+    _run(comm, lay, mode, e, 0, None, warmup, iters, reps, times, _share_out(share))
     return times
+
+
+def huge_share(MPI.Comm comm not None, nx, ny, *, mode="put-fence", pack="datatype",
+               dims=None):
+    """The share of huge pages Linux gave the window :func:`time_heat` allocates with these
+    arguments (the MPI library's memory; this rank's two fields, huge pages asked for as
+    the two-sided kernel asks): the least over the ranks, read from /proc/self/smaps right
+    after the allocation (collective); None where it could not be read.
+    """
+    lay = check_layout(comm, nx, ny, dims, mode, pack) + (nx, ny)
+    share = np.full(1, -1.0)
+    _run(comm, lay, mode, 1.0, 0, None, 0, 1, 0, None, share)
+    return None if share[0] < 0 else float(share[0])
 
 
 def shm_layout(MPI.Comm comm not None, nbytes, noncontig=False):

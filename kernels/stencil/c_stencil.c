@@ -90,8 +90,9 @@ static int heat_step(void *p)
 }
 
 int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pack,
-                double energy, int steps, int last, double *timeline, double *block,
-                int warmup, int iters, int reps, double *times)
+                int small_pages, double energy, int steps, int last, double *timeline,
+                double *block, int warmup, int iters, int reps, double *times,
+                double *huge_share)
 {
     heat_ctx c;
     int err, all, k, s;
@@ -100,10 +101,17 @@ int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pac
     memset(&c, 0, sizeof(c));
     if ((err = halo_init(&c.h, comm, nx, ny, py, px, mode, pack)) != MPI_SUCCESS) return err;
     csr = halo_ftz_on();
+    c.h.small_pages = small_pages;
     c.old = halo_field_alloc(&c.h);
     c.nw = halo_field_alloc(&c.h);
     if ((err = halo_all_ok(c.h.cart, c.old && c.nw, &all)) != MPI_SUCCESS) goto done;
     if (!all) { err = MPI_ERR_NO_MEM; goto done; }
+    if (huge_share) {   /* the least over the ranks; the two fields are alike */
+        err = halo_least_huge_share(c.h.cart, c.old,
+                                    sizeof(double) * (size_t)(c.h.rows + 2) * (size_t)c.h.ld,
+                                    huge_share);
+        if (err != MPI_SUCCESS) goto done;
+    }
     c.energy = energy;
     c.stream = heat_streams((size_t)(c.h.rows + 2) * (size_t)c.h.ld);
     c.nsrc = heat_sources(&c.h, nx, ny, c.src);
@@ -126,8 +134,8 @@ int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pac
         err = mpilab_time_steps(c.h.cart, heat_step, &c, warmup, iters, reps, 1.0, times);
 done:
     halo_ftz_off(csr);
-    free(c.old);
-    free(c.nw);
+    halo_array_free(c.old);
+    halo_array_free(c.nw);
     halo_free(&c.h);
     return err;
 }
@@ -171,8 +179,8 @@ int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int 
     if (err == MPI_SUCCESS && !all) err = MPI_ERR_NO_MEM;
     if (err == MPI_SUCCESS)
         err = mpilab_heat_sweep_on(comm, a, b, nx, ny, warmup, iters, reps, times);
-    free(a);
-    free(b);
+    halo_array_free(a);
+    halo_array_free(b);
     return err;
 }
 

@@ -4,8 +4,9 @@ from mpi4py.libmpi cimport MPI_Comm
 
 cdef extern from "c_stencil.h" nogil:
     int mpilab_heat(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pack,
-                    double energy, int steps, int last, double *timeline, double *block,
-                    int warmup, int iters, int reps, double *times)
+                    int small_pages, double energy, int steps, int last, double *timeline,
+                    double *block, int warmup, int iters, int reps, double *times,
+                    double *huge_share)
 
     int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
                           double *times)

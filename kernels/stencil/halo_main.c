@@ -90,8 +90,8 @@ int main(int argc, char **argv)
     double *times = malloc(sizeof(double) * (size_t)reps);
     if (!block || !times) MPI_Abort(MPI_COMM_WORLD, 3);
     if (app == 0)
-        err = mpilab_heat(MPI_COMM_WORLD, nx, ny, py, px, mode, pack, 1.0, steps, 0, NULL,
-                          block, warmup, iters, reps, times);
+        err = mpilab_heat(MPI_COMM_WORLD, nx, ny, py, px, mode, pack, 0, 1.0, steps, 0, NULL,
+                          block, warmup, iters, reps, times, NULL);
     else
         err = mpilab_wave(MPI_COMM_WORLD, nx, ny, py, px, mode, pack, 0.05, 0.5, nx / 2,
                           ny / 2, steps, 0, NULL, block, warmup, iters, reps, times);

@@ -20,18 +20,30 @@ cdef double _energy(object energy) except? -1:
     return float(energy)
 
 
+#: the kinds of page the two-sided kernels can put their fields on (as
+#: mpilab.buffers.BUFFER_KINDS names them): 2 MiB huge pages asked for, or 4 KiB pages only
+PAGES = ("huge-pages", "4k-pages")
+
+
+cdef int _small_pages(object pages) except -1:
+    if not isinstance(pages, str) or pages not in PAGES:
+        raise ValueError(f"pages must be one of {list(PAGES)}, got {pages!r}")
+    return pages == "4k-pages"
+
+
 cdef int _run(MPI.Comm comm, tuple lay, str mode, str pack, double energy, int steps,
               int last, double[::1] tl, double[::1] block, int warmup, int iters, int reps,
-              double[::1] times) except -1:
+              double[::1] times, int small=0, double[::1] share=None) except -1:
     cdef MPI_Comm cc = comm.ob_mpi
     cdef int nx_, ny_, py, px, m = MODES[mode], pk = PACKS[pack], err
     cdef double *tp = &tl[0] if tl is not None else NULL
     cdef double *bp = &block[0] if block is not None else NULL
     cdef double *sp = &times[0] if times is not None else NULL
+    cdef double *hp = &share[0] if share is not None else NULL
     nx_, ny_, py, px = lay[6], lay[7], lay[0], lay[1]
     with nogil:
-        err = c.mpilab_heat(cc, nx_, ny_, py, px, m, pk, energy, steps, last, tp, bp,
-                            warmup, iters, reps, sp)
+        err = c.mpilab_heat(cc, nx_, ny_, py, px, m, pk, small, energy, steps, last, tp,
+                            bp, warmup, iters, reps, sp, hp)
     _check_mpi(err)
     return 0
 
@@ -52,14 +64,35 @@ def heat(MPI.Comm comm not None, nx, ny, steps, *, mode="nonblocking", pack="dat
 
 
 def time_heat(MPI.Comm comm not None, nx, ny, *, mode="nonblocking", pack="datatype",
-              energy=1.0, dims=None, warmup=2, iters=10, reps=5):
-    """Seconds per step (exchange + update), `reps` values, slowest rank (collective)."""
+              energy=1.0, dims=None, warmup=2, iters=10, reps=5, pages="huge-pages",
+              share=None):
+    """Seconds per step (exchange + update), `reps` values, slowest rank (collective).
+
+    The fields sit on the kind of page `pages` names (one of :data:`PAGES`); `share`, a
+    one-element float64 array, receives the least share of huge pages under them over
+    the ranks (-1 where /proc/self/smaps could not be read).
+    """
     lay = _layout(comm, nx, ny, dims, mode, pack)
     e = _energy(energy)
     _check_timing(warmup, iters, reps)
+    small = _small_pages(pages)
     times = np.empty(reps, dtype=np.float64)
-    _run(comm, lay, mode, pack, e, 0, 0, None, None, warmup, iters, reps, times)
+    _run(comm, lay, mode, pack, e, 0, 0, None, None, warmup, iters, reps, times, small,
+         _share_out(share))
     return times
+
+
+def huge_share(MPI.Comm comm not None, nx, ny, *, mode="nonblocking", pack="datatype",
+               dims=None, pages="huge-pages"):
+    """The share of huge pages Linux gave the fields :func:`time_heat` allocates with
+    these arguments: the least over the ranks, read from /proc/self/smaps right after the
+    allocation (collective); None where it could not be read.
+    """
+    lay = _layout(comm, nx, ny, dims, mode, pack)
+    small = _small_pages(pages)
+    share = _share_out(np.empty(1))
+    _run(comm, lay, mode, pack, 1.0, 0, 0, None, None, 0, 1, 0, None, small, share)
+    return None if share[0] < 0 else float(share[0])
 
 
 def timeline_heat(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="overlap",

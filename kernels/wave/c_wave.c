@@ -224,10 +224,10 @@ int mpilab_wave(MPI_Comm comm, int nx, int ny, int py, int px, int mode, int pac
         err = mpilab_time_steps(c.h.cart, wave_step, &c, warmup, iters, reps, 1.0, times);
 done:
     halo_ftz_off(csr);
-    free(c.px);
-    free(c.py);
-    free(c.vx);
-    free(c.vy);
+    halo_array_free(c.px);
+    halo_array_free(c.py);
+    halo_array_free(c.vx);
+    halo_array_free(c.vy);
     halo_free(&c.h);
     return err;
 }

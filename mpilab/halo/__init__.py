@@ -61,10 +61,12 @@ progress``): :mod:`.k1` (every mode timed by subdomain size, checked: the K1 tab
 from __future__ import annotations
 
 from .parallel import (
+    PAGES,
     _grid,
     _kernel,
     _single_mode,
     gather,
+    huge_share,
     run_heat,
     run_wave,
     time_halo,
@@ -99,5 +101,5 @@ from .problem import (
 
 __all__ = ["split", "process_grid", "heat_sources", "heat_step", "serial_heat", "boundary_loss",
            "MODES", "CLASSIC_MODES", "PROGRESS_MODES", "ONESIDED_MODES", "HYBRID_MODES", "SHARED_WINDOW_MODES", "ALL_MODES", "PACKS", "APPS", "PHASES", "ricker", "serial_wave", "blocks",
-           "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "timeline",
+           "halo_bytes", "run_heat", "run_wave", "gather", "time_halo", "huge_share", "PAGES", "timeline",
            "timeline_frame"]

@@ -216,10 +216,64 @@ def _grid(comm, sub, nx, ny, dims):
     return validate.count(nx, "nx"), validate.count(ny, "ny"), (py, px)
 
 
+#: the pages the two-sided heat kernel can put its fields on (``pages=`` of
+#: :func:`time_halo`): huge pages asked for (the default), or 4 KiB pages only
+PAGES = ("huge-pages", "4k-pages")
+
+
+def huge_share(comm, app: str, mode: str, *, nx: int, ny: int, pack="datatype", dims=None,
+               pages: str = "huge-pages") -> float | None:
+    """The share of huge pages under the fields `mode` computes on (collective).
+
+    The kernel allocates them as :func:`time_halo` does (the two-sided modes: the
+    course's own fields on the kind of page `pages` names; the one-sided and hybrid
+    modes: the MPI library's window, huge pages asked for in the same way) and reads
+    ``/proc/self/smaps`` right after: a shared window's memory comes from a file in
+    ``/dev/shm``, which takes huge pages only where Linux lets shared memory have them
+    (lecture 03); on one rank it is the library's ordinary memory from ``malloc``, whose
+    pages depend on what the process freed before (each allocation may differ:
+    :func:`time_halo`'s records keep the least over their own calls).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    app : {"heat"}
+        Only the heat's kernels say it.
+    mode : str
+        One of :data:`ALL_MODES`.
+    nx, ny : int
+        The global grid.
+    pack : str
+        One of :data:`PACKS` (``"datatype"`` for a one-sided mode).
+    dims : (py, px), optional
+        Process grid; default ``MPI_Dims_create``.
+    pages : {"huge-pages", "4k-pages"}
+        Two-sided modes only: what :func:`time_halo` is asked for.
+
+    Returns
+    -------
+    float or None
+        The least share over the ranks (0 to 1), the same on every rank; None where
+        ``/proc/self/smaps`` could not be read.
+    """
+    if _check_app(app) != "heat":
+        raise ValueError("only the heat's kernels say what pages their fields got")
+    mode = _single_mode(mode, ALL_MODES)
+    gx, gy, dims = _grid(comm, None, nx, ny, dims)
+    if mode in ONESIDED_MODES + HYBRID_MODES:
+        if pages != "huge-pages":
+            raise ValueError(f"the {mode!r} fields are the MPI library's window: pages= "
+                             "applies to the two-sided modes only")
+        return _kernel(app, mode).huge_share(comm, gx, gy, mode=mode, pack=pack, dims=dims)
+    return _kernel(app, mode).huge_share(comm, gx, gy, mode=mode, pack=pack, dims=dims,
+                                         pages=pages)
+
+
 def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | None = None,
               ny: int | None = None, pack="datatype", iters: int | None = None,
               warmup: int | None = None, reps: int = 5, rounds: int = 1,
-              min_time: float = 0.01, dims=None, **problem) -> list[dict]:
+              min_time: float = 0.01, dims=None, pages="huge-pages",
+              **problem) -> list[dict]:
     """Time steps of `app` in one or several modes, side by side (collective).
 
     Each step is one exchange + update for the heat, two for the wave, timed inside C with
@@ -254,16 +308,26 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
         Seconds a repetition should last when `iters` is calibrated (default 0.01).
     dims : (py, px), optional
         Process grid; default ``MPI_Dims_create``.
+    pages : str or list of str
+        :data:`PAGES` the two-sided modes' fields sit on (heat only; the wave's are
+        always on huge pages): each two-sided mode is measured on each kind, side by
+        side. The one-sided and hybrid modes compute on the MPI library's window,
+        whatever pages it got, once: ``"4k-pages"`` puts the two kinds of field alike
+        where shared memory takes no huge pages (lecture 03).
     **problem
         ``energy`` for the heat; ``f0``, ``courant``, ``source`` for the wave.
 
     Returns
     -------
     list of dict
-        One record per (mode, pack) in the shape of :func:`mpilab.timing.record`, times
+        One record per (mode, pack, pages) in the shape of :func:`mpilab.timing.record`, times
         per step: ``t_us_min``, ``t_us_median``, quartiles, ``spread``, ``times_us``, plus
         ``app``, ``mode``, ``pack``, ``sub``, ``nx``, ``ny``, ``dims``, ``ranks``,
         ``iters``, ``warmup``; ``size_bytes`` is :func:`halo_bytes` (all ranks, one step).
+        The heat's also say ``pages`` (what the two-sided fields were asked for; None for
+        a window) and ``huge_page_share``: the least share of huge pages under the
+        fields over the timed calls (each call allocates its own; None where
+        /proc/self/smaps could not be read).
         Identical on every rank.
 
     Examples
@@ -289,22 +353,37 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
     extra = set(problem) - allowed
     if extra:
         raise TypeError(f"unexpected argument(s) for {app}: {sorted(extra)}")
+    kinds = validate.names(pages, PAGES, "pages")
+    if app == "wave" and kinds != ["huge-pages"]:
+        raise ValueError("the wave's fields are on huge pages only: pages= is the heat's")
     gx, gy, dims = _grid(comm, sub, nx, ny, dims)
 
-    def timer(comm, gx, gy, *, mode, **kw):
+    def two_sided(m):
+        return m not in ONESIDED_MODES + HYBRID_MODES
+
+    def timer(comm, gx, gy, *, mode, pages=None, **kw):
         k = _kernel(app, mode)
-        return (k.time_heat if app == "heat" else k.time_wave)(comm, gx, gy, mode=mode, **kw)
+        if app == "wave":
+            return k.time_wave(comm, gx, gy, mode=mode, **kw)
+        if pages is not None:
+            kw["pages"] = pages
+        return k.time_heat(comm, gx, gy, mode=mode, **kw)
 
     for m in modes:  # raises on every rank alike
         if m in ONESIDED_MODES + HYBRID_MODES:
             _kernel(app, m).check_layout(comm, gx, gy, dims, m, packs[0])
         else:
             _kernel(app, m).layout(comm, gx, gy, dims, m, packs[0])
+    # what is measured: every mode and packing; the heat's two-sided modes once per kind
+    # of page, a window (the MPI library's memory) once
+    runs = [(m, p, g) for p in packs for m in modes
+            for g in (kinds if app == "heat" and two_sided(m) else [None])]
 
     if iters is None:
         it = 1
+        m0, p0, g0 = runs[0]
         while True:
-            t = timer(comm, gx, gy, mode=modes[0], pack=packs[0], dims=dims, warmup=1,
+            t = timer(comm, gx, gy, mode=m0, pack=p0, pages=g0, dims=dims, warmup=1,
                       iters=it, reps=3, **problem).min()
             if t * it >= min_time / 4 or it >= 1 << 20:
                 iters = int(max(1, min(1 << 20, round(it * min_time / max(t * it, 1e-9)))))
@@ -312,18 +391,30 @@ def time_halo(comm, app: str, mode="all", sub: int | None = None, *, nx: int | N
             it *= 8
     if warmup is None:
         warmup = min(iters, 10)
-    pooled = {(m, p): [] for p in packs for m in modes}
+    pooled = {run: [] for run in runs}
+    shares = {run: [] for run in runs}  # the heat's: what each timed call's fields got
     for _ in range(rounds):
-        for p in packs:
-            for m in modes:
-                pooled[(m, p)].extend(timer(comm, gx, gy, mode=m, pack=p, dims=dims,
-                                            warmup=warmup, iters=iters, reps=reps,
-                                            **problem))
+        for m, p, g in runs:
+            got = np.full(1, -1.0) if app == "heat" else None
+            pooled[(m, p, g)].extend(timer(comm, gx, gy, mode=m, pack=p, pages=g, dims=dims,
+                                           warmup=warmup, iters=iters, reps=reps,
+                                           **({"share": got} if got is not None else {}),
+                                           **problem))
+            if got is not None:
+                shares[(m, p, g)].append(None if got[0] < 0 else float(got[0]))
     nbytes = halo_bytes(app, gx, gy, dims)
-    return [record(pooled[(m, p)], size_bytes=nbytes, app=app, mode=m, pack=p, sub=sub,
-                   nx=gx, ny=gy, dims=list(dims), ranks=comm.Get_size(), iters=iters,
-                   warmup=warmup)
-            for p in packs for m in modes]
+
+    def where(run):
+        if app != "heat":
+            return {}
+        seen = shares[run]
+        return {"pages": run[2],  # the least over the calls, as the ping-pong's records
+                "huge_page_share": None if None in seen else min(seen)}
+
+    return [record(pooled[run], size_bytes=nbytes, app=app, mode=run[0], pack=run[1],
+                   sub=sub, nx=gx, ny=gy, dims=list(dims), ranks=comm.Get_size(),
+                   iters=iters, warmup=warmup, **where(run))
+            for run in runs]
 
 
 def timeline(comm, app: str, nx: int, ny: int, *, mode: str = "overlap",

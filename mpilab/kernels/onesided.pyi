@@ -31,8 +31,17 @@ def heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, mode: str = "put-fence
 def time_heat(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "put-fence",
               pack: str = "datatype", energy: float = 1.0,
               dims: tuple[int, int] | None = None, warmup: int = 2, iters: int = 10,
-              reps: int = 5) -> NDArray[np.float64]:
-    """`reps` seconds per step (exchange + update), the slowest rank's (collective)."""
+              reps: int = 5,
+              share: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+    """`reps` seconds per step (exchange + update), the slowest rank's (collective);
+    `share[0]` gets the least share of huge pages under the window's fields over the
+    ranks (-1: unreadable)."""
+
+def huge_share(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "put-fence",
+               pack: str = "datatype",
+               dims: tuple[int, int] | None = None) -> float | None:
+    """The least share of huge pages under the window :func:`time_heat` allocates, over the
+    ranks (/proc/self/smaps; collective); None where it could not be read."""
 
 def shm_layout(comm: MPI.Comm, nbytes: int,
                noncontig: bool = False) -> list[tuple[int, int]]:

@@ -6,6 +6,8 @@ from numpy.typing import NDArray
 
 Block = tuple[NDArray[np.float64], tuple[int, int]]
 
+PAGES: tuple[str, ...]
+
 def layout(comm: MPI.Comm, nx: int, ny: int, dims: tuple[int, int] | None = None,
            mode: str = "nonblocking",
            pack: str = "datatype") -> tuple[int, int, int, int, int, int]:
@@ -19,8 +21,17 @@ def heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, mode: str = "nonblocki
 def time_heat(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "nonblocking",
               pack: str = "datatype", energy: float = 1.0,
               dims: tuple[int, int] | None = None, warmup: int = 2, iters: int = 10,
-              reps: int = 5) -> NDArray[np.float64]:
-    """`reps` seconds per step (exchange + update), the slowest rank's (collective)."""
+              reps: int = 5, pages: str = "huge-pages",
+              share: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+    """`reps` seconds per step (exchange + update), the slowest rank's (collective), the
+    fields on the kind of page `pages` names (one of :data:`PAGES`); `share[0]` gets the
+    least share of huge pages under them over the ranks (-1: unreadable)."""
+
+def huge_share(comm: MPI.Comm, nx: int, ny: int, *, mode: str = "nonblocking",
+               pack: str = "datatype", dims: tuple[int, int] | None = None,
+               pages: str = "huge-pages") -> float | None:
+    """The least share of huge pages under the fields :func:`time_heat` allocates, over the
+    ranks (/proc/self/smaps; collective); None where it could not be read."""
 
 def timeline_heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, last: int | None = None,
                   mode: str = "overlap", pack: str = "datatype", energy: float = 1.0,
