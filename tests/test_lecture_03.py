@@ -13,7 +13,7 @@ import re
 import pytest
 from lecture_runs import cell_with, code_cells, executed, text_of  # noqa: F401
 
-from mpilab import halo, runtime
+from mpilab import buffers, halo, runtime
 
 STEM = "03-one-sided"
 RANKS = 4  # the demonstrations' ring
@@ -134,20 +134,27 @@ def test_lecture_03_table1_has_paper_figures_and_labels_oversubscription():
     sweep = text_of(cell_with(nb, "t1_records += recs"))
     cores = runtime.usable_cores()
     for n in runtime.rank_counts(16, squares=True, beyond=1):  # as the lecture picks them
-        line = re.search(rf"\[\d+/\d+\] {n} MPI ranks? over shm on .*S/R [\d,]+, SHM [\d,]+, "
-                         rf"SHM-NC [\d,]+ µs/step", sweep)
+        line = re.search(rf"\[\d+/\d+\] {n} MPI ranks? over shm on .*S/R [\d,]+, "
+                         rf"S/R 4 KiB [\d,]+, SHM [\d,]+, SHM-NC [\d,]+ µs/step .*; on huge "
+                         rf"pages: S/R (\d+)%, S/R 4 KiB (\d+)%, SHM (\d+)%, SHM-NC (\d+)%",
+                         sweep)
         assert line, f"no progress line for {n} ranks:\n{sweep}"
         assert ("oversubscribed" in line.group(0)) == (n > cores), line.group(0)
+        # the pages each version got, read in the run: S/R's as asked
+        assert line.group(2) == "0", line.group(0)
+        if buffers.transparent_hugepages() in ("always", "madvise"):
+            assert int(line.group(1)) >= 90, line.group(0)
     table = text_of(cell_with(nb, "table1.map(fmt)"))
     assert "paper: 4800², 500 steps, 44 cores" in table
     # the paper's own figures: S/R 43.3 s and SHM 38.1 s on 1 process, SHM 5.64 s and
     # SHM-NC 2.88 s on 36
     for fig in ("43.3", "38.1", "5.64", "2.88", "2.77"):
         assert fig in table, f"paper figure {fig} missing"
-    for column in ("S/R µs/step", "SHM µs/step", "SHM-NC µs/step", "S/R / SHM",
-                   "S/R / SHM-NC", "largest spread", "how it ran"):
+    for column in ("S/R µs/step", "S/R 4 KiB µs/step", "SHM µs/step", "SHM-NC µs/step",
+                   "S/R / SHM", "S/R / SHM-NC", "S/R 4 KiB / SHM",
+                   "huge pages: S/R, 4 KiB, SHM, SHM-NC", "largest spread", "how it ran"):
         assert column in table, f"{column!r} missing from Table 1"
-    assert "Measured with" in table and "modes blocking (S/R), shm, shm-nc" in table
+    assert "Measured with" in table and "modes blocking (S/R, on huge and on 4 KiB pages)" in table
     on = f"{cores} core{'s' * (cores != 1)}"
     if cores < 4:
         assert f"4 ranks on {on}, OVERSUBSCRIBED" in table, table
@@ -164,6 +171,13 @@ def test_lecture_03_table1_has_paper_figures_and_labels_oversubscription():
     assert "stencil on 4 KiB pages / on huge pages, time: " in pages, pages
     assert re.search(r"1 rank: S/R / SHM [\d.]+, S/R / SHM-NC [\d.]+ \(spread [\d.]+\); "
                      r"the paper's 1\.14 and 1\.14", pages), pages
+    # like with like at every count, from the pages this run's records say
+    fair = re.findall(r"^(\d) ranks? on .*: SHM on (\d+)% huge pages; like with like: (.*); "
+                      r"S/R 4 KiB / S/R [\d.]+ \(the pages alone\)$", pages, re.M)
+    assert len(fair) == len(runtime.rank_counts(16, squares=True, beyond=1)), pages
+    for n, shm_huge, said in fair:
+        if int(shm_huge) <= 10:  # a window on 4 KiB pages: S/R on 4 KiB pages is its match
+            assert re.fullmatch(r"S/R 4 KiB / SHM [\d.]+", said), (n, said)
     text = markdown(nb)
     assert "c_f_pointer" in text and "no Fortran version" in text  # Table 2, said plainly
 
