@@ -91,6 +91,26 @@ def test_halo_bad_arguments_are_clear():
     assert res.returncode == 2 and "--sub takes integers" in res.stderr
 
 
+def test_halo_two_sided_fields_on_the_windows_pages(tmp_path):
+    """--pages 4k-pages: S/R computes on 4 KiB pages beside the windows, and every heat
+    record says what its fields got (no huge page under the 4 KiB fields)."""
+    path = tmp_path / "pages.json"
+    res = bench("halo", "--mode", "blocking,shm", "--sub", "256", "--pages", "4k-pages",
+                "--reps", "2", "--rounds", "1", "--min-time", "0.001", "--json", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "two-sided fields on 4k-pages" in res.stdout, res.stdout
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["settings"]["pages"] == "4k-pages"
+    by = {r["mode"]: r for r in doc["records"]}
+    assert by["blocking"]["pages"] == "4k-pages" and by["blocking"]["huge_page_share"] == 0.0
+    assert by["shm"]["pages"] is None and 0.0 <= by["shm"]["huge_page_share"] <= 1.0
+    assert all(r["valid"] for r in doc["records"])
+    for bad in (("--app", "wave", "--pages", "4k-pages"), ("--pages", "2m"),
+                ("--simulate", "shm-paper", "--pages", "4k-pages")):
+        res = bench("halo", "--sub", "8", *bad)
+        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
 def test_stencil_sweep_json(tmp_path):
     path = tmp_path / "sweep.json"
     res = bench("stencil-sweep", "--nx", "300", "--ny", "200", "--reps", "2", "--rounds", "2",

@@ -42,6 +42,7 @@ def records(folder: str, name: str) -> list[dict]:
 
 EPYC, XEON16, H200, SIM = ("2core-epyc-openmpi414", "16core-xeon-openmpi5",
                            "h200-16core-openmpi5", "simulated")
+ZEN4 = "2core-epyc-zen4-openmpi414"
 
 
 def says(text: str, quote: str, what: str):
@@ -168,6 +169,38 @@ def test_lecture_02_stencil_sweep_quotes_stencil_sweep_json():
     # and the verdict the prose draws from it is the one the lecture's cell draws (>= 0.9)
     verdict = "so there the memory set its pace" if ratio >= 0.9 else "not the memory"
     says(text, verdict, "verdict")
+
+
+def test_lecture_02_zen4_sweep_quotes_its_three_files():
+    """Issue 28 §1.1 on the Zen 4 VM: before the prefetches moved into L2, after, without
+    any, and the loop's own time in cache against a copy's from memory."""
+    text = prose("02-halo-exchange")
+    before = {r["impl"]: r for r in records(ZEN4, "stencil-sweep-before.json")}
+    after = {r["impl"]: r for r in records(ZEN4, "stencil-sweep.json")}
+    cache = {r["impl"]: r for r in records(ZEN4, "stencil-sweep-512.json")}
+
+    def gbs(recs, impl):
+        return recs[impl]["GBps"]
+
+    def ns(r):  # the median time per point
+        return r["t_us_median"] * 1e3 / (r["nx"] * r["ny"])
+
+    assert {r["nx"] for r in after.values()} == {4096}
+    assert {r["nx"] for r in cache.values()} == {512}
+    says(text, f"ran the same sweep at {gbs(before, 'stencil') / gbs(before, 'store-copy'):.2f}x "
+               f"the copy's speed (`stencil-sweep-before.json` in `reference/{ZEN4}`)", "before")
+    says(text, f"brought it to {gbs(after, 'stencil') / gbs(after, 'store-copy'):.2f}x "
+               f"(`stencil-sweep.json` there: {gbs(after, 'stencil'):.1f} against "
+               f"{gbs(after, 'store-copy'):.1f} GB/s; without prefetches of its own "
+               f"{gbs(after, 'stencil-noprefetch') / gbs(after, 'store-copy'):.2f}x)", "after")
+    share = f"{ns(cache['stencil']) / ns(after['store-copy']):.0%}".replace("%", " %")
+    says(text, f"in cache the update takes {ns(cache['stencil']):.2f} ns a point "
+               f"(`stencil-sweep-512.json`, 512²), {share} of the "
+               f"{ns(after['store-copy']):.2f} ns a point the copy needs", "in cache")
+    # the machine is the one named, and the file says so
+    meta = json.loads((REF / ZEN4 / "stencil-sweep.json").read_text())["meta"]
+    assert meta["cpu_id"] == "AuthenticAMD family 25 model 17"
+    says(text, "a Zen 4 EPYC (AMD family 25 model 17)", "machine")
 
 
 def test_lecture_02_16_core_halo_quotes_halo4_and_halo16_json():

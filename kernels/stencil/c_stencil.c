@@ -157,20 +157,28 @@ static int sweep_step(void *p)
     return MPI_SUCCESS;
 }
 
-int mpilab_heat_sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny, int warmup,
-                         int iters, int reps, double *times)
+/* prefetch: 1, the streaming rows where heat_streams says the grid streams (as every
+ * kernel does); 0, the plain rows always (what the hardware prefetcher alone gives) */
+static int sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny, int prefetch,
+                    int warmup, int iters, int reps, double *times)
 {
     sweep_ctx c;
     c.nx = nx;
     c.ny = ny;
-    c.stream = heat_streams((size_t)(nx + 2) * (size_t)(ny + 2));
+    c.stream = prefetch && heat_streams((size_t)(nx + 2) * (size_t)(ny + 2));
     c.a = a;
     c.b = b;
     return mpilab_time_steps(comm, sweep_step, &c, warmup, iters, reps, 1.0, times);
 }
 
-int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
-                      double *times)
+int mpilab_heat_sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny, int warmup,
+                         int iters, int reps, double *times)
+{
+    return sweep_on(comm, a, b, nx, ny, 1, warmup, iters, reps, times);
+}
+
+int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int prefetch, int warmup, int iters,
+                      int reps, double *times)
 {
     size_t n = (size_t)(nx + 2) * (size_t)(ny + 2);
     double *a = halo_array_alloc(n), *b = halo_array_alloc(n);
@@ -178,7 +186,7 @@ int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int 
     err = halo_all_ok(comm, a && b, &all);
     if (err == MPI_SUCCESS && !all) err = MPI_ERR_NO_MEM;
     if (err == MPI_SUCCESS)
-        err = mpilab_heat_sweep_on(comm, a, b, nx, ny, warmup, iters, reps, times);
+        err = sweep_on(comm, a, b, nx, ny, prefetch, warmup, iters, reps, times);
     halo_array_free(a);
     halo_array_free(b);
     return err;

@@ -8,8 +8,8 @@ cdef extern from "c_stencil.h" nogil:
                     double *block, int warmup, int iters, int reps, double *times,
                     double *huge_share)
 
-    int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int warmup, int iters, int reps,
-                          double *times)
+    int mpilab_heat_sweep(MPI_Comm comm, int nx, int ny, int prefetch, int warmup,
+                          int iters, int reps, double *times)
 
     int mpilab_heat_sweep_on(MPI_Comm comm, double *a, double *b, int nx, int ny,
                              int warmup, int iters, int reps, double *times)

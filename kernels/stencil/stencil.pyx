@@ -111,10 +111,13 @@ def timeline_heat(MPI.Comm comm not None, nx, ny, steps, *, last=None, mode="ove
     return tl.reshape(last, len(PHASES), 2)
 
 
-def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):
+def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5, prefetch=True):
     """Seconds per stencil sweep of one `nx` x `ny` grid per rank, no exchange (collective).
 
     The compute side of the lesson: each sweep reads the old grid and writes the new one.
+    With `prefetch` (as every kernel runs), a grid larger than the last-level cache takes
+    the row loop that prefetches the streams from memory; without it, the plain loop, so
+    that only the hardware's own prefetcher runs ahead.
     """
     _check_count(nx, "nx", 1)
     _check_count(ny, "ny", 1)
@@ -124,9 +127,9 @@ def sweep(MPI.Comm comm not None, nx, ny, *, warmup=2, iters=10, reps=5):
     times = np.empty(reps, dtype=np.float64)
     cdef double[::1] t = times
     cdef MPI_Comm cc = comm.ob_mpi
-    cdef int err, a = nx, b = ny, w = warmup, it = iters, r = reps
+    cdef int err, a = nx, b = ny, w = warmup, it = iters, r = reps, pf = bool(prefetch)
     with nogil:
-        err = c.mpilab_heat_sweep(cc, a, b, w, it, r, &t[0])
+        err = c.mpilab_heat_sweep(cc, a, b, pf, w, it, r, &t[0])
     _check_mpi(err)
     return times
 

@@ -70,9 +70,14 @@ def main(argv=None) -> int:
     p.add_argument("--sub", default="16,64,256,1024",
                    help="subdomain edges N (N x N points per rank), comma-separated")
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--pages", choices=("huge-pages", "4k-pages"), default="huge-pages",
+                   help="what the heat's two-sided modes compute on: 4k-pages puts them on "
+                        "the pages a shared window gets where /dev/shm takes no huge ones")
     p.add_argument("--check-max", type=int, default=1 << 22,
                    help="largest global grid (points) checked against the NumPy reference")
     a = p.parse_args(argv)
+    if a.simulate and a.pages != "huge-pages":
+        p.error("--pages is for measured runs: a simulated run charges no page")
     if a.simulate:
         map_by = a.map_by if any(x.startswith("--map-by") for x in (argv or sys.argv)) else "slot"
         return finish("halo", a.json,
@@ -87,11 +92,12 @@ def main(argv=None) -> int:
         return run(sub_sizes(a.sub), app=a.app, modes=a.mode, packs=a.pack, ranks=a.ranks,
                    transport=a.transport, reps=a.reps, rounds=a.rounds, min_time=a.min_time,
                    check_max=a.check_max, timeout=a.timeout, nodes=a.nodes, link=a.link,
-                   map_by=a.map_by)
+                   map_by=a.map_by, pages=a.pages)
 
     def show(m, recs):
         return (f"# {m['mpi_library_version']} | {a.transport} | {a.ranks} ranks on "
                 f"{m['cores']} cores" + (" (oversubscribed)" if m.get("oversubscribed") else "")
+                + (f" | two-sided fields on {a.pages}" if a.app == "heat" else "")
                 + "\n" + where_line(m["settings"]) + table(recs))
 
     return finish("halo", a.json, measure, show, ok=lambda recs: all(r["valid"] for r in recs))

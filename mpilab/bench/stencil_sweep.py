@@ -7,7 +7,8 @@ counted, why there are two copies): one rank times the compiled heat update of a
 ``nx`` x ``ny`` grid and two copies of the same number of doubles (``memcopy``,
 ``store-copy``), alternating in ``--rounds`` rounds; ``--impls stencil,stencil-4k``
 times the update on huge pages and on 4 KiB pages instead (what the page kind alone
-costs). Records carry impl, nx, ny, size_bytes, pages, t_us_min, t_us_median and GBps
+costs), ``--impls stencil,stencil-noprefetch,store-copy`` the update with and without
+its own prefetches beside the copy (what the hardware prefetcher alone gives). Records carry impl, nx, ny, size_bytes, pages, t_us_min, t_us_median and GBps
 (from the median); meta as for every benchmark.
 """
 

@@ -37,7 +37,7 @@ from ..jobs import python_worker, worker_main
 from ..netlab import placed
 from ..timing import barrier_skew, run_meta, skew_summary
 from . import problem
-from .parallel import gather, run_heat, run_wave, time_halo
+from .parallel import PAGES, gather, run_heat, run_wave, time_halo
 from .problem import (
     ALL_MODES,
     MODE_GROUPS,
@@ -92,7 +92,8 @@ def _worker(args_path: str, out_path: str) -> int:
     records = []
     for sub in a["subs"]:
         recs = time_halo(comm, a["app"], a["modes"], sub, pack=a["packs"],
-                              reps=a["reps"], rounds=a["rounds"], min_time=a["min_time"])
+                         reps=a["reps"], rounds=a["rounds"], min_time=a["min_time"],
+                         pages=a.get("pages", "huge-pages"))
         refs: dict = {}
         for r in recs:
             r["valid"] = _validate(comm, a["app"], r["nx"], r["ny"], tuple(r["dims"]),
@@ -108,7 +109,7 @@ def _worker(args_path: str, out_path: str) -> int:
 def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transport="shm",
         reps=10, rounds=3, min_time=0.005, check_max=1 << 22,
         timeout=1800.0, nodes=None, link="fast-ethernet",
-        map_by="node") -> tuple[dict, list[dict]]:
+        map_by="node", pages="huge-pages") -> tuple[dict, list[dict]]:
     """Time every (mode, pack) at every subdomain size in one MPI job, each result checked.
 
     With `nodes`, the ranks run on emulated nodes joined by `link`, placed by `map_by`
@@ -149,6 +150,10 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
         The emulated nodes' link profile (with `nodes`).
     map_by : str, optional
         ``"node"`` (round-robin, the default) or ``"slot"`` (with `nodes`).
+    pages : {"huge-pages", "4k-pages"}, optional
+        What the heat's two-sided modes compute on (:func:`mpilab.halo.time_halo`):
+        ``"4k-pages"`` puts them on the pages a shared window gets where ``/dev/shm``
+        takes no huge pages. The heat's records say what every mode's fields got.
 
     Returns
     -------
@@ -169,6 +174,10 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
     check_onesided(app, modes, packs)
     for name, v in (("ranks", ranks), ("reps", reps), ("rounds", rounds)):
         validate.count(v, name)
+    if pages not in PAGES:
+        raise ValueError(f"pages must be one of {PAGES}, got {pages!r}")
+    if app == "wave" and pages != "huge-pages":
+        raise ValueError("the wave's fields are on huge pages only: pages= is the heat's")
     if not subs:
         raise ValueError("no sub sizes given")
     subs = [validate.count(n, "sub") for n in subs]
@@ -178,7 +187,8 @@ def run(subs, *, app="heat", modes=MODES, packs=("datatype",), ranks=2, transpor
                          "which needs every rank on one node; across nodes use the "
                          "two-sided or put modes")
     args = {"app": app, "modes": list(modes), "packs": list(packs), "subs": list(subs),
-            "reps": reps, "rounds": rounds, "min_time": min_time, "check_max": check_max}
+            "reps": reps, "rounds": rounds, "min_time": min_time, "check_max": check_max,
+            "pages": pages}
     with placed(ranks, transport, nodes=nodes, link=link, map_by=map_by) as (launch, where):
         doc = python_worker(launch, MODULE, args, timeout)
     records = doc["records"]

@@ -26,6 +26,11 @@ pages (``buffers.buffer("4k-pages")``): what the page kind alone costs the updat
 difference between a two-sided kernel's fields and a shared window's, which Linux maps
 from ``/dev/shm`` on 4 KiB pages unless its shared memory takes huge pages (lecture 03).
 Its record says how much of its arrays sat on huge pages (``huge_page_share``).
+``stencil-noprefetch`` (asked for by name too) is the update without the kernel's own
+prefetches: on a grid that streams from memory the kernel prefetches the row below and
+the output row into L2, one line at a time (``heat_row_stream`` in
+kernels/common/mpilab_heat.h); this record shows what the hardware prefetcher alone
+gives (on the course's Zen 4 EPYC VM: half a copy's speed).
 
 The job's rank runs this module: ``python -m mpilab.halo.stencil_sweep --worker ARGS OUT``
 (started by :func:`run` through :func:`mpilab.jobs.python_worker`).
@@ -42,8 +47,9 @@ from ..jobs import python_worker, worker_main
 from ..timing import record, run_meta, text_table
 
 IMPLS = ("stencil", "memcopy", "store-copy")
-#: every record :func:`run` can make: :data:`IMPLS` and the update on 4 KiB pages
-ALL_IMPLS = (*IMPLS, "stencil-4k")
+#: every record :func:`run` can make: :data:`IMPLS`, the update on 4 KiB pages, and the
+#: update without the kernel's software prefetches (the hardware's own prefetcher alone)
+ALL_IMPLS = (*IMPLS, "stencil-4k", "stencil-noprefetch")
 MODULE = "mpilab.halo.stencil_sweep"  # python -m mpilab.halo.stencil_sweep --worker: the job
 
 
@@ -74,13 +80,17 @@ def _worker(args_path: str, out_path: str) -> int:
     def sweep(it, r=3):
         return stencil.sweep(self_, nx, ny, warmup=1, iters=it, reps=r)
 
+    def sweep_plain(it, r=3):
+        return stencil.sweep(self_, nx, ny, warmup=1, iters=it, reps=r, prefetch=False)
+
     def copy(it, r=3):
         return memcopy.memcopy(self_, dst, src, method=method, warmup=1, iters=it, reps=r)
 
     def store_copy(it, r=3):
         return stencil.store_copy(self_, dst, src, warmup=1, iters=it, reps=r)
 
-    fns = {"stencil": sweep, "memcopy": copy, "store-copy": store_copy}
+    fns = {"stencil": sweep, "memcopy": copy, "store-copy": store_copy,
+           "stencil-noprefetch": sweep_plain}
     shares = {}
     if "stencil-4k" in a["impls"]:
         # the sweep's grid with its frame, twice, on ordinary pages (zeros, as C's are)
@@ -186,7 +196,8 @@ def table(records: list[dict]) -> str:
     str
         The table and the ``stencil / <copy> bandwidth`` lines.
     """
-    columns = [("impl", 10, ""), ("grid", 11, ""), ("t median (ms)", 14, ".3f"),
+    columns = [("impl", max([10] + [len(r["impl"]) for r in records]), ""),
+               ("grid", 11, ""), ("t median (ms)", 14, ".3f"),
                ("GB/s (median)", 14, ".2f"), ("GB/s (best)", 12, ".2f")]
     lines = text_table(columns, [(r["impl"], f"{r['nx']}x{r['ny']}", r["t_us_median"] / 1e3,
                                   r["GBps"], r["GBps_best"]) for r in records])
@@ -196,6 +207,11 @@ def table(records: list[dict]) -> str:
             s, o = by["stencil"], by[other]
             lines.append(f"stencil / {other} bandwidth: {s['GBps'] / o['GBps']:.2f} (median), "
                          f"{s['GBps_best'] / o['GBps_best']:.2f} (best)")
+    if "stencil" in by and "stencil-noprefetch" in by:
+        s, o = by["stencil"], by["stencil-noprefetch"]
+        lines.append(f"stencil without its prefetches / with, time: "
+                     f"{o['t_us_median'] / s['t_us_median']:.2f} (median), "
+                     f"{o['t_us_min'] / s['t_us_min']:.2f} (best)")
     if "stencil" in by and "stencil-4k" in by:
         s, o = by["stencil"], by["stencil-4k"]
         lines.append(f"stencil on 4 KiB pages / on huge pages, time: "

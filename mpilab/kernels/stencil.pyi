@@ -39,8 +39,9 @@ def timeline_heat(comm: MPI.Comm, nx: int, ny: int, steps: int, *, last: int | N
     """``(last, 4, 2)`` phase (start, end) times of this rank's last steps (collective)."""
 
 def sweep(comm: MPI.Comm, nx: int, ny: int, *, warmup: int = 2, iters: int = 10,
-          reps: int = 5) -> NDArray[np.float64]:
-    """`reps` seconds per stencil sweep of an `nx` x `ny` grid, no exchange (collective)."""
+          reps: int = 5, prefetch: bool = True) -> NDArray[np.float64]:
+    """`reps` seconds per stencil sweep of an `nx` x `ny` grid, no exchange (collective);
+    without `prefetch`, the plain row loop even where the grid streams from memory."""
 
 def sweep_on(comm: MPI.Comm, a: NDArray[np.float64], b: NDArray[np.float64], nx: int, ny: int,
              *, warmup: int = 2, iters: int = 10, reps: int = 5) -> NDArray[np.float64]:

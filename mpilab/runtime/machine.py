@@ -369,22 +369,34 @@ def machine_info() -> dict:
     Returns
     -------
     dict
-        ``hostname``, ``cpu_model`` (``/proc/cpuinfo``'s model name), ``cores``,
-        ``cpu_quota``, ``memory_bytes`` and ``shm_bytes`` (from :func:`resources`),
-        ``os``, ``python`` (its version) and ``binder`` (whether it runs on Binder).
+        ``hostname``, ``cpu_model`` (``/proc/cpuinfo``'s model name), ``cpu_id``
+        (vendor, family and model numbers: a VM's model name may be only "AMD EPYC",
+        which several generations share), ``cpu_vector`` (the widest vector extension
+        the CPU reports: avx512f, avx2, avx or sse2), ``cores``, ``cpu_quota``,
+        ``memory_bytes`` and ``shm_bytes`` (from :func:`resources`), ``os``, ``python``
+        (its version) and ``binder`` (whether it runs on Binder).
     """
     model = platform.processor() or ""
+    first: dict[str, str] = {}  # the first processor's fields
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
+                if not line.strip():
                     break
+                key, _, value = line.partition(":")
+                first.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    model = first.get("model name", model)
+    cpu_id = (f"{first['vendor_id']} family {first['cpu family']} model {first['model']}"
+              if {"vendor_id", "cpu family", "model"} <= first.keys() else None)
+    flags = set(first.get("flags", "").split())
+    vector = next((v for v in ("avx512f", "avx2", "avx", "sse2") if v in flags), None)
     return {
         "hostname": socket.gethostname(),
         "cpu_model": model,
+        "cpu_id": cpu_id,
+        "cpu_vector": vector,
         **{k: v for k, v in resources().items() if k in _RECORDED_RESOURCES},
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),

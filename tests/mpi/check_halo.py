@@ -45,6 +45,23 @@ def heat_matches_serial_every_mode_and_pack():
 
 
 @check
+def heat_streamed_rows_give_the_serial_bits():
+    """Fields past the last-level cache take the prefetching row loop (heat_row_stream in
+    kernels/common/mpilab_heat.h): the very bits of the serial reference, in the
+    two-sided kernel and in a shared window's. One rank alone (COMM_SELF), on rank 0."""
+    if rank != 0:
+        return
+    n = 1700  # two fields of 1702^2 doubles: 46 MB, past HEAT_LLC (32 MiB)
+    steps = 30  # enough for sums that round: another order of the additions shows
+    ref = halo.serial_heat(n, n, steps)
+    for mode in ("blocking", "shm"):
+        b, off = halo.run_heat(MPI.COMM_SELF, n, n, steps, mode=mode)
+        expect(off == (0, 0) and np.array_equal(b, ref),
+               f"heat {n}x{n} {mode}: streamed rows differ from the serial reference by "
+               f"up to {np.abs(b - ref).max() if b.shape == ref.shape else b.shape}")
+
+
+@check
 def blocks_follow_split_and_dims():
     py, px = MPI.Compute_dims(size, 2)
     for nx, ny in GRIDS:
