@@ -44,7 +44,9 @@ sys.modules[spec.name] = runtime  # its submodules (and dataclasses) look it up 
 spec.loader.exec_module(runtime)
 
 MPICC = runtime.mpicc()
-CFLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wno-unused-function"]
+# -ffp-contract=off: no multiply-add fused into an FMA, so the kernels' fields keep NumPy's
+# bits on CPUs with FMA (kernels/common/mpilab_halo.h)
+CFLAGS = ["-O3", "-std=gnu11", "-Wall", "-Wno-unused-function", "-ffp-contract=off"]
 os.environ["CC"] = MPICC
 os.environ["LDSHARED"] = f"{MPICC} -shared"
 

@@ -42,8 +42,11 @@ static inline void heat_row(double *restrict o, const double *restrict up,
  *   into L2 (locality 2), 64 points per prefetch group, int offsets  0.7x (-fwrapv makes
  *                                                     every int address computation wrap)
  *   the same, size_t offsets                          0.8-0.88x
- *   into L2, one line per iteration, size_t offsets   0.96x (this form; 1024 to 4096
- *                                                     points ahead alike)
+ *   into L2, one line per iteration, size_t offsets   0.9-0.96x (this form; 1024 to 4096
+ *                                                     points ahead alike); in the
+ *                                                     kernel 0.84-0.87x
+ *   the same compiled for AVX-512 too                 1.04x in the kernel (0.92-0.95x
+ *                                                     libc's memcpy): mpilab_halo.h
  * In cache the prefetches only cost instructions, hence the two versions. Prefetches
  * never fault, so reaching past the array is harmless. The arithmetic is heat_row's, in
  * its order: the bits are the same. */

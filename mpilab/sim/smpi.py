@@ -21,7 +21,8 @@ KERNELS = _kernels.source_dir()  # the checkout's kernels/, or the installed pac
 #: with mpicc (the same C files the Python kernels are built from).
 PROGRAMS = _kernels.STANDALONE
 #: -DMPILAB_SIM: the fixed compute model of kernels/common/mpilab_halo.h (HALO_CHARGE).
-CFLAGS = ("-O3", "-std=gnu11", "-Wall", "-Wno-unused-function", "-DMPILAB_SIM")
+CFLAGS = ("-O3", "-std=gnu11", "-Wall", "-Wno-unused-function", "-ffp-contract=off",
+          "-DMPILAB_SIM")
 
 
 class SimUnavailable(RuntimeError):
