@@ -792,3 +792,28 @@ def test_lecture_07_quotes_the_shm_papers_table_4_as_papers_py_holds_it():
     says(text, f"({row['100-25-4']['sr_efficiency']:.2f} at 100 processes, "
                f"{row['144-36-4']['sr_efficiency']:.2f} at 144;", "S/R efficiency")
     says(text, f"the hybrid's stays at {min(eff):.2f}–{max(eff):.2f}", "hybrid efficiency")
+
+
+# --- reference/README ---------------------------------------------------------------------
+
+def test_the_zen4_ping_pong_twin_holds_one_page_kind_where_the_old_file_did_not():
+    """reference/README: the older EPYC file's 1 MiB sat on 4 KiB pages and its 4 MiB on
+    huge pages (4x the bytes in 1.2x the time); the Zen 4 twin holds huge pages at every
+    size, so its 4 MiB takes about 4x its 1 MiB."""
+    def kernel(folder):
+        return {r["size_bytes"]: r for r in records(folder, "pingpong-shm.json")
+                if r["impl"] == "kernel"}
+
+    old, twin = kernel(EPYC), kernel(ZEN4)
+    assert all(r.get("huge_page_share") is None for r in old.values())
+    assert all(r["huge_page_share"] == 1.0 for r in twin.values())
+    mib, four = 1 << 20, 4 << 20
+    assert old[four]["t_us_median"] / old[mib]["t_us_median"] < 1.5
+    assert 3.0 < twin[four]["t_us_median"] / twin[mib]["t_us_median"] < 5.0
+    text = " ".join((REF / "README.md").read_text().split())
+    says(text, f"1 MiB message ({old[mib]['t_us_median']:.0f} µs, 4 KiB pages) is barely "
+               f"faster than its 4 MiB one ({old[four]['t_us_median']:.0f} µs, huge pages)",
+         "README, old file")
+    says(text, f"holds one page kind ({twin[mib]['t_us_median']:.0f} and "
+               f"{twin[four]['t_us_median']:.0f} µs)", "README, twin")
+
