@@ -15,8 +15,9 @@ and the verdicts the cells print are checked against the prose by the lecture's 
 (tests/test_lecture_*.py and tests/test_lectures.py, through tests/lecture_runs.py). Facts
 from sources and standards (eager limits, page sizes, frame sizes) are left as they are.
 
-Lectures 00 and 03 quote no reference file; for them the tests check that the prose holds
-no hand-typed figure of a run (the ones that used to be there).
+Lecture 00 quotes no reference file; for it (and for lecture 03's run-dependent layout)
+the tests check that the prose holds no hand-typed figure of a run (the ones that used to
+be there).
 """
 
 import json
@@ -243,6 +244,28 @@ def test_lecture_03_quotes_no_layout_of_a_run():
     text = prose("03-one-sided")
     assert not re.search(r"\b\d+ B: the window's mapping", text)
     says(text, "as many as the printed offset", "layout")
+
+
+def test_lecture_03_windows_on_huge_pages_quote_their_two_runs():
+    """Windows on huge pages where /dev/shm takes them (remounted huge=advise), against
+    every field on 4 KiB pages: the share and both ratios are the files' own, and each
+    file's meta says how /dev/shm was mounted."""
+    text = prose("03-one-sided")
+    runs = {}
+    for kind, mount in (("huge", "advise"), ("4k", "never")):
+        doc = json.loads((REF / ZEN4 / f"halo-windows-{kind}.json").read_text())
+        assert doc["meta"]["shm_huge"] == mount, kind
+        runs[kind] = {(r["mode"], r["sub"]): r for r in doc["records"]}
+
+    def ratio(kind):
+        by = runs[kind]
+        return by[("blocking", 1024)]["t_us_median"] / by[("shm", 1024)]["t_us_median"]
+
+    share = runs["huge"][("shm", 1024)]["huge_page_share"]
+    assert all(r["huge_page_share"] == 0.0 for r in runs["4k"].values())
+    says(text, f"sat {share:.0%} on huge pages and S/R / SHM was {ratio('huge'):.2f} on 2 "
+               f"ranks; with every field on 4 KiB pages (`halo-windows-4k.json`) it was "
+               f"{ratio('4k'):.2f}".replace("%", " %"), "windows on huge pages")
 
 
 def _shm_paper_table_1():

@@ -373,8 +373,10 @@ def machine_info() -> dict:
         (vendor, family and model numbers: a VM's model name may be only "AMD EPYC",
         which several generations share), ``cpu_vector`` (the widest vector extension
         the CPU reports: avx512f, avx2, avx or sse2), ``cores``, ``cpu_quota``,
-        ``memory_bytes`` and ``shm_bytes`` (from :func:`resources`), ``os``, ``python``
-        (its version) and ``binder`` (whether it runs on Binder).
+        ``memory_bytes`` and ``shm_bytes`` (from :func:`resources`), ``shm_huge`` (the
+        ``huge=`` option /dev/shm is mounted with, "never" where it gives none, None
+        where it is not mounted: whether an MPI shared window can sit on huge pages),
+        ``os``, ``python`` (its version) and ``binder`` (whether it runs on Binder).
     """
     model = platform.processor() or ""
     first: dict[str, str] = {}  # the first processor's fields
@@ -392,11 +394,21 @@ def machine_info() -> dict:
               if {"vendor_id", "cpu family", "model"} <= first.keys() else None)
     flags = set(first.get("flags", "").split())
     vector = next((v for v in ("avx512f", "avx2", "avx", "sse2") if v in flags), None)
+    shm_huge = None
+    try:
+        with open("/proc/mounts") as f:
+            for fields in (line.split() for line in f):
+                if len(fields) > 3 and fields[1] == "/dev/shm":  # the last mount counts
+                    opts = [o[5:] for o in fields[3].split(",") if o.startswith("huge=")]
+                    shm_huge = opts[0] if opts else "never"
+    except OSError:
+        pass
     return {
         "hostname": socket.gethostname(),
         "cpu_model": model,
         "cpu_id": cpu_id,
         "cpu_vector": vector,
+        "shm_huge": shm_huge,
         **{k: v for k, v in resources().items() if k in _RECORDED_RESOURCES},
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
