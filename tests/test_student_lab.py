@@ -114,6 +114,32 @@ def test_hidden_plugins_are_real_plugin_ids(lab):
         assert plugin in disabled
 
 
+def test_the_file_browser_shows_the_course_not_its_machinery(lab):
+    """Issue 28 §1b: the top folder listed 19 entries (the autograder with its gradebook,
+    build/, tests/, scripts/, setup.py); a student's server lists what the course is for
+    them, and a folder below the top is listed whole."""
+    import ast
+
+    status, body = lab.get("/api/contents/")
+    assert status == 200, body
+    names = {m["name"] for m in json.loads(body)["content"]}
+    config = ast.parse((STUDENT / "jupyter_server_config.py").read_text())
+    machinery = next(ast.literal_eval(node.value.args[0]) for node in ast.walk(config)
+                     if isinstance(node, ast.Assign)
+                     and getattr(node.targets[0], "id", None) == "MACHINERY")
+    course = {"README.md", "docs", "kernels", "labs", "lectures", "mpilab", "reference"}
+    assert course <= names, sorted(names)
+    for name in ("autograder", "tests", "scripts", "setup.py", "Makefile"):
+        assert (ROOT / name).exists() and name in machinery and name not in names, name
+    # whatever else is there (a folder the student made) is listed
+    assert names == {p.name for p in ROOT.iterdir() if not p.name.startswith(".")
+                     and p.name not in machinery}, sorted(names)
+    status, body = lab.get("/api/contents/labs")
+    labs = {m["name"] for m in json.loads(body)["content"]}
+    assert status == 200 and labs == {p.name for p in (ROOT / "labs").iterdir()
+                                      if not p.name.startswith(".")}, sorted(labs)
+
+
 def test_a_fresh_workspace_at_every_start(lab):
     """Layouts are kept in a folder of this server's own, empty at start, not the user's."""
     where = Path(page_config(lab)["workspacesDir"])

@@ -18,6 +18,12 @@ to it hides the matching parts of JupyterLab's interface.
   server: reloading the page keeps the open tabs.
 - language_info: opening a lecture or a lab does not mark it modified, and saving it
   writes back the course's file (:class:`CourseContentsManager`).
+- the file browser: at the top of a course checkout a student sees what the course is
+  for them (README, lectures, labs, reference data, the kernels' and the package's
+  sources, docs), not its machinery (the autograder with its gradebook, the build, the
+  tests, the set-up files): :data:`MACHINERY`. Only the listing of the top folder leaves
+  them out; a path typed by hand still opens (this is a student's view of their own
+  checkout, not a lock: the students' edition leaves the instructor's files out).
 """
 
 import atexit
@@ -60,12 +66,30 @@ def _python_language_info() -> dict:
     return copy.deepcopy(IPythonKernel.language_info)
 
 
+#: What the top folder of a course checkout holds that is not for a student to browse.
+MACHINERY = frozenset({
+    "ARCHITECTURE.md", "Makefile", "autograder", "binder", "build", "classroom",
+    "constraints.txt", "environment.yml", "jupyter", "jupytext.toml", "pyproject.toml",
+    "scripts", "setup.py", "tests", "mpilab.egg-info",
+})
+
+
+def _course_root(root_dir) -> bool:
+    from pathlib import Path
+
+    return all((Path(root_dir) / part).is_dir() for part in ("lectures", "labs", "mpilab"))
+
+
 class CourseContentsManager(build_async_jupytext_contents_manager_class(AsyncLargeFileManager)):
     """jupytext's contents manager (as its server extension would make it), with the
-    kernel's language_info filled in on reading a notebook and left out on saving it."""
+    kernel's language_info filled in on reading a notebook and left out on saving it, and
+    the course's machinery left out of its top folder's listing."""
 
     async def get(self, path, *args, **kwargs):
         model = await super().get(path, *args, **kwargs)
+        if (model.get("type") == "directory" and path.strip("/") == ""
+                and isinstance(model.get("content"), list) and _course_root(self.root_dir)):
+            model["content"] = [m for m in model["content"] if m["name"] not in MACHINERY]
         if model.get("type") == "notebook" and model.get("content"):
             meta = model["content"]["metadata"]
             info = _python_language_info()
