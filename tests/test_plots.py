@@ -57,18 +57,36 @@ def test_two_log_log_panels_without_predictions():
     assert len(left.get_lines()) == 2 and len(right.get_lines()) == 2
 
 
-def test_fits_are_overlaid_and_labelled_as_predictions():
+def test_fits_are_overlaid_and_labelled_as_fits():
     df = records()
     fits = fit_records(df, by="transport", piecewise=False)
     fig = latency_bandwidth(df, fits=fits, title="synthetic")
     check_panels(fig)
     text = legend_text(fig)
     for fit in fits.values():
-        assert f"{fit.model} (prediction)" in text
+        assert f"{fit.model} (fitted to these points)" in text
+    assert "prediction" not in text  # a least-squares line is not a prediction
     assert "eager → rendezvous" not in text
     dashed = [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "--"]
     assert len(dashed) == 2
     assert fig.get_suptitle() == "synthetic"
+
+
+def test_a_legend_of_many_entries_stays_shorter_than_the_plots():
+    """Issue 28 §1b: lecture 07's figure had nine entries in one column, taller than its
+    two plots; drawn, the legend is less than half an axes high."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    df = pd.concat([records().assign(transport=f"{t}{k}") for k in range(2)
+                    for t in ("shm", "tcp")])
+    fits = fit_records(df, by="transport", piecewise=False)
+    fig = latency_bandwidth(df, fits=fits)
+    FigureCanvasAgg(fig).draw()
+    legend, = fig.legends
+    assert len(legend.get_texts()) >= 9
+    renderer = fig.canvas.get_renderer()
+    assert (legend.get_window_extent(renderer).height
+            < 0.5 * fig.axes[0].get_window_extent(renderer).height)
 
 
 def test_a_protocol_switch_is_marked():
@@ -95,7 +113,7 @@ def test_one_group_without_spread_and_a_single_fit():
     fit = fit_hockney(df["size_bytes"], df["t_us_median"])
     fig = latency_bandwidth(df, by=None, fits=fit)
     check_panels(fig)
-    assert f"{fit.model} (prediction)" in legend_text(fig)
+    assert f"{fit.model} (fitted to these points)" in legend_text(fig)
 
 
 def test_spread_is_shaded_when_quartiles_are_present():

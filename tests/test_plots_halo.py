@@ -119,3 +119,9 @@ def test_k1_draws_every_ratio_the_noise_band_and_the_paper():
     assert np.allclose(ax.lines[1].get_ydata(), [0.9, 1.1, 1.02])
     with pytest.raises(ValueError):
         plots_halo.k1(here[["spread"]])
+    # issue 28 §1b: the axis says which mode "above 1" favours, and the legend sits below
+    # the axes, not over the band
+    assert "above 1: the ratio's second mode (its denominator) is faster" in ax.get_ylabel()
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    slash = plots_halo.k1(here[["blocking / overlap", "spread"]])
+    assert "above 1: the mode after the slash is faster" in slash.axes[0].get_ylabel()

@@ -114,8 +114,10 @@ def latency_bandwidth(df: pd.DataFrame, *, by="transport", fits=None, title=None
     fits : dict or fit, optional
         Models to overlay as dashed lines: a ``{group_key: fit}`` dict as returned by
         :func:`mpilab.models.fit_records` (called with the same ``by``), or a single
-        ``HockneyFit`` / ``PiecewiseHockney``. Each is labelled ``"<model> (prediction)"``;
-        a detected protocol switch is marked by a dotted vertical line.
+        ``HockneyFit`` / ``PiecewiseHockney``. Each is labelled ``"<model> (fitted to
+        these points)"``: a least-squares line through the measurements drawn, not a
+        prediction made without them; a detected protocol switch is marked by a dotted
+        vertical line.
     title : str, optional
         Figure title.
     time : str, optional
@@ -173,7 +175,7 @@ def latency_bandwidth(df: pd.DataFrame, *, by="transport", fits=None, title=None
             sizes = np.unique(np.round(np.geomspace(start, stop, 200)))
             pred = fit.predict(sizes)
             ax_t.plot(pred["size_bytes"], pred["t_us"], "--", color=color,
-                      label=f"{fit.model} (prediction)")
+                      label=f"{fit.model} (fitted to these points)")
             ax_bw.plot(pred["size_bytes"], pred["bandwidth_MBps"], "--", color=color)
             switch = getattr(fit, "switch_bytes", None)
             if switch is not None:
@@ -185,9 +187,10 @@ def latency_bandwidth(df: pd.DataFrame, *, by="transport", fits=None, title=None
     if has_spread:
         handles.append(Patch(color="grey", alpha=0.3))
         labels.append("shaded: q1 to q3 of repetitions")
-    # Below the axes, so that long model labels never cover the data.
+    # Below the axes, so that long model labels never cover the data, in up to three
+    # columns: one entry a row made the legend taller than the plots (nine entries).
     fig.legend(handles, labels, loc="outside lower center", fontsize="small",
-               ncols=1 if fits is not None else min(len(labels), 4))
+               ncols=min(len(labels), 3 if fits is not None else 4))
     for ax in (ax_t, ax_bw):
         _set_size_ticks(ax, data["size_bytes"].min(), data["size_bytes"].max())
     if title:
