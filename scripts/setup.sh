@@ -45,6 +45,18 @@ say() { printf 'setup: %s\n' "$*"; }
 have() { command -v "$1" >/dev/null 2>&1; }
 is_root() { [[ "$(id -u)" == 0 ]]; }
 
+# apt-get on this machine, one at a time: the stock roots' set-ups and the tree's own run
+# side by side in CI, and on a fresh machine two of them installing at once failed on
+# dpkg's lock ("Could not get lock /var/lib/dpkg/lock-frontend"). flock queues the
+# course's own calls, DPkg::Lock::Timeout waits for anyone else's.
+apt_get() {
+  if command -v flock >/dev/null; then
+    flock -w 1800 /var/cache/apt/mpilab.lock apt-get -o DPkg::Lock::Timeout=900 "$@"
+  else
+    apt-get -o DPkg::Lock::Timeout=900 "$@"
+  fi
+}
+
 apt_updated=0
 apt_install() {
   if ! is_root || ! have apt-get; then
@@ -52,11 +64,11 @@ apt_install() {
   fi
   if [[ $apt_updated == 0 ]]; then
     say "apt-get update"
-    apt-get update -qq
+    apt_get update -qq
     apt_updated=1
   fi
   say "apt-get install $*"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 in_conda() { [[ -n "${CONDA_PREFIX:-}" && -x "${CONDA_PREFIX}/bin/mpicc" ]]; }

@@ -71,8 +71,12 @@ install_packages() {
     fi
     local ok=0
     for attempt in install update-and-install; do
-        [[ $attempt == update-and-install ]] && apt-get update -qq >&2
-        if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        # one apt-get at a time with the course's other scripts (scripts/setup.sh), and
+        # waiting for anyone else's dpkg lock
+        [[ $attempt == update-and-install ]] && flock -w 1800 /var/cache/apt/mpilab.lock \
+            apt-get -o DPkg::Lock::Timeout=900 update -qq >&2
+        if DEBIAN_FRONTEND=noninteractive flock -w 1800 /var/cache/apt/mpilab.lock \
+            apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends \
             "${PACKAGES[@]}" >&2; then
             ok=1
             break

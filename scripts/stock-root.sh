@@ -47,12 +47,24 @@ mirror() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
+# apt-get on this machine, one at a time: the stock roots' set-ups and the tree's own run
+# side by side in CI, and on a fresh machine two of them installing at once failed on
+# dpkg's lock ("Could not get lock /var/lib/dpkg/lock-frontend"). flock queues the
+# course's own calls, DPkg::Lock::Timeout waits for anyone else's.
+apt_get() {
+  if command -v flock >/dev/null; then
+    flock -w 1800 /var/cache/apt/mpilab.lock apt-get -o DPkg::Lock::Timeout=900 "$@"
+  else
+    apt-get -o DPkg::Lock::Timeout=900 "$@"
+  fi
+}
+
 # --- the pristine root, made once ------------------------------------------------------
 if [[ ! -f $BASE/.mpilab-stock-root ]]; then
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -qq debootstrap >/dev/null \
+      || { apt_get update -qq && DEBIAN_FRONTEND=noninteractive apt_get install -y -qq debootstrap >/dev/null; }
   }
   say "debootstrap --variant=minbase --include=$INCLUDE $SUITE from $(mirror)"
   rm -rf "$BASE"
