@@ -249,6 +249,10 @@ def test_a_term(term, browser):
         student.stop_server()
 
 
+# Alone (make test's last phase), as test_a_term: beside phase 1's other worker, one of the
+# two students' 4 engines did not start within the notebook's 60 s (clean-clone CI,
+# 2026-11-29, 2 cores: 8 engines plus another test module's jobs).
+@pytest.mark.measures
 @pytest.mark.timeout(3600)
 def test_the_class_benchmark(tmp_path):
     """``python -m mpilab.bench classroom --students 2``: a class of its own, two students
