@@ -32,15 +32,14 @@ def test_halo_under_mpiexec(ranks):
 
 def shared_memory_takes_huge_pages() -> bool:
     """Whether Linux may back a file in /dev/shm (an MPI shared window) with huge pages:
-    the mount's huge= option, or shmem_enabled forcing them."""
+    the mount's huge= option (as every run's meta records it), or shmem_enabled forcing
+    them."""
+    from mpilab.runtime import machine
+
     forced = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
     if forced.exists() and "[force]" in forced.read_text():
         return True
-    for fields in (line.split() for line in Path("/proc/mounts").read_text().splitlines()):
-        if len(fields) > 3 and fields[1] == "/dev/shm":
-            return any(o in ("huge=always", "huge=within_size", "huge=advise")
-                       for o in fields[3].split(","))
-    return False
+    return machine.machine_info()["shm_huge"] in ("always", "within_size", "advise")
 
 
 @needs_mpi
